@@ -1,0 +1,105 @@
+"""The fitted constants of the performance model, as one object (``Calibration``).
+
+``default_calibration()`` builds it from ``perf/params.py`` (no data files needed at runtime);
+``perf/calibrate.py`` produces a fresh one from the Vidur profiling data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Ops whose time is bandwidth-bound on activations (per transformer layer, except emb which runs once).
+SMALL_OPS: tuple[str, ...] = ("input_layernorm", "attn_rope", "post_attention_layernorm", "mlp_act", "add", "emb")
+LINEAR_OPS: tuple[str, ...] = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
+
+
+@dataclass(frozen=True)
+class GemmParams:
+    """Linear operator: max(F / (peak * eff_compute) * (1 + m_half / M), bytes / (bw * eff_mem)) + t0_s."""
+
+    eff_compute: float
+    eff_mem: float
+    m_half: float  # tokens: compute efficiency of a skinny GEMM is eff_compute * M / (M + m_half)
+    t0_s: float
+
+
+@dataclass(frozen=True)
+class SmallOpParams:
+    """Small op: t0_s + activation bytes / (bw * eff_mem)."""
+
+    t0_s: float
+    eff_mem: float
+
+
+@dataclass(frozen=True)
+class AttentionParams:
+    """Per layer, per GPU. Prefill: t0 + 4*work*heads*head_dim / (peak*eff); decode: t0 + (B*seq_bytes + KV bytes)/(bw*eff)."""
+
+    prefill_t0_s: float
+    prefill_eff_compute: float
+    decode_t0_s: float
+    decode_seq_bytes: float  # per-sequence fixed cost expressed as bytes of memory traffic
+    decode_eff_mem: float
+
+
+@dataclass(frozen=True)
+class CommParams:
+    """all_reduce over n GPUs of S bytes = lat(n) + 2(n-1)/n * S / (link * eff(n)); send_recv(S) = lat + S / (link * eff).
+
+    ``all_reduce`` holds (n, lat_s, eff_bw) per measured worker count (empty where the fabric has no all-reduce
+    data); an unmeasured n uses the nearest measured n at or above it (else the largest)."""
+
+    all_reduce: tuple[tuple[int, float, float], ...]
+    send_recv_lat_s: float
+    send_recv_eff_bw: float
+
+    def all_reduce_for(self, n: int) -> tuple[float, float]:
+        if not self.all_reduce:
+            raise KeyError("no all-reduce measurements for this fabric")
+        for m, lat, eff in sorted(self.all_reduce):
+            if m >= n:
+                return lat, eff
+        _, lat, eff = max(self.all_reduce)
+        return lat, eff
+
+
+@dataclass(frozen=True)
+class CpuParams:
+    """Per-iteration CPU time = base + per_seq*B (+ multi_gpu_base + multi_gpu_per_seq*B when the replica has >1 GPU)."""
+
+    base_s: float
+    per_seq_s: float
+    multi_gpu_base_s: float
+    multi_gpu_per_seq_s: float
+
+
+@dataclass(frozen=True)
+class Calibration:
+    gemm: dict[str, GemmParams]  # GPU profile ("a100", "a40", "h100") -> params
+    small: dict[str, dict[str, SmallOpParams]]  # profile -> op -> params
+    attention: AttentionParams  # measured on A100 only; transfers by peak / bandwidth scaling
+    comm: dict[str, CommParams]  # fabric -> params (all_reduce fields may be NaN where unmeasured)
+    cpu: CpuParams
+    gpu_profile: dict[str, str] = field(default_factory=dict)  # catalog GPU name -> profile
+    gpu_fabric: dict[str, tuple[str, str]] = field(default_factory=dict)  # GPU name -> (all_reduce fabric, send_recv fabric)
+
+    def profile_of(self, gpu_name: str) -> str:
+        return self.gpu_profile.get(gpu_name, "a100")
+
+    def fabric_of(self, gpu_name: str) -> tuple[str, str]:
+        return self.gpu_fabric.get(gpu_name, ("a100_pairwise_nvlink", "a100_pairwise_nvlink"))
+
+
+def default_calibration() -> Calibration:
+    """The calibration shipped in perf/params.py."""
+    from fleetwise.perf import params as p
+
+    return Calibration(
+        gemm={k: GemmParams(**v) for k, v in p.GEMM.items()},
+        small={k: {op: SmallOpParams(*v) for op, v in ops.items()} for k, ops in p.SMALL.items()},
+        attention=AttentionParams(**p.ATTENTION),
+        comm={k: CommParams(tuple(tuple(x) for x in v["all_reduce"]), v["send_recv_lat_s"], v["send_recv_eff_bw"]) for k, v in p.COMM.items()},  # type: ignore[misc]
+        cpu=CpuParams(**p.CPU),
+        gpu_profile=dict(p.GPU_PROFILE),
+        gpu_fabric={k: tuple(v) for k, v in p.GPU_FABRIC.items()},  # type: ignore[misc]
+    )

@@ -1,0 +1,306 @@
+"""Per-iteration time, memory and power of one replica: a calibrated per-operator roofline.
+
+All per-call work is plain float arithmetic on constants cached in ``__init__`` (the simulator calls
+``iteration_time_s`` in its hot loop). Form and calibration: docs/perf-model.md.
+"""
+
+from __future__ import annotations
+
+import math
+
+from fleetwise.catalog.specs import GPUSpec, ModelSpec
+from fleetwise.errors import InputError
+from fleetwise.perf.calibration import LINEAR_OPS, SMALL_OPS, Calibration, CommParams, default_calibration
+
+# Activation memory reserved per GPU besides weights and KV cache: a 4096-token batch's largest activations,
+# fp32 logits for 256 sampled sequences, plus 0.5 GB of workspace / CUDA graphs (vLLM-style profiling run).
+ACTIVATION_TOKENS = 4096
+LOGIT_SEQS = 256
+WORKSPACE_BYTES = 0.5e9
+# Busy power per GPU: idle + (max - idle) * (POWER_FLOOR + (1 - POWER_FLOOR) * x), x = M / (M + ridge tokens).
+POWER_FLOOR = 0.45
+
+_DEFAULT_CAL: Calibration | None = None
+
+
+def _default() -> Calibration:
+    global _DEFAULT_CAL
+    if _DEFAULT_CAL is None:
+        _DEFAULT_CAL = default_calibration()
+    return _DEFAULT_CAL
+
+
+def all_reduce_time_s(c: CommParams, n: int, size_bytes: float, link_gbps: float) -> float:
+    if n <= 1:
+        return 0.0
+    lat, eff = c.all_reduce_for(n)
+    return lat + 2.0 * (n - 1) / n * size_bytes / (link_gbps * 1e9 * eff)
+
+
+def send_recv_time_s(c: CommParams, size_bytes: float, link_gbps: float) -> float:
+    return c.send_recv_lat_s + size_bytes / (link_gbps * 1e9 * c.send_recv_eff_bw)
+
+
+def op_geometry(
+    hidden: int, heads: int, kv_heads: int, ffn_size: int, gated: bool, tp: int, bytes_per_param: float = 2.0
+) -> tuple[list[tuple[float, float]], dict[str, float]]:
+    """Per-GPU shapes of one layer: [(N, K)] of the 4 linear ops (LINEAR_OPS order, one expert for MoE) and
+    activation bytes moved per token by each small op (read + write). Shared by the model and the calibration."""
+    hd = hidden // heads
+    q = heads // tp
+    kv = max(1, -(-kv_heads // tp))  # kv heads per GPU (replicated when tp > kv heads)
+    ffn = ffn_size / tp
+    lin = [((q + 2 * kv) * hd, hidden), (hidden, q * hd), (ffn * (2 if gated else 1), hidden), (hidden, ffn)]
+    b = bytes_per_param
+    small = {
+        "input_layernorm": 2 * b * hidden,
+        "attn_rope": 2 * b * (q + kv) * hd,
+        "post_attention_layernorm": 2 * b * hidden,
+        "mlp_act": (3 if gated else 2) * b * ffn,
+        "add": 3 * b * hidden,
+        "emb": 2 * b * hidden,
+    }
+    return lin, small
+
+
+class PerfModel:
+    __slots__ = (
+        "gpu", "model", "tp", "pp", "num_gpus", "cal",
+        "_lin", "_lm", "_moe", "_s0", "_s1", "_emb0", "_emb1",
+        "_pa0", "_pa1", "_d0", "_d1", "_d2", "_ar0", "_ar1", "_sr0", "_sr1",
+        "_cpu0", "_cpu1", "_L", "_Ls", "_kv_tok_gpu", "_w_gpu", "_reserve", "_ridge",
+        "_small_coef", "_flops_per_tok", "_attn_flops_per_work",
+    )  # fmt: skip
+
+    def __init__(
+        self, gpu: GPUSpec, model: ModelSpec, tp: int = 1, pp: int = 1, calibration: Calibration | None = None
+    ) -> None:
+        if tp < 1 or pp < 1 or int(tp) != tp or int(pp) != pp:
+            raise InputError(f"tp and pp must be positive integers, got tp={tp} pp={pp}")
+        if pp > model.num_layers:
+            raise InputError(f"pp={pp} exceeds the {model.num_layers} layers of {model.name}")
+        if model.num_heads % tp != 0:
+            raise InputError(f"tp={tp} does not divide the {model.num_heads} attention heads of {model.name}")
+        cal = calibration if calibration is not None else _default()
+        self.gpu, self.model, self.tp, self.pp, self.cal = gpu, model, int(tp), int(pp), cal
+        self.num_gpus = self.tp * self.pp
+        prof = cal.profile_of(gpu.name)
+        g = cal.gemm[prof]
+        P = gpu.tflops_bf16 * 1e12
+        BW = gpu.mem_bw_gbps * 1e9
+        bpp = model.bytes_per_param
+        h, hd, tp = model.hidden_size, model.head_dim, self.tp
+        q = model.num_heads // tp
+        kv = max(1, -(-model.num_kv_heads // tp))  # kv heads per GPU (replicated when tp > kv heads)
+        ffn = model.ffn_size / tp
+
+        def gemm(N: float, K: float) -> tuple[float, float, float, float]:
+            # time(M) = max(a * (M + m_half), b0 + b1 * M) + t0
+            a = 2.0 * N * K / (P * g.eff_compute)
+            b0 = bpp * N * K / (BW * g.eff_mem)
+            b1 = bpp * (N + K) / (BW * g.eff_mem)
+            return (a, b0, b1, g.t0_s)
+
+        lin, small_bytes = op_geometry(h, model.num_heads, model.num_kv_heads, model.ffn_size, model.gated_mlp, tp, bpp)
+        attn_ops = [gemm(*lin[0]), gemm(*lin[1])]
+        mlp_ops = [gemm(*lin[2]), gemm(*lin[3])]
+        self._moe = model.num_experts > 1
+        self._lin = tuple(attn_ops + ([] if self._moe else mlp_ops))
+        self._small_coef = (mlp_ops, g.m_half, model.num_experts, model.experts_per_token)
+        self._lm = gemm(model.vocab_size / tp, h)
+        if self._moe:
+            small_bytes["mlp_act"] *= model.experts_per_token
+        sp = cal.small[prof]
+        self._s0 = sum(sp[o].t0_s for o in SMALL_OPS if o != "emb")
+        self._s1 = sum(small_bytes[o] / (BW * sp[o].eff_mem) for o in SMALL_OPS if o != "emb")
+        self._emb0 = sp["emb"].t0_s
+        self._emb1 = small_bytes["emb"] / (BW * sp["emb"].eff_mem)
+        # attention (A100-measured efficiencies applied to this GPU's peak and bandwidth)
+        at = cal.attention
+        self._attn_flops_per_work = 4.0 * q * hd
+        self._pa0 = at.prefill_t0_s
+        self._pa1 = self._attn_flops_per_work / (P * at.prefill_eff_compute)
+        kv_bytes_tok_layer = 2.0 * kv * hd * bpp
+        self._d0 = at.decode_t0_s
+        self._d1 = at.decode_seq_bytes / (BW * at.decode_eff_mem)
+        self._d2 = kv_bytes_tok_layer / (BW * at.decode_eff_mem)
+        # communication
+        ar_fab, sr_fab = cal.fabric_of(gpu.name)
+        link = gpu.interconnect_gbps
+        if tp > 1:
+            c = cal.comm[ar_fab]
+            self._ar0 = 2.0 * all_reduce_time_s(c, tp, 0.0, link)  # two all-reduces per layer
+            self._ar1 = 2.0 * (all_reduce_time_s(c, tp, 1e6, link) - all_reduce_time_s(c, tp, 0.0, link)) / 1e6 * bpp * h
+        else:
+            self._ar0 = self._ar1 = 0.0
+        if self.pp > 1:
+            c = cal.comm[sr_fab]
+            self._sr0 = c.send_recv_lat_s
+            self._sr1 = bpp * h / (link * 1e9 * c.send_recv_eff_bw)
+        else:
+            self._sr0 = self._sr1 = 0.0
+        cp = cal.cpu
+        self._cpu0 = cp.base_s + (cp.multi_gpu_base_s if self.num_gpus > 1 else 0.0)
+        self._cpu1 = cp.per_seq_s + (cp.multi_gpu_per_seq_s if self.num_gpus > 1 else 0.0)
+        self._L = model.num_layers
+        self._Ls = -(-model.num_layers // self.pp)  # layers on the busiest stage
+        self._kv_tok_gpu = kv_bytes_tok_layer * self._Ls
+        self._w_gpu = model.weight_bytes / self.num_gpus
+        self._reserve = (
+            ACTIVATION_TOKENS * bpp * (4 * h + 3 * ffn) + LOGIT_SEQS * 4.0 * model.vocab_size / tp + WORKSPACE_BYTES
+        )
+        self._ridge = P / BW
+        # active parameters per token (MoE: only top-k experts)
+        n_mlp = (3 if model.gated_mlp else 2) * h * model.ffn_size
+        active = model.num_params - model.num_layers * n_mlp * (model.num_experts - model.experts_per_token)
+        self._flops_per_tok = 2.0 * active
+
+    # ---------------------------------------------------------------- memory
+    def weight_bytes_per_gpu(self) -> float:
+        return self._w_gpu
+
+    def kv_bytes_per_token_per_gpu(self) -> float:
+        return self._kv_tok_gpu
+
+    def kv_capacity_tokens(self, gpu_memory_utilization: float = 0.9) -> int:
+        free = gpu_memory_utilization * self.gpu.memory_gb * 1e9 - self._w_gpu - self._reserve
+        if free <= 0:
+            return 0
+        return int(free // self._kv_tok_gpu)
+
+    def fits(self, gpu_memory_utilization: float = 0.9) -> bool:
+        return self.kv_capacity_tokens(gpu_memory_utilization) > 0
+
+    # ---------------------------------------------------------------- time
+    def _linear_s(self, M: float) -> float:
+        mh = self._small_coef[1]
+        t = 0.0
+        for a, b0, b1, t0 in self._lin:
+            tc = a * (M + mh)
+            tm = b0 + b1 * M
+            t += (tc if tc > tm else tm) + t0
+        if self._moe:
+            mlp_ops, _, E, k = self._small_coef
+            touched = E * (1.0 - (1.0 - k / E) ** M)  # expected distinct experts hit by M tokens
+            if touched < 1.0:
+                touched = 1.0
+            m = M * k / touched
+            for a, b0, b1, t0 in mlp_ops:
+                tc = a * (m + mh)
+                tm = b0 + b1 * m
+                t += touched * ((tc if tc > tm else tm) + t0)
+        return t
+
+    def _layer_s(self, prefill_tokens: int, prefill_attn_work: float, decode_seqs: int, decode_kv_tokens: int) -> float:
+        M = prefill_tokens + decode_seqs
+        t = self._linear_s(M) + self._s0 + self._s1 * M + self._ar0 + self._ar1 * M
+        if prefill_tokens > 0:
+            t += self._pa0 + self._pa1 * prefill_attn_work
+        if decode_seqs > 0:
+            t += self._d0 + self._d1 * decode_seqs + self._d2 * decode_kv_tokens
+        return t
+
+    def _extras_s(self, prefill_tokens: int, decode_seqs: int) -> float:
+        """Embedding, LM head (sampled tokens only) and CPU overhead: once per iteration."""
+        M = prefill_tokens + decode_seqs
+        seqs = decode_seqs + (1 if prefill_tokens > 0 else 0)
+        a, b0, b1, t0 = self._lm
+        tc = a * (seqs + self._small_coef[1])
+        tm = b0 + b1 * seqs
+        return (self._emb0 + self._emb1 * M) + (tc if tc > tm else tm) + t0 + self._cpu0 + self._cpu1 * seqs
+
+    def iteration_time_s(
+        self, prefill_tokens: int, prefill_attn_work: float, decode_seqs: int, decode_kv_tokens: int
+    ) -> float:
+        layer = self._layer_s(prefill_tokens, prefill_attn_work, decode_seqs, decode_kv_tokens)
+        t = self._L * layer + self._extras_s(prefill_tokens, decode_seqs)
+        if self.pp > 1:
+            t += (self.pp - 1) * (self._sr0 + self._sr1 * (prefill_tokens + decode_seqs))
+        return t
+
+    def stage_time_s(self, prefill_tokens: int, prefill_attn_work: float, decode_seqs: int, decode_kv_tokens: int) -> float:
+        if self.pp == 1:
+            return self.iteration_time_s(prefill_tokens, prefill_attn_work, decode_seqs, decode_kv_tokens)
+        layer = self._layer_s(prefill_tokens, prefill_attn_work, decode_seqs, decode_kv_tokens)
+        return (
+            self._Ls * layer
+            + self._extras_s(prefill_tokens, decode_seqs)
+            + self._sr0
+            + self._sr1 * (prefill_tokens + decode_seqs)
+        )
+
+    def decode_coeffs(self, decode_seqs: int) -> tuple[float, float]:
+        if decode_seqs <= 0:
+            return (0.0, 0.0)
+        c0 = self.iteration_time_s(0, 0.0, decode_seqs, 0)
+        return (c0, self._L * self._d2)
+
+    # ---------------------------------------------------------------- power, flops, misc
+    def busy_power_w(self, prefill_tokens: int, decode_seqs: int) -> float:
+        M = prefill_tokens + decode_seqs
+        x = M / (M + self._ridge) if M > 0 else 0.0
+        g = self.gpu
+        return self.num_gpus * (g.idle_w + (g.max_w - g.idle_w) * (POWER_FLOOR + (1.0 - POWER_FLOOR) * x))
+
+    def idle_power_w(self) -> float:
+        return self.num_gpus * self.gpu.idle_w
+
+    def iteration_flops(self, prefill_tokens: int, prefill_attn_work: float, decode_seqs: int, decode_kv_tokens: int) -> float:
+        attn = self._attn_flops_per_work * self.tp * self._L * (prefill_attn_work + decode_kv_tokens)
+        return self._flops_per_tok * (prefill_tokens + decode_seqs) + attn
+
+    def peak_flops(self) -> float:
+        return self.num_gpus * self.gpu.tflops_bf16 * 1e12
+
+    def load_time_s(self, storage_gbps: float) -> float:
+        if storage_gbps <= 0:
+            raise InputError(f"storage bandwidth must be > 0 GB/s, got {storage_gbps}")
+        bw = min(storage_gbps, self.num_gpus * self.gpu.pcie_gbps) * 1e9
+        return self.model.weight_bytes / bw
+
+    def ideal_latency_s(self, prompt_tokens: int, output_tokens: int, chunk_tokens: int | None = None) -> tuple[float, float]:
+        P = int(prompt_tokens)
+        if P <= 0:
+            raise InputError(f"prompt_tokens must be > 0, got {prompt_tokens}")
+        step = P if not chunk_tokens or chunk_tokens <= 0 else int(chunk_tokens)
+        ttft = 0.0
+        done = 0
+        while done < P:
+            c = min(step, P - done)
+            ttft += self.iteration_time_s(c, float(c) * (done + c), 0, 0)
+            done += c
+        n = max(0, int(output_tokens) - 1)
+        if n == 0:
+            return ttft, ttft
+        c0, c1 = self.decode_coeffs(1)
+        kv_sum = n * P + n * (n + 1) / 2.0  # decode step j attends to P + j tokens
+        return ttft, ttft + n * c0 + c1 * kv_sum
+
+    # ---------------------------------------------------------------- per-operator (validation, debugging)
+    def layer_op_times_s(self, num_tokens: int) -> dict[str, float]:
+        """Per-layer, per-GPU time of each profiled operator for a batch of num_tokens (dense models)."""
+        M = float(num_tokens)
+        mh = self._small_coef[1]
+        out: dict[str, float] = {}
+        ops = list(self._lin[:2]) + list(self._small_coef[0])
+        for name, (a, b0, b1, t0) in zip(LINEAR_OPS, ops):
+            out[name] = max(a * (M + mh), b0 + b1 * M) + t0
+        sp = self.cal.small[self.cal.profile_of(self.gpu.name)]
+        BW = self.gpu.mem_bw_gbps * 1e9
+        m = self.model
+        _, nb = op_geometry(m.hidden_size, m.num_heads, m.num_kv_heads, m.ffn_size, m.gated_mlp, self.tp, m.bytes_per_param)
+        for o in SMALL_OPS:
+            out[o] = sp[o].t0_s + M * nb[o] / (BW * sp[o].eff_mem)
+        return out
+
+    def attention_prefill_s(self, prefill_attn_work: float) -> float:
+        return self._pa0 + self._pa1 * prefill_attn_work
+
+    def attention_decode_s(self, decode_seqs: int, decode_kv_tokens: int) -> float:
+        return self._d0 + self._d1 * decode_seqs + self._d2 * decode_kv_tokens
+
+    def cpu_overhead_s(self, batch_seqs: int) -> float:
+        return self._cpu0 + self._cpu1 * batch_seqs
+
+    def __repr__(self) -> str:
+        return f"PerfModel({self.gpu.name}, {self.model.name}, tp={self.tp}, pp={self.pp})"

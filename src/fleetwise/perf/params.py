@@ -1,0 +1,112 @@
+"""Fitted constants of the performance model (generated; do not edit by hand).
+
+Source: Vidur profiling data (microsoft/vidur @ 7d47513, see <data>/vidur-profiling/PROVENANCE.md):
+compute/{a100,a40,h100}/*/*/mlp.csv.gz, network/*/{all_reduce,send_recv}.csv.gz,
+legacy-a100-llama-2-70b-tp2-attention.csv.gz, legacy-a100-llama-2-70b-tp2-cpu_overheads.csv.gz.
+Regenerate: python -m fleetwise.perf.calibrate --write
+Units: seconds, bytes, dimensionless efficiencies relative to the catalog's peak FLOP/s, memory and link bandwidth.
+"""
+
+GEMM = {
+    "a100": {"eff_compute": 0.741608, "eff_mem": 0.80302, "m_half": 80.6375, "t0_s": 6.70083e-06},
+    "a40": {"eff_compute": 0.792066, "eff_mem": 0.767319, "m_half": 106.314, "t0_s": 7.64328e-06},
+    "h100": {"eff_compute": 0.755063, "eff_mem": 0.928973, "m_half": 156.968, "t0_s": 6.74739e-06},
+}
+
+# op -> (t0_s, eff_mem)
+SMALL = {
+    "a100": {
+        "input_layernorm": (2.4126e-06, 0.368758),
+        "attn_rope": (2.33546e-06, 0.44762),
+        "post_attention_layernorm": (2.42564e-06, 0.355667),
+        "mlp_act": (2.06735e-06, 0.494775),
+        "add": (1.18834e-06, 0.929441),
+        "emb": (2.55747e-06, 0.154145),
+    },
+    "a40": {
+        "input_layernorm": (2.46107e-06, 0.60706),
+        "attn_rope": (1.12688e-06, 0.783707),
+        "post_attention_layernorm": (2.70033e-06, 0.604707),
+        "mlp_act": (1.49281e-06, 0.780349),
+        "add": (6.7568e-07, 0.849974),
+        "emb": (1.94576e-06, 0.508271),
+    },
+    "h100": {
+        "input_layernorm": (2.74742e-06, 0.448261),
+        "attn_rope": (1.91502e-06, 0.512914),
+        "post_attention_layernorm": (2.30345e-06, 0.38317),
+        "mlp_act": (1.79425e-06, 0.582705),
+        "add": (1.00979e-06, 1.09045),
+        "emb": (2.41436e-06, 0.187656),
+    },
+}
+
+# measured on A100 with the Llama-2-70B TP2 shape; transfers to other GPUs via peak / bandwidth
+ATTENTION = {
+    "prefill_t0_s": 2.33608e-05,
+    "prefill_eff_compute": 0.374475,
+    "decode_t0_s": 1.5791e-05,
+    "decode_seq_bytes": 19363.3,
+    "decode_eff_mem": 0.777995,
+}
+
+# fabric -> all_reduce: ((workers, latency_s, bandwidth efficiency), ...), intra-node rows only
+COMM = {
+    "a100_dgx": {
+        "all_reduce": ((2, 4.49836e-05, 0.572057), (4, 5.06498e-05, 0.586596), (8, 5.06962e-05, 0.520783), ),
+        "send_recv_lat_s": 1.37318e-05,
+        "send_recv_eff_bw": 0.990804,
+    },
+    "a100_pairwise_nvlink": {
+        "all_reduce": ((2, 4.02069e-05, 0.654173), (4, 5.85934e-05, 0.0787616), ),
+        "send_recv_lat_s": 7.72826e-06,
+        "send_recv_eff_bw": 1.19915,
+    },
+    "a40_pairwise_nvlink": {
+        "all_reduce": (),
+        "send_recv_lat_s": 1.4204e-06,
+        "send_recv_eff_bw": 0.0730169,
+    },
+    "h100_dgx": {
+        "all_reduce": ((2, 2.48187e-05, 0.703223), (4, 2.98266e-05, 0.828182), (8, 3.02297e-05, 0.76813), ),
+        "send_recv_lat_s": 7.69743e-06,
+        "send_recv_eff_bw": 0.799909,
+    },
+    "h100_pairwise_nvlink": {
+        "all_reduce": ((2, 1.71201e-05, 0.442955), (4, 4.0872e-05, 0.107912), ),
+        "send_recv_lat_s": 7.72824e-06,
+        "send_recv_eff_bw": 0.79943,
+    },
+}
+
+# measured with CodeLlama-34B TP2 on A100 (the only rows in the data)
+CPU = {
+    "base_s": 0.000868611,
+    "per_seq_s": 3.62624e-05,
+    "multi_gpu_base_s": 0.00230482,
+    "multi_gpu_per_seq_s": 3.25921e-05,
+}
+
+# catalog GPU -> measured GPU whose efficiencies it takes (see perf/calibrate.py)
+GPU_PROFILE = {
+    "A100-80GB": "a100",
+    "A40": "a40",
+    "H100-80GB": "h100",
+    "H200": "h100",
+    "L4": "a40",
+    "L40S": "a40",
+    "T4": "a40",
+    "Jetson-AGX-Orin-64GB": "a40",
+}
+
+# catalog GPU -> (all_reduce fabric, send_recv fabric)
+GPU_FABRIC = {
+    "A100-80GB": ("a100_dgx", "a100_dgx"),
+    "A40": ("a100_pairwise_nvlink", "a40_pairwise_nvlink"),
+    "H100-80GB": ("h100_dgx", "h100_dgx"),
+    "H200": ("h100_dgx", "h100_dgx"),
+    "L4": ("a100_dgx", "a100_dgx"),
+    "L40S": ("a100_dgx", "a100_dgx"),
+    "T4": ("a100_dgx", "a100_dgx"),
+    "Jetson-AGX-Orin-64GB": ("a100_dgx", "a100_dgx"),
+}

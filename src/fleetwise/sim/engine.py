@@ -1,0 +1,165 @@
+"""Replica engine state: continuous batching over a paged KV cache.
+
+State is data (slotted dataclasses); behaviour lives in the simulator's functions. A replica has ``pp`` lanes:
+with pipeline parallelism several micro-batches are in flight, and each lane is one of them, with its own
+running batch and an equal share of the replica's KV blocks; all lanes take work from the replica's one
+waiting queue. With pp == 1 there is one lane and the model is exact vLLM/Sarathi continuous batching.
+
+Per-request decode progress is never updated token by token. A lane counts its decode steps (``steps``); a
+sequence that joined decoding at lane step s0 with g0 tokens generated has ``g0 + steps - s0`` now. Completions
+come from a heap of finishing steps, and KV blocks from a histogram of block phases, so advancing a decode run
+of k iterations costs O(log B + block_tokens), not O(k * B).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fleetwise.perf import PerfModel
+
+
+@dataclass(slots=True)
+class Lane:
+    replica: "Replica"
+    index: int
+    cap_blocks: int  # KV blocks this lane may hold
+    block_tokens: int
+    used_blocks: int = 0
+    running: dict = field(default_factory=dict)  # decoding request ids, in admission order (values unused)
+    prefilling: dict = field(default_factory=dict)  # admitted, prefill not finished, in admission order
+    finish_heap: list = field(default_factory=list)  # (finish_step, rid, epoch)
+    phase_hist: list = field(default_factory=list)  # phase_hist[c]: running seqs whose block phase class is c
+    steps: int = 0  # decode steps this lane has run
+    dec_kv: int = 0  # sum over running of (prompt + generated): KV length attended by their next decode step
+    kv_tokens: int = 0  # tokens held in this lane's KV cache
+    busy: bool = False
+    awaiting: bool = False  # a batch decision for this lane is pending
+    version: int = 0  # bumps when the scheduled end event is replaced
+    # the iteration or decode run in flight
+    t0: float = 0.0
+    t_end: float = 0.0
+    run_k: int = 0  # decode steps in the run (0: the iteration has no decode part)
+    run_B: int = 0
+    run_a: float = 0.0  # time of the first decode step of the run
+    run_c1B: float = 0.0  # growth of step time per step (c1 * B)
+    run_prefill: tuple = ()
+    run_time_s: float = 0.0
+
+    @property
+    def free_blocks(self) -> int:
+        return self.cap_blocks - self.used_blocks
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.running) + len(self.prefilling)
+
+    # --- closed forms for a decode run (step j takes a + c1B * j) ---------------------------------------
+    def run_elapsed(self, k: int) -> float:
+        return k * self.run_a + self.run_c1B * (k * (k - 1) / 2.0)
+
+    def steps_done(self, now: float) -> int:
+        """Decode steps of the current run that have completed by ``now``."""
+        if not self.busy or self.run_k == 0:
+            return 0
+        dt = now - self.t0
+        if dt <= 0.0:
+            return 0
+        a, c = self.run_a, self.run_c1B
+        if c <= 0.0:
+            j = int(dt / a)
+        else:  # solve c/2 j^2 + (a - c/2) j - dt = 0
+            b = a - c / 2.0
+            j = int((-b + math.sqrt(b * b + 2.0 * c * dt)) / c)
+        j = max(0, min(j, self.run_k))
+        while j > 0 and self.run_elapsed(j) > dt:
+            j -= 1
+        while j < self.run_k and self.run_elapsed(j + 1) <= dt:
+            j += 1
+        return j
+
+    def new_blocks(self, k: int) -> int:
+        """KV blocks the running sequences need for their next k decode steps (exact)."""
+        bs = self.block_tokens
+        if k <= 0 or not self.running:
+            return 0
+        full, rem = divmod(k, bs)
+        n = full * len(self.running)
+        hist = self.phase_hist
+        s = self.steps
+        for j in range(rem):
+            n += hist[(-(s + j)) % bs]
+        return n
+
+
+@dataclass(slots=True)
+class Replica:
+    index: int
+    name: str
+    model_name: str
+    gpu_name: str
+    region: int
+    perf: "PerfModel"
+    lanes: list[Lane]
+    block_tokens: int
+    num_gpus: int
+    price_usd_per_gpu_hour: float
+    electricity_usd_per_kwh: float
+    start_s: float = 0.0  # provisioned (billing starts)
+    ready_s: float = 0.0  # model loaded, serving
+    stop_s: float | None = None
+    model_index: int = 0  # index of the model among the scenario's deployments
+    waiting: deque = field(default_factory=deque)
+    prefix_cache: OrderedDict | None = None  # block id -> None, LRU order
+    prefix_cap_blocks: int = 0
+    pending_tokens: int = 0  # prefill + decode tokens still to do for requests here (at last event)
+    outstanding: int = 0  # requests routed here and not finished
+    # accounting
+    busy_s: float = 0.0  # GPU-busy time (stage occupancy summed over lanes / pp)
+    energy_busy_j: float = 0.0
+    flops: float = 0.0
+    kv_token_s: float = 0.0  # integral of KV tokens held over time
+    tokens_out: int = 0
+    prefill_tokens: int = 0
+    served: int = 0
+    preemptions: int = 0
+
+    def kv_capacity_tokens(self) -> int:
+        return sum(l.cap_blocks for l in self.lanes) * self.block_tokens
+
+    def kv_used_fraction(self) -> float:
+        cap = sum(l.cap_blocks for l in self.lanes)
+        return sum(l.used_blocks for l in self.lanes) / cap if cap else 1.0
+
+    def num_running(self) -> int:
+        return sum(l.num_seqs for l in self.lanes)
+
+    def outstanding_tokens(self, now: float) -> int:
+        """Prefill + decode tokens still to compute for requests routed here, as of ``now``."""
+        n = self.pending_tokens
+        for l in self.lanes:
+            if l.busy and l.run_k:
+                n -= l.steps_done(now) * l.run_B
+        return n
+
+    def prefix_hit_blocks(self, blocks) -> int:
+        """Length (in blocks) of the longest prefix of ``blocks`` held in this replica's prefix cache."""
+        cache = self.prefix_cache
+        if not cache:
+            return 0
+        n = 0
+        for b in blocks:
+            if b in cache:
+                n += 1
+            else:
+                break
+        return n
+
+
+def make_lanes(replica: Replica, kv_capacity_tokens: int, pp: int, block_tokens: int) -> list[Lane]:
+    per_lane = kv_capacity_tokens // block_tokens // pp
+    return [Lane(replica=replica, index=i, cap_blocks=per_lane, block_tokens=block_tokens,
+                 phase_hist=[0] * block_tokens) for i in range(pp)]

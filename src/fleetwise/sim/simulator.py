@@ -1,0 +1,511 @@
+"""The discrete-event simulator of a fleet of LLM inference replicas.
+
+Events are ordered by ``(time, priority, seq)``; arrivals are read from the workload's sorted columns rather
+than pushed into the heap, so memory stays flat in the number of requests. All randomness comes from one
+``numpy.random.Generator`` made from the seed.
+
+Step API (used by the RL environments)::
+
+    sim = Simulator(replicas, workload, ...)
+    dp = sim.advance()            # next decision point, or None when every request has ended
+    sim.apply(action)             # replica index for "route", a BatchPlan for "batch"
+
+``run(controller)`` is that loop with a Controller answering every decision point: heuristic and learned
+policies take the same path.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+from fleetwise.control.protocols import BatchPlan, DecisionPoint
+from fleetwise.sim.engine import Lane, Replica
+from fleetwise.sim.records import REJECT_REASONS, Records
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fleetwise.control.controller import Controller
+    from fleetwise.workload.request import Workload
+
+# event kinds, and their priority at equal times (lower first)
+LANE_DONE, READY, ENQUEUE = 0, 1, 2
+INF = float("inf")
+
+PENDING, COMPLETED, REJECTED = 0, 1, 2
+
+
+@dataclass(slots=True)
+class SimOptions:
+    force_single_step: bool = False  # advance decode one iteration per event (for tests; same records)
+    max_waiting: int | None = None  # per replica; beyond it a request is rejected ("queue_full")
+    prefix_caching: bool = True
+    check_invariants: bool = False  # assert KV usage <= capacity after every event (tests)
+
+
+class Simulator:
+    def __init__(self, replicas: Sequence[Replica], workload: "Workload", *, rtt_s: np.ndarray | None = None,
+                 model_index: Sequence[int] | None = None, max_context: Sequence[int] | None = None,
+                 seed: int = 0, options: SimOptions | None = None):
+        self.replicas = list(replicas)
+        self.workload = workload
+        self.options = options or SimOptions()
+        self.rng = np.random.default_rng(seed)
+        self.seed = seed
+        n = len(workload)
+        self.n = n
+        self.arrival = workload.arrival_s.tolist()
+        self.prompt = workload.prompt_tokens.tolist()
+        self.output = workload.output_tokens.tolist()
+        self.origin = workload.origin.tolist()
+        # model of each request as an index into the distinct deployment models
+        self.model_of = list(model_index) if model_index is not None else [0] * n
+        nmodels = max(self.model_of, default=0) + 1
+        self.candidates: list[list[int]] = [[] for _ in range(max(nmodels, 1))]
+        for r in self.replicas:
+            mi = r.model_index
+            while mi >= len(self.candidates):
+                self.candidates.append([])
+            self.candidates[mi].append(r.index)
+        self.max_context = list(max_context) if max_context is not None else [1 << 60] * len(self.candidates)
+        nreg = 1 + max([r.region for r in self.replicas] + [int(workload.origin.max(initial=0))])
+        self.rtt_s = rtt_s if rtt_s is not None else np.zeros((nreg, nreg))
+        self._rtt = self.rtt_s.tolist()
+        # per-request mutable state (lists: fast scalar access)
+        self.ctx = list(self.prompt)  # tokens the current attempt must prefill
+        self.pf = [0] * n  # prefilled tokens of the current attempt
+        self.gen = [0] * n  # output tokens generated (materialized when not running)
+        self.join_step = [0] * n
+        self.gen_join = [0] * n  # generated tokens when the sequence joined its lane's decode batch
+        self.epoch = [0] * n
+        self.lane_of: list[Lane | None] = [None] * n
+        # records
+        self.first_token_s = [math.nan] * n
+        self.completion_s = [math.nan] * n
+        self.enqueue_s = [math.nan] * n
+        self.sched_s = [math.nan] * n
+        self.replica_of = [-1] * n
+        self.status = [PENDING] * n
+        self.reason = [0] * n
+        self.hit_tokens = [0] * n
+        self.preempts = [0] * n
+        self.net_s = [0.0] * n
+        # event machinery
+        self.now = 0.0
+        self._heap: list = []
+        self._seq = 0
+        self._next = 0  # next arrival
+        self._pending: list[DecisionPoint] = []
+        self._dp: DecisionPoint | None = None
+        self.batcher_stationary = True
+        self.events = 0
+        self.ended = 0
+        self.block_bytes_prefix = workload.block_tokens
+        self._has_prefix = workload.has_prefix and self.options.prefix_caching
+        if self._has_prefix:
+            self._pofs = workload.prefix_offsets.tolist()
+            self._pblk = workload.prefix_blocks
+        for r in self.replicas:
+            if r.ready_s > 0:
+                self._push(r.ready_s, READY, r.index, 0)
+
+    # ------------------------------------------------------------------ events
+    def _push(self, t: float, kind: int, x, y) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (t, kind, self._seq, x, y))
+
+    def advance(self) -> DecisionPoint | None:
+        """Process events until a policy must decide; return that decision point (None: all requests ended)."""
+        heap = self._heap
+        arrival = self.arrival
+        n = self.n
+        while True:
+            if self._pending:
+                self._dp = dp = self._pending.pop()
+                return dp
+            t_arr = arrival[self._next] if self._next < n else INF
+            if heap and heap[0][0] <= t_arr:
+                t, kind, _, x, y = heapq.heappop(heap)
+                self.now = t
+                self.events += 1
+                if kind == LANE_DONE:
+                    if y == x.version:
+                        self._finish(x)
+                        self._ask(x)
+                elif kind == ENQUEUE:
+                    self._enqueue(x, y)
+                else:  # READY
+                    for lane in self.replicas[x].lanes:
+                        self._wake(lane)
+                if self.options.check_invariants:
+                    self._check()
+                continue
+            if t_arr == INF:
+                self._dp = None
+                return None
+            rid = self._next
+            self._next += 1
+            self.now = t_arr
+            self.events += 1
+            why = self._admissible(rid)
+            if why:
+                self._reject(rid, why)
+                continue
+            self._dp = dp = DecisionPoint("route", t_arr, self, request=rid)
+            return dp
+
+    def apply(self, action) -> None:
+        dp = self._dp
+        if dp is None:
+            raise RuntimeError("apply() called with no decision pending; call advance() first")
+        self._dp = None
+        if dp.kind == "route":
+            self._route(dp.request, int(action))
+        else:
+            self._start(dp.lane, action)
+
+    def run(self, controller: "Controller", progress=None) -> Records:
+        """Run to the end with ``controller`` answering every decision; return the per-request records."""
+        self.batcher_stationary = bool(getattr(controller.batcher, "stationary", False))
+        route = controller.router.route
+        plan = controller.batcher.plan
+        advance, apply = self.advance, self.apply
+        last = 0
+        while (dp := advance()) is not None:
+            apply(route(dp) if dp.kind == "route" else plan(dp.lane, self))
+            if progress is not None and self._next - last >= 2000:
+                progress(self._next - last)
+                last = self._next
+        if progress is not None:
+            progress(self._next - last)
+        return self.records()
+
+    # ------------------------------------------------------------------ arrivals and routing
+    def _admissible(self, rid: int) -> str:
+        m = self.model_of[rid]
+        if m >= len(self.candidates) or not self.candidates[m]:
+            return "no_replica"
+        total = self.prompt[rid] + self.output[rid]
+        if total > self.max_context[m]:
+            return "exceeds_context"
+        lane = self.replicas[self.candidates[m][0]].lanes[0]
+        if -(-total // lane.block_tokens) > lane.cap_blocks:
+            return "exceeds_kv_capacity"
+        return ""
+
+    def _reject(self, rid: int, why: str) -> None:
+        self.status[rid] = REJECTED
+        self.reason[rid] = REJECT_REASONS.index(why)
+        self.ended += 1
+
+    def _route(self, rid: int, ri: int) -> None:
+        if not (0 <= ri < len(self.replicas)) or ri not in self.candidates[self.model_of[rid]]:
+            raise ValueError(f"request {rid}: replica {ri} does not serve its model; candidates "
+                             f"{self.candidates[self.model_of[rid]]}")
+        rep = self.replicas[ri]
+        self.replica_of[rid] = ri
+        opts = self.options
+        if opts.max_waiting is not None and len(rep.waiting) >= opts.max_waiting:
+            self._reject(rid, "queue_full")
+            return
+        rtt = self._rtt[self.origin[rid]][rep.region]
+        self.net_s[rid] = rtt
+        rep.outstanding += 1
+        rep.pending_tokens += self.prompt[rid] + self.output[rid]
+        if rtt > 0.0:
+            self._push(self.now + rtt / 2.0, ENQUEUE, rep, rid)
+        else:
+            self._enqueue(rep, rid)
+
+    def _enqueue(self, rep: Replica, rid: int, front: bool = False, skip: Lane | None = None) -> None:
+        self.enqueue_s[rid] = self.now if math.isnan(self.enqueue_s[rid]) else self.enqueue_s[rid]
+        if front:
+            rep.waiting.appendleft(rid)
+        else:
+            rep.waiting.append(rid)
+        if self.now < rep.ready_s:
+            return
+        for lane in rep.lanes:
+            if lane is not skip:
+                self._wake(lane)
+
+    def _wake(self, lane: Lane) -> None:
+        """The lane's waiting queue changed: an idle lane replans now; a decode run stops at its next step."""
+        if lane.awaiting or self.now < lane.replica.ready_s:
+            return
+        if not lane.busy:
+            self._ask(lane)
+        elif lane.run_k > 1:
+            dt = self.now - lane.t0
+            j = lane.steps_done(self.now) + 1  # smallest j with t0 + elapsed(j) > now
+            while j > 1 and lane.run_elapsed(j - 1) > dt:
+                j -= 1
+            if j < lane.run_k:
+                lane.run_k = j
+                lane.t_end = lane.t0 + lane.run_elapsed(j)
+                lane.version += 1
+                self._push(lane.t_end, LANE_DONE, lane, lane.version)
+
+    def _ask(self, lane: Lane) -> None:
+        lane.busy = False
+        if lane.awaiting:
+            return
+        if not lane.running and not lane.prefilling and not lane.replica.waiting:
+            return  # nothing to decide; woken by the next enqueue
+        lane.awaiting = True
+        self._pending.append(DecisionPoint("batch", self.now, self, lane=lane))
+
+    # ------------------------------------------------------------------ one iteration or decode run
+    def _start(self, lane: Lane, plan: BatchPlan) -> None:
+        lane.awaiting = False
+        rep = lane.replica
+        bs = lane.block_tokens
+        preempted = False
+        if plan.decode and lane.running:
+            need = lane.new_blocks(1)
+            while need > lane.free_blocks and lane.running:
+                self._preempt(lane, next(reversed(lane.running)))
+                preempted = True
+                need = lane.new_blocks(1)
+        prefill = []
+        pf_tokens = 0
+        attn = 0.0
+        reserve = lane.new_blocks(1) if (plan.decode and lane.running) else 0
+        for rid, chunk in plan.prefill:
+            if rid not in lane.prefilling:
+                if preempted:
+                    continue
+                if self.lane_of[rid] is not None or rid not in rep.waiting:
+                    raise ValueError(f"batch plan: request {rid} is neither waiting at replica {rep.index} "
+                                     f"nor prefilling in this lane")
+                if -(-self.ctx[rid] // bs) > lane.free_blocks - reserve:
+                    continue  # does not fit now
+                self._admit(lane, rid)
+            left = self.ctx[rid] - self.pf[rid]
+            chunk = min(int(chunk), left)
+            if chunk <= 0:
+                raise ValueError(f"batch plan: request {rid} has no prefill left to run")
+            before = self.pf[rid]
+            prefill.append((rid, chunk))
+            pf_tokens += chunk
+            attn += chunk * (before + chunk)
+        B = len(lane.running) if plan.decode else 0
+        lane.run_prefill = tuple(prefill)
+        lane.run_B = B
+        lane.t0 = self.now
+        perf = rep.perf
+        if B and not prefill:
+            c0, c1 = perf.decode_coeffs(B)
+            k = 1
+            if self.batcher_stationary and not self.options.force_single_step:
+                fin = lane.finish_heap
+                while fin and fin[0][2] != self.epoch[fin[0][1]]:
+                    heapq.heappop(fin)
+                k = fin[0][0] - lane.steps
+                free = lane.free_blocks
+                if (free // B) * bs < k:
+                    lo, hi = 1, k  # largest k with new_blocks(k) <= free
+                    while lo < hi:
+                        mid = (lo + hi + 1) // 2
+                        if lane.new_blocks(mid) <= free:
+                            lo = mid
+                        else:
+                            hi = mid - 1
+                    k = lo
+            lane.run_k = k
+            lane.run_a = c0 + c1 * lane.dec_kv
+            lane.run_c1B = c1 * B
+            dt = lane.run_elapsed(k)
+        elif B or prefill:
+            dt = perf.iteration_time_s(pf_tokens, attn, B, lane.dec_kv if B else 0)
+            lane.run_k = 1 if B else 0
+            lane.run_a = dt
+            lane.run_c1B = 0.0
+        else:
+            lane.busy = False
+            lane.run_k = 0
+            return
+        lane.run_time_s = dt
+        lane.busy = True
+        lane.t_end = self.now + dt
+        lane.version += 1
+        self._push(lane.t_end, LANE_DONE, lane, lane.version)
+
+    def _admit(self, lane: Lane, rid: int) -> None:
+        rep = lane.replica
+        w = rep.waiting
+        if w[0] == rid:
+            w.popleft()
+        else:
+            w.remove(rid)
+        ctx = self.ctx[rid]
+        lane.used_blocks += -(-ctx // lane.block_tokens)
+        lane.kv_tokens += ctx
+        lane.prefilling[rid] = None
+        self.lane_of[rid] = lane
+        if math.isnan(self.sched_s[rid]):
+            self.sched_s[rid] = self.now
+        if self._has_prefix and rep.prefix_cache is not None:
+            blocks = self._pblk[self._pofs[rid]:self._pofs[rid + 1]]
+            hit = rep.prefix_hit_blocks(blocks.tolist()) * self.block_bytes_prefix
+            hit = min(hit, ctx - 1)
+            if hit > 0:
+                self.pf[rid] = hit
+                rep.pending_tokens -= hit
+                self.hit_tokens[rid] += hit
+
+    def _finish(self, lane: Lane) -> None:
+        rep = lane.replica
+        now = self.now
+        dt = now - lane.t0
+        pp = len(rep.lanes)
+        perf = rep.perf
+        k, B = lane.run_k, lane.run_B
+        pf_tokens = 0
+        for _, c in lane.run_prefill:
+            pf_tokens += c
+        rep.busy_s += dt / pp
+        rep.energy_busy_j += perf.busy_power_w(pf_tokens, B) * dt / pp
+        if B:
+            K0 = lane.dec_kv
+            if lane.run_prefill:
+                rep.flops += perf.iteration_flops(pf_tokens, 0.0, B, K0)
+                rep.kv_token_s += lane.kv_tokens * dt
+            else:
+                f0 = perf.iteration_flops(0, 0.0, B, K0)
+                f1 = perf.iteration_flops(0, 0.0, B, K0 + B) - f0
+                tri = k * (k - 1) / 2.0
+                rep.flops += k * f0 + f1 * tri
+                a, c = lane.run_a, lane.run_c1B
+                sq = (k - 1) * k * (2 * k - 1) / 6.0
+                T0 = lane.kv_tokens
+                rep.kv_token_s += k * T0 * a + (T0 * c + B * a) * tri + c * B * sq
+            lane.used_blocks += lane.new_blocks(k)
+            lane.kv_tokens += k * B
+            lane.dec_kv += k * B
+            lane.steps += k
+            rep.pending_tokens -= k * B
+            rep.tokens_out += k * B
+            fin = lane.finish_heap
+            steps = lane.steps
+            epoch = self.epoch
+            while fin and fin[0][0] <= steps:
+                _, rid, ep = heapq.heappop(fin)
+                if ep == epoch[rid]:
+                    self.gen[rid] = self.output[rid]
+                    self._complete(lane, rid, running=True)
+        else:
+            rep.flops += perf.iteration_flops(pf_tokens, 0.0, 0, 0)
+            rep.kv_token_s += lane.kv_tokens * dt
+        if lane.run_prefill:
+            rep.prefill_tokens += pf_tokens
+            rep.pending_tokens -= pf_tokens
+            pf = self.pf
+            for rid, c in lane.run_prefill:
+                pf[rid] += c
+                if pf[rid] >= self.ctx[rid]:
+                    self._prefill_done(lane, rid)
+        lane.run_prefill = ()
+        lane.run_k = 0
+        lane.run_B = 0
+
+    def _prefill_done(self, lane: Lane, rid: int) -> None:
+        rep = lane.replica
+        g = self.gen[rid] + 1
+        self.gen[rid] = g
+        rep.pending_tokens -= 1
+        rep.tokens_out += 1
+        if math.isnan(self.first_token_s[rid]):
+            self.first_token_s[rid] = self.now
+        if self._has_prefix and rep.prefix_cache is not None:
+            cache = rep.prefix_cache
+            for b in self._pblk[self._pofs[rid]:self._pofs[rid + 1]].tolist():
+                cache[b] = None
+                cache.move_to_end(b)
+            while len(cache) > rep.prefix_cap_blocks:
+                cache.popitem(last=False)
+        if g >= self.output[rid]:
+            self._complete(lane, rid, running=False)
+            return
+        del lane.prefilling[rid]
+        lane.running[rid] = None
+        bs = lane.block_tokens
+        seq = self.prompt[rid] + g
+        self.join_step[rid] = lane.steps
+        self.gen_join[rid] = g
+        lane.phase_hist[(seq - 1 - lane.steps) % bs] += 1
+        lane.dec_kv += seq
+        heapq.heappush(lane.finish_heap, (lane.steps + self.output[rid] - g, rid, self.epoch[rid]))
+
+    def _complete(self, lane: Lane, rid: int, running: bool) -> None:
+        rep = lane.replica
+        seq = self.prompt[rid] + self.output[rid]
+        if running:
+            del lane.running[rid]
+            lane.phase_hist[(self.prompt[rid] + self.gen_join[rid] - self.join_step[rid] - 1) % lane.block_tokens] -= 1
+            lane.dec_kv -= seq  # its contribution prompt + generated, now prompt + output
+        else:
+            del lane.prefilling[rid]
+        lane.used_blocks -= -(-(seq - 1) // lane.block_tokens)
+        lane.kv_tokens -= seq - 1
+        self.lane_of[rid] = None
+        self.completion_s[rid] = self.now
+        self.status[rid] = COMPLETED
+        rep.outstanding -= 1
+        rep.served += 1
+        self.ended += 1
+
+    def _preempt(self, lane: Lane, rid: int) -> None:
+        """Recompute preemption (vLLM): free the sequence's KV and send it back to the head of the queue."""
+        rep = lane.replica
+        bs = lane.block_tokens
+        if rid in lane.running:
+            g = self.gen_join[rid] + lane.steps - self.join_step[rid]
+            seq = self.prompt[rid] + g
+            del lane.running[rid]
+            lane.phase_hist[(self.prompt[rid] + self.gen_join[rid] - self.join_step[rid] - 1) % bs] -= 1
+            lane.dec_kv -= seq
+            held = seq - 1
+            self.gen[rid] = g
+            rep.pending_tokens += self.prompt[rid] + g  # the whole context is prefilled again
+        else:
+            del lane.prefilling[rid]
+            held = self.ctx[rid]
+            rep.pending_tokens += self.pf[rid]  # its prefill progress is lost
+        lane.used_blocks -= -(-held // bs)
+        lane.kv_tokens -= held
+        self.epoch[rid] += 1
+        self.ctx[rid] = self.prompt[rid] + self.gen[rid]
+        self.pf[rid] = 0
+        self.lane_of[rid] = None
+        self.preempts[rid] += 1
+        rep.preemptions += 1
+        self._enqueue(rep, rid, front=True, skip=lane)
+
+    # ------------------------------------------------------------------ results
+    def _check(self) -> None:
+        for rep in self.replicas:
+            for lane in rep.lanes:
+                assert 0 <= lane.used_blocks <= lane.cap_blocks, (lane.used_blocks, lane.cap_blocks)
+
+    def records(self) -> Records:
+        half = np.asarray(self.net_s) / 2.0
+        arr = self.workload.arrival_s
+        return Records(
+            arrival_s=arr.copy(),
+            first_token_s=np.asarray(self.first_token_s) + half,
+            completion_s=np.asarray(self.completion_s) + half,
+            queue_delay_s=np.asarray(self.sched_s) - np.asarray(self.enqueue_s),
+            replica=np.asarray(self.replica_of, dtype=np.int32),
+            region=np.asarray([self.replicas[r].region if r >= 0 else -1 for r in self.replica_of], dtype=np.int16),
+            prefix_hit_tokens=np.asarray(self.hit_tokens, dtype=np.int64),
+            preemptions=np.asarray(self.preempts, dtype=np.int32),
+            status=np.asarray(self.status, dtype=np.int8),
+            reason=np.asarray(self.reason, dtype=np.int8),
+            prompt_tokens=self.workload.prompt_tokens.copy(),
+            output_tokens=self.workload.output_tokens.copy(),
+            slo_class=self.workload.slo_class.copy(),
+        )

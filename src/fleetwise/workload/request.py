@@ -1,0 +1,152 @@
+"""Requests and workloads.
+
+A ``Request`` is the user-facing record of one inference request. A ``Workload`` holds many of them as
+columns (numpy arrays), which is what the simulator consumes: a million requests cost a few arrays, not a
+million objects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+import numpy as np
+
+
+@dataclass(slots=True)
+class Request:
+    arrival_s: float
+    prompt_tokens: int
+    output_tokens: int
+    origin: str = "default"  # region the request comes from
+    model: str = "default"  # model name (catalog key) or "default" = the scenario's model
+    slo_class: str = "standard"
+    priority: int = 0  # larger = more important
+    tenant: str = "default"
+    prefix_block_ids: tuple[int, ...] | None = None  # prefix-cache block hashes (Mooncake hash_ids)
+
+
+@dataclass(slots=True)
+class Workload:
+    """Requests as columns, sorted by arrival time.
+
+    Categorical columns (origin, model, slo_class, tenant) are small integer codes into the name lists.
+    Prefix block ids are stored CSR-style: request i's blocks are
+    ``prefix_blocks[prefix_offsets[i]:prefix_offsets[i+1]]``, each block covering ``block_tokens`` tokens.
+    """
+
+    arrival_s: np.ndarray  # float64
+    prompt_tokens: np.ndarray  # int64
+    output_tokens: np.ndarray  # int64
+    origin: np.ndarray = None  # int16 codes into origins
+    model: np.ndarray = None  # int16 codes into models
+    slo_class: np.ndarray = None  # int16 codes into slo_classes
+    priority: np.ndarray = None  # int16
+    tenant: np.ndarray = None  # int16 codes into tenants
+    origins: list[str] = field(default_factory=lambda: ["default"])
+    models: list[str] = field(default_factory=lambda: ["default"])
+    slo_classes: list[str] = field(default_factory=lambda: ["standard"])
+    tenants: list[str] = field(default_factory=lambda: ["default"])
+    prefix_offsets: np.ndarray | None = None  # int64, len n+1
+    prefix_blocks: np.ndarray | None = None  # int64
+    block_tokens: int = 512
+    name: str = "workload"
+
+    def __post_init__(self) -> None:
+        n = len(self.arrival_s)
+        self.arrival_s = np.asarray(self.arrival_s, dtype=np.float64)
+        self.prompt_tokens = np.asarray(self.prompt_tokens, dtype=np.int64)
+        self.output_tokens = np.asarray(self.output_tokens, dtype=np.int64)
+        for col in ("origin", "model", "slo_class", "priority", "tenant"):
+            v = getattr(self, col)
+            setattr(self, col, np.zeros(n, dtype=np.int16) if v is None else np.asarray(v, dtype=np.int16))
+        if not (len(self.prompt_tokens) == len(self.output_tokens) == n):
+            raise ValueError("Workload columns differ in length")
+
+    def __len__(self) -> int:
+        return len(self.arrival_s)
+
+    @property
+    def has_prefix(self) -> bool:
+        return self.prefix_offsets is not None
+
+    def prefix_of(self, i: int) -> np.ndarray:
+        if self.prefix_offsets is None:
+            return np.empty(0, dtype=np.int64)
+        return self.prefix_blocks[self.prefix_offsets[i] : self.prefix_offsets[i + 1]]
+
+    def request(self, i: int) -> Request:
+        blocks = None
+        if self.prefix_offsets is not None:
+            blocks = tuple(int(b) for b in self.prefix_of(i))
+        return Request(
+            arrival_s=float(self.arrival_s[i]),
+            prompt_tokens=int(self.prompt_tokens[i]),
+            output_tokens=int(self.output_tokens[i]),
+            origin=self.origins[self.origin[i]],
+            model=self.models[self.model[i]],
+            slo_class=self.slo_classes[self.slo_class[i]],
+            priority=int(self.priority[i]),
+            tenant=self.tenants[self.tenant[i]],
+            prefix_block_ids=blocks,
+        )
+
+    def __iter__(self):
+        return (self.request(i) for i in range(len(self)))
+
+    def take(self, idx: np.ndarray | Sequence[int] | slice) -> "Workload":
+        """A new workload with the selected rows (in the given order)."""
+        idx = np.arange(len(self))[idx] if isinstance(idx, slice) else np.asarray(idx, dtype=np.int64)
+        po = pb = None
+        if self.prefix_offsets is not None:
+            starts, ends = self.prefix_offsets[idx], self.prefix_offsets[idx + 1]
+            lens = ends - starts
+            po = np.zeros(len(idx) + 1, dtype=np.int64)
+            np.cumsum(lens, out=po[1:])
+            pb = np.concatenate([self.prefix_blocks[s:e] for s, e in zip(starts, ends)]) if len(idx) else np.empty(0, np.int64)
+        return Workload(
+            arrival_s=self.arrival_s[idx], prompt_tokens=self.prompt_tokens[idx], output_tokens=self.output_tokens[idx],
+            origin=self.origin[idx], model=self.model[idx], slo_class=self.slo_class[idx],
+            priority=self.priority[idx], tenant=self.tenant[idx],
+            origins=list(self.origins), models=list(self.models), slo_classes=list(self.slo_classes),
+            tenants=list(self.tenants), prefix_offsets=po, prefix_blocks=pb, block_tokens=self.block_tokens,
+            name=self.name,
+        )
+
+    def head(self, n: int) -> "Workload":
+        return self.take(slice(0, n))
+
+    def sorted(self) -> "Workload":
+        order = np.argsort(self.arrival_s, kind="stable")
+        return self if np.all(order == np.arange(len(self))) else self.take(order)
+
+    @classmethod
+    def from_requests(cls, requests: Iterable[Request], name: str = "requests", block_tokens: int = 512) -> "Workload":
+        reqs = list(requests)
+        cats: dict[str, list[str]] = {"origin": [], "model": [], "slo_class": [], "tenant": []}
+        codes: dict[str, list[int]] = {k: [] for k in cats}
+        for r in reqs:
+            for k in cats:
+                v = getattr(r, k)
+                if v not in cats[k]:
+                    cats[k].append(v)
+                codes[k].append(cats[k].index(v))
+        has_prefix = any(r.prefix_block_ids is not None for r in reqs)
+        po = pb = None
+        if has_prefix:
+            lens = [len(r.prefix_block_ids or ()) for r in reqs]
+            po = np.zeros(len(reqs) + 1, dtype=np.int64)
+            np.cumsum(lens, out=po[1:])
+            pb = np.array([b for r in reqs for b in (r.prefix_block_ids or ())], dtype=np.int64)
+        w = cls(
+            arrival_s=np.array([r.arrival_s for r in reqs], dtype=np.float64),
+            prompt_tokens=np.array([r.prompt_tokens for r in reqs], dtype=np.int64),
+            output_tokens=np.array([r.output_tokens for r in reqs], dtype=np.int64),
+            origin=np.array(codes["origin"]), model=np.array(codes["model"]),
+            slo_class=np.array(codes["slo_class"]), priority=np.array([r.priority for r in reqs]),
+            tenant=np.array(codes["tenant"]),
+            origins=cats["origin"] or ["default"], models=cats["model"] or ["default"],
+            slo_classes=cats["slo_class"] or ["standard"], tenants=cats["tenant"] or ["default"],
+            prefix_offsets=po, prefix_blocks=pb, block_tokens=block_tokens, name=name,
+        )
+        return w.sorted()

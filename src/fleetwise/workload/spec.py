@@ -1,0 +1,405 @@
+"""The workload part of a scenario YAML: pydantic v2 models and :func:`build_workload`.
+
+Examples (YAML under ``workload:``)::
+
+    {kind: default, rate_rps: 4.0, num_requests: 2000}
+    {kind: poisson, rate_rps: 8, lengths: {kind: trace, trace: azure-conv}, max_total_tokens: 4096}
+    {kind: gamma, rate_rps: 8, cv: 3, lengths: {kind: lognormal, prompt_mu: 6.6, prompt_sigma: 1.0,
+                                                output_mu: 5.0, output_sigma: 0.9}}
+    {kind: mmpp, base_rate_rps: 2, burst_rate_rps: 20, mean_base_s: 60, mean_burst_s: 10}
+    {kind: diurnal, mean_rate_rps: 5, peak_to_trough: 3, duration_s: 172800,
+     origin: [{region: us-east, weight: 2, utc_offset_h: -5}, {region: eu-west, weight: 1, utc_offset_h: 1}]}
+    {kind: trace, format: azure, path: azure-conv, time_scale: 0.5}
+    {kind: servegen, servegen_model: deepseek-r1, start_s: 0, end_s: 3600}
+
+Every model forbids unknown fields. Generated kinds take either ``num_requests`` (exact count) or
+``duration_s`` (all arrivals in ``[0, duration_s)``), not both; with neither, 1,000 requests.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Annotated, Literal, Union
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
+
+from fleetwise.data import data_path
+from fleetwise.errors import InputError
+from fleetwise.workload import readers
+from fleetwise.workload.default import default_lengths
+from fleetwise.workload.request import Workload
+from fleetwise.workload.slo import DEFAULT_SLO_CLASSES, get_slo
+from fleetwise.workload.synthetic import (
+    EmpiricalLengths,
+    LognormalLengths,
+    clip_total_tokens,
+    diurnal_arrivals,
+    gamma_arrivals,
+    mmpp_arrivals,
+    poisson_arrivals,
+    replay,
+)
+
+__all__ = [
+    "TRACE_ALIASES",
+    "resolve_trace",
+    "load_trace",
+    "OriginWeight",
+    "TraceLengths",
+    "LognormalLengthsSpec",
+    "DefaultLengths",
+    "DefaultWorkloadSpec",
+    "PoissonSpec",
+    "GammaSpec",
+    "MMPPSpec",
+    "DiurnalSpec",
+    "TraceSpec",
+    "ServeGenSpec",
+    "WorkloadSpec",
+    "parse_workload_spec",
+    "build_workload",
+]
+
+Format = Literal["azure", "mooncake", "vidur", "burstgpt"]
+
+# alias -> (path parts inside the data folder, format)
+TRACE_ALIASES: dict[str, tuple[tuple[str, ...], str]] = {
+    "azure-conv": (("azure-llm-inference-2023", "AzureLLMInferenceTrace_conv.csv"), "azure"),
+    "azure-code": (("azure-llm-inference-2023", "AzureLLMInferenceTrace_code.csv"), "azure"),
+    "mooncake": (("mooncake-fast25-traces", "synthetic_trace.jsonl"), "mooncake"),
+    "mooncake-synthetic": (("mooncake-fast25-traces", "synthetic_trace.jsonl"), "mooncake"),
+    "arxiv-summarization": (
+        ("vidur-arxiv-summarization-lengths", "arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv"),
+        "vidur",
+    ),
+}
+
+_READERS = {
+    "azure": readers.read_azure,
+    "mooncake": readers.read_mooncake,
+    "vidur": readers.read_vidur_lengths,
+    "burstgpt": readers.read_burstgpt,
+}
+
+
+def resolve_trace(path_or_alias: str | Path) -> tuple[Path, str | None]:
+    """(file path, format or None). Aliases are looked up in the data folder; anything else is a file path."""
+    key = str(path_or_alias)
+    if key in TRACE_ALIASES:
+        parts, fmt = TRACE_ALIASES[key]
+        return data_path(*parts), fmt
+    p = Path(key).expanduser()
+    if not p.exists():
+        raise InputError(
+            f"trace {key!r}: file not found and not a known alias ({', '.join(TRACE_ALIASES)})"
+        )
+    return p, None
+
+
+def _sniff_format(p: Path) -> str:
+    name = p.name.lower()
+    if name.endswith((".jsonl", ".jsonl.gz", ".json")):
+        return "mooncake"
+    if "burstgpt" in name:
+        return "burstgpt"
+    try:
+        with readers._open_text(p) as f:
+            header = next(csv.reader(f), [])
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"{p}: cannot read ({e})") from None
+    h = {x.strip() for x in header}
+    if "TIMESTAMP" in h and "ContextTokens" in h:
+        return "azure"
+    if "num_prefill_tokens" in h:
+        return "vidur"
+    if "Request tokens" in h and "Response tokens" in h:
+        return "burstgpt"
+    raise InputError(
+        f"{p.name}: cannot tell the trace format from the name or header {sorted(h)}; "
+        "pass format= azure | mooncake | vidur | burstgpt"
+    )
+
+
+def load_trace(path_or_alias: str | Path, format: str | None = None, limit: int | None = None) -> Workload:
+    """Read a trace by alias (``azure-conv``, ``azure-code``, ``mooncake``, ``arxiv-summarization``) or path.
+
+    With ``format=None`` the reader is chosen from the alias, else the file name (``.jsonl`` -> mooncake,
+    ``burstgpt`` in the name -> burstgpt), else the CSV header.
+    """
+    p, fmt = resolve_trace(path_or_alias)
+    if format is not None:
+        if format not in _READERS:
+            raise InputError(f"trace format {format!r}: expected one of {', '.join(_READERS)}")
+        fmt = format
+    if fmt is None:
+        fmt = _sniff_format(p)
+    w = _READERS[fmt](p, limit=limit)
+    if str(path_or_alias) in TRACE_ALIASES:
+        w.name = str(path_or_alias)
+    return w
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# pydantic models
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class OriginWeight(_Model):
+    region: str = Field(min_length=1)
+    weight: float = Field(default=1.0, gt=0)
+    utc_offset_h: float | None = Field(default=None, ge=-12, le=14)  # used by kind=diurnal
+
+
+class TraceLengths(_Model):
+    """Resample (prompt, output) pairs jointly from a trace."""
+
+    kind: Literal["trace"]
+    trace: str = Field(min_length=1)  # alias or path
+    format: Format | None = None
+
+
+class LognormalLengthsSpec(_Model):
+    kind: Literal["lognormal"]
+    prompt_mu: float
+    prompt_sigma: float = Field(ge=0)
+    output_mu: float
+    output_sigma: float = Field(ge=0)
+    rho: float = Field(default=0.0, ge=-1, le=1)
+    prompt_min: int = Field(default=1, ge=1)
+    prompt_max: int = Field(default=1_000_000, ge=1)
+    output_min: int = Field(default=1, ge=1)
+    output_max: int = Field(default=1_000_000, ge=1)
+
+    @model_validator(mode="after")
+    def _ranges(self):
+        if self.prompt_min > self.prompt_max or self.output_min > self.output_max:
+            raise ValueError("min must be <= max for prompt and output")
+        return self
+
+
+class DefaultLengths(_Model):
+    """The embedded Azure-conversation lognormal fit (see ``fleetwise.workload.default``)."""
+
+    kind: Literal["default"]
+
+
+LengthsSpec = Annotated[Union[TraceLengths, LognormalLengthsSpec, DefaultLengths], Field(discriminator="kind")]
+
+
+class _Common(_Model):
+    num_requests: int | None = Field(default=None, gt=0)
+    max_total_tokens: int | None = Field(default=None, ge=2)
+    clip_mode: Literal["prompt", "proportional"] = "prompt"
+    slo_class: str = "standard"
+    origin: list[OriginWeight] | None = Field(default=None, min_length=1)
+    model: str = Field(default="default", min_length=1)
+
+    @field_validator("slo_class")
+    @classmethod
+    def _known_slo(cls, v: str) -> str:
+        if v not in DEFAULT_SLO_CLASSES:
+            raise ValueError(f"unknown slo_class {v!r}; expected one of {', '.join(DEFAULT_SLO_CLASSES)}")
+        return v
+
+    @field_validator("origin")
+    @classmethod
+    def _unique_regions(cls, v):
+        if v is not None:
+            names = [o.region for o in v]
+            if len(set(names)) != len(names):
+                raise ValueError("origin regions must be unique")
+        return v
+
+
+class _Generated(_Common):
+    duration_s: float | None = Field(default=None, gt=0)
+    lengths: LengthsSpec = Field(default_factory=lambda: DefaultLengths(kind="default"))
+
+    @model_validator(mode="after")
+    def _n_or_duration(self):
+        if self.num_requests is not None and self.duration_s is not None:
+            raise ValueError("give num_requests or duration_s, not both")
+        return self
+
+    def _count(self) -> dict:
+        if self.duration_s is not None:
+            return {"duration_s": self.duration_s}
+        return {"num_requests": self.num_requests if self.num_requests is not None else 1000}
+
+
+class DefaultWorkloadSpec(_Generated):
+    kind: Literal["default"]
+    rate_rps: float = Field(gt=0)
+
+
+class PoissonSpec(_Generated):
+    kind: Literal["poisson"]
+    rate_rps: float = Field(gt=0)
+
+
+class GammaSpec(_Generated):
+    kind: Literal["gamma"]
+    rate_rps: float = Field(gt=0)
+    cv: float = Field(gt=0)
+
+
+class MMPPSpec(_Generated):
+    kind: Literal["mmpp"]
+    base_rate_rps: float = Field(gt=0)
+    burst_rate_rps: float = Field(gt=0)
+    mean_base_s: float = Field(gt=0)
+    mean_burst_s: float = Field(gt=0)
+
+
+class DiurnalSpec(_Generated):
+    kind: Literal["diurnal"]
+    mean_rate_rps: float = Field(gt=0)  # total over all origins
+    peak_to_trough: float = Field(default=3.0, ge=1)
+    period_h: float = Field(default=24.0, gt=0)
+    peak_hour_local: float = Field(default=14.0, ge=0, lt=24)
+    utc_offset_h: float = Field(default=0.0, ge=-12, le=14)  # for origins without their own offset
+    start_hour_utc: float = Field(default=0.0, ge=0, lt=24)
+
+
+class TraceSpec(_Common):
+    kind: Literal["trace"]
+    path: str = Field(min_length=1)  # alias (azure-conv, azure-code, mooncake, arxiv-summarization) or file
+    format: Format | None = None
+    time_scale: float = Field(default=1.0, gt=0)  # multiplies arrival times (Vidur's time_scale_factor): 2 = half rate
+    target_rate_rps: float | None = Field(default=None, gt=0)  # alternative to time_scale
+
+    @model_validator(mode="after")
+    def _one_scaling(self):
+        if self.target_rate_rps is not None and self.time_scale != 1.0:
+            raise ValueError("give time_scale or target_rate_rps, not both")
+        return self
+
+
+class ServeGenSpec(_Common):
+    kind: Literal["servegen"]
+    servegen_model: str = Field(min_length=1, description="ServeGen model: m-large, m-mid, m-small, deepseek-r1, mm-image")
+    path: str | None = None  # folder; default: servegen-alibaba-modelstudio in the data folder
+    start_s: float = Field(default=0.0, ge=0)
+    end_s: float | None = Field(default=None, gt=0)
+    rate_scale: float = Field(default=1.0, gt=0)
+    lengths: LengthsSpec = Field(default_factory=lambda: DefaultLengths(kind="default"))
+
+    @model_validator(mode="after")
+    def _window(self):
+        if self.end_s is not None and self.end_s <= self.start_s:
+            raise ValueError("end_s must be > start_s")
+        return self
+
+
+WorkloadSpec = Annotated[
+    Union[DefaultWorkloadSpec, PoissonSpec, GammaSpec, MMPPSpec, DiurnalSpec, TraceSpec, ServeGenSpec],
+    Field(discriminator="kind"),
+]
+_ADAPTER: TypeAdapter = TypeAdapter(WorkloadSpec)
+
+
+def parse_workload_spec(data: dict) -> "WorkloadSpec":
+    """Validate a dict (e.g. the ``workload:`` part of a scenario YAML). Raises ``pydantic.ValidationError``."""
+    return _ADAPTER.validate_python(data)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# build
+
+
+def _lengths_sampler(spec) -> object:
+    ls = spec
+    if isinstance(ls, TraceLengths):
+        return EmpiricalLengths.from_workload(load_trace(ls.trace, ls.format))
+    if isinstance(ls, LognormalLengthsSpec):
+        return LognormalLengths(**ls.model_dump(exclude={"kind"}))
+    return default_lengths()
+
+
+def _origins(spec) -> tuple[list[str], np.ndarray]:
+    if not spec.origin:
+        return ["default"], np.ones(1)
+    w = np.array([o.weight for o in spec.origin], dtype=np.float64)
+    return [o.region for o in spec.origin], w / w.sum()
+
+
+def build_workload(spec, rng: np.random.Generator) -> Workload:
+    """Build the workload a spec describes. Deterministic for a given ``rng`` state.
+
+    ``spec`` is one of the spec models or a plain dict (validated first).
+    """
+    if isinstance(spec, dict):
+        spec = parse_workload_spec(spec)
+    origins, weights = _origins(spec)
+    origin_codes: np.ndarray | None = None
+
+    if isinstance(spec, TraceSpec):
+        w = load_trace(spec.path, spec.format, limit=spec.num_requests)
+        if spec.target_rate_rps is not None:
+            w = replay(w, target_rate_rps=spec.target_rate_rps)
+        elif spec.time_scale != 1.0:
+            w = replay(w, speedup=1.0 / spec.time_scale)
+    elif isinstance(spec, ServeGenSpec):
+        folder = Path(spec.path).expanduser() if spec.path else data_path("servegen-alibaba-modelstudio")
+        rates = readers.read_servegen(folder, model=spec.servegen_model)
+        w = readers.servegen_workload(
+            rates, rng, lengths=_lengths_sampler(spec.lengths), start_s=spec.start_s, end_s=spec.end_s,
+            rate_scale=spec.rate_scale,
+        )
+        if spec.num_requests is not None:
+            w = w.head(spec.num_requests)
+    else:
+        count = spec._count()
+        if isinstance(spec, (DefaultWorkloadSpec, PoissonSpec)):
+            t = poisson_arrivals(rng, spec.rate_rps, **count)
+        elif isinstance(spec, GammaSpec):
+            t = gamma_arrivals(rng, spec.rate_rps, spec.cv, **count)
+        elif isinstance(spec, MMPPSpec):
+            t = mmpp_arrivals(rng, spec.base_rate_rps, spec.burst_rate_rps, spec.mean_base_s, spec.mean_burst_s, **count)
+        elif isinstance(spec, DiurnalSpec):
+            kw = dict(peak_to_trough=spec.peak_to_trough, period_h=spec.period_h,
+                      peak_hour_local=spec.peak_hour_local, start_hour_utc=spec.start_hour_utc)
+            if spec.origin and any(o.utc_offset_h is not None for o in spec.origin):
+                # each origin follows its own local clock; its share of the mean rate is its weight
+                parts_t, parts_c = [], []
+                for k, o in enumerate(spec.origin):
+                    off = spec.utc_offset_h if o.utc_offset_h is None else o.utc_offset_h
+                    sub = dict(count)
+                    if "num_requests" in sub:
+                        sub["num_requests"] = int(round(sub["num_requests"] * weights[k]))
+                    tk = diurnal_arrivals(rng, spec.mean_rate_rps * weights[k], utc_offset_h=off, **kw, **sub)
+                    parts_t.append(tk)
+                    parts_c.append(np.full(len(tk), k, dtype=np.int16))
+                t = np.concatenate(parts_t)
+                origin_codes = np.concatenate(parts_c)
+                order = np.argsort(t, kind="stable")
+                t, origin_codes = t[order], origin_codes[order]
+            else:
+                t = diurnal_arrivals(rng, spec.mean_rate_rps, utc_offset_h=spec.utc_offset_h, **kw, **count)
+        else:  # pragma: no cover
+            raise InputError(f"workload kind {spec.kind!r}: not supported")
+        lengths = default_lengths() if isinstance(spec, DefaultWorkloadSpec) else _lengths_sampler(spec.lengths)
+        p, o = lengths.sample(rng, len(t))
+        w = Workload(arrival_s=t, prompt_tokens=p, output_tokens=o, name=spec.kind)
+
+    n = len(w)
+    if spec.max_total_tokens is not None:
+        w.prompt_tokens, w.output_tokens = clip_total_tokens(
+            w.prompt_tokens, w.output_tokens, spec.max_total_tokens, mode=spec.clip_mode
+        )
+    if origin_codes is None:
+        origin_codes = (
+            rng.choice(len(origins), size=n, p=weights).astype(np.int16) if len(origins) > 1 else np.zeros(n, np.int16)
+        )
+    w.origin, w.origins = origin_codes, origins
+    if spec.model != "default" or w.models == ["default"]:
+        w.model, w.models = np.zeros(n, np.int16), [spec.model]
+    slo = get_slo(spec.slo_class)
+    w.slo_class, w.slo_classes = np.zeros(n, np.int16), [slo.name]
+    w.priority = np.full(n, slo.priority, dtype=np.int16)
+    return w
