@@ -104,6 +104,19 @@ class Region:
                      ("electricity_usd_per_kwh", price), ("carbon_g_per_kwh", carbon)):  # fmt: skip
             object.__setattr__(self, k, v)
 
+    def with_overrides(self, **fields: object) -> Region:
+        """A copy with some fields replaced. Changing ``grid_zone`` (or ``price_zone``) without giving the mean
+        values re-derives them from the new zone; changing ``grid_zone`` alone also re-derives ``price_zone``."""
+        from dataclasses import replace
+
+        kw = dict(fields)
+        if "grid_zone" in kw:
+            kw.setdefault("carbon_g_per_kwh", None)
+            kw.setdefault("price_zone", None)
+        if "grid_zone" in kw or "price_zone" in kw:
+            kw.setdefault("electricity_usd_per_kwh", None)
+        return replace(self, **kw)  # type: ignore[arg-type]
+
     @property
     def has_hourly_price(self) -> bool:
         return self.price_zone in _z.ZONE_PRICE_USD_PER_MWH

@@ -279,7 +279,7 @@ def sr_pred(x, size, link):
 
 def _fit_lat_bw(pred, size, t, *args) -> tuple[float, float]:
     lt = np.log(t)
-    r = least_squares(lambda z: np.log(pred(np.exp(z), *args)) - lt, np.log([2e-5, 0.5]), loss="soft_l1", f_scale=0.05,
+    r = least_squares(lambda z: np.log(pred(np.exp(z), *args)) - lt, np.log([2e-5, 0.5]), loss="linear",
                       bounds=(np.log([1e-7, 1e-3]), np.log([1e-2, 5.0])))  # fmt: skip
     lat, e = np.exp(r.x)
     return float(lat), float(e)

@@ -53,29 +53,29 @@ ATTENTION = {
 # fabric -> all_reduce: ((workers, latency_s, bandwidth efficiency), ...), intra-node rows only
 COMM = {
     "a100_dgx": {
-        "all_reduce": ((2, 4.49836e-05, 0.572057), (4, 5.06498e-05, 0.586596), (8, 5.06962e-05, 0.520783), ),
-        "send_recv_lat_s": 1.37318e-05,
-        "send_recv_eff_bw": 0.990804,
+        "all_reduce": ((2, 4.42045e-05, 0.567623), (4, 3.79475e-05, 0.532212), (8, 4.33294e-05, 0.505196), ),
+        "send_recv_lat_s": 1.34082e-05,
+        "send_recv_eff_bw": 0.932943,
     },
     "a100_pairwise_nvlink": {
-        "all_reduce": ((2, 4.02069e-05, 0.654173), (4, 5.85934e-05, 0.0787616), ),
-        "send_recv_lat_s": 7.72826e-06,
-        "send_recv_eff_bw": 1.19915,
+        "all_reduce": ((2, 4.26645e-05, 0.662539), (4, 5.79187e-05, 0.0786464), ),
+        "send_recv_lat_s": 7.84442e-06,
+        "send_recv_eff_bw": 1.19329,
     },
     "a40_pairwise_nvlink": {
         "all_reduce": (),
-        "send_recv_lat_s": 1.4204e-06,
-        "send_recv_eff_bw": 0.0730169,
+        "send_recv_lat_s": 2.18195e-06,
+        "send_recv_eff_bw": 0.0734519,
     },
     "h100_dgx": {
-        "all_reduce": ((2, 2.48187e-05, 0.703223), (4, 2.98266e-05, 0.828182), (8, 3.02297e-05, 0.76813), ),
-        "send_recv_lat_s": 7.69743e-06,
-        "send_recv_eff_bw": 0.799909,
+        "all_reduce": ((2, 2.63979e-05, 0.728286), (4, 3.30352e-05, 0.863642), (8, 2.97283e-05, 0.758622), ),
+        "send_recv_lat_s": 7.67143e-06,
+        "send_recv_eff_bw": 0.794504,
     },
     "h100_pairwise_nvlink": {
-        "all_reduce": ((2, 1.71201e-05, 0.442955), (4, 4.0872e-05, 0.107912), ),
-        "send_recv_lat_s": 7.72824e-06,
-        "send_recv_eff_bw": 0.79943,
+        "all_reduce": ((2, 1.71506e-05, 0.441879), (4, 2.88127e-05, 0.103583), ),
+        "send_recv_lat_s": 7.84443e-06,
+        "send_recv_eff_bw": 0.795527,
     },
 }
 

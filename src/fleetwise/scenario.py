@@ -1,0 +1,276 @@
+"""Scenarios: a YAML file validated once at the edge, then ``build(scenario, seed)`` makes the simulator.
+
+A scenario names the fleet (regions, links, prices), the deployments (model x GPU x TP/PP x replicas per
+region), the workload, the router and batcher, and simulator options. Components take plain values, never
+the whole scenario.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from fleetwise.errors import InputError
+
+SCENARIO_DIR = Path(__file__).parent / "scenarios"
+
+# Read bandwidth of the storage a replica loads its weights from, GB/s (typical figures):
+# local NVMe: a PCIe Gen4 data-centre SSD reads ~6-7 GB/s (e.g. Samsung PM1733 datasheet 7.0 GB/s) -> 5.0
+# after file-system overhead; nfs: 10 GbE NFS share ~1.1 GB/s; object_store: S3 at a few parallel ranged
+# GETs per instance ~0.5 GB/s (AWS guidance: ~100 MB/s per connection).
+STORAGE_GBPS = {"local_nvme": 5.0, "nfs": 1.1, "object_store": 0.5}
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PolicyRef(_Model):
+    """A policy by registered name, with keyword parameters: ``round_robin`` or ``{name: sarathi, chunk_tokens: 512}``."""
+
+    name: str
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_short(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            return {"name": v}
+        if isinstance(v, dict) and "params" not in v and "name" in v:
+            return {"name": v["name"], "params": {k: x for k, x in v.items() if k != "name"}}
+        return v
+
+
+class Deployment(_Model):
+    model: str
+    gpu: str
+    tp: int = Field(default=1, ge=1, le=64)
+    pp: int = Field(default=1, ge=1, le=64)
+    replicas: int = Field(default=1, ge=0)
+    region: str | None = None  # default: the fleet's first region
+    cloud: str | None = None  # price list to bill from; default: the region's cloud
+    pool: Literal["on_demand", "spot"] = "on_demand"
+    block_tokens: int = Field(default=16, ge=1)
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
+    cold_start: bool = False  # replicas load their weights at t=0 before serving
+    storage: Literal["local_nvme", "nfs", "object_store"] = "local_nvme"
+    provision_s: float = Field(default=0.0, ge=0)  # node start-up before the model load, when cold
+
+
+class Options(_Model):
+    prefix_caching: bool = True
+    max_waiting: int | None = Field(default=None, ge=0)
+
+
+class Scenario(_Model):
+    name: str = "scenario"
+    description: str = ""
+    seed: int = 0
+    fleet: dict[str, Any] = Field(default_factory=lambda: {"topology": "single"})
+    deployments: list[Deployment] = Field(min_length=1)
+    workload: dict[str, Any] = Field(default_factory=lambda: {"kind": "default", "rate_rps": 4.0})
+    router: PolicyRef = Field(default_factory=lambda: PolicyRef(name="round_robin"))
+    batcher: PolicyRef = Field(default_factory=lambda: PolicyRef(name="sarathi"))
+    options: Options = Field(default_factory=Options)
+
+    @model_validator(mode="after")
+    def _check_parts(self) -> "Scenario":
+        from fleetwise.fleet.spec import parse_fleet_spec
+        from fleetwise.workload.spec import parse_workload_spec
+
+        parse_fleet_spec(self.fleet)
+        parse_workload_spec(self.workload)
+        return self
+
+    def digest(self) -> str:
+        """Stable hash of the scenario's content (for results stores)."""
+        return hashlib.sha256(json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _fmt_loc(loc: tuple) -> str:
+    return ".".join(str(p) for p in loc if not (isinstance(p, str) and ("[" in p or p.startswith("function-"))))
+
+
+def format_validation_error(e: ValidationError, where: str) -> str:
+    err = e.errors()[0]
+    loc = _fmt_loc(err["loc"])
+    msg = err["msg"]
+    if err["type"] == "extra_forbidden":
+        msg = "unknown field"
+    more = f" (and {len(e.errors()) - 1} more)" if len(e.errors()) > 1 else ""
+    got = err.get("input")
+    got_s = "" if err["type"] in ("missing", "extra_forbidden") or isinstance(got, (dict, list)) else f" (got {got!r})"
+    return f"{where}: {loc or '<top>'}: {msg}{got_s}{more}"
+
+
+def parse_scenario(data: Any, where: str = "scenario") -> Scenario:
+    if not isinstance(data, dict):
+        raise InputError(f"{where}: expected a mapping at the top level, got {type(data).__name__}")
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as e:
+        raise InputError(format_validation_error(e, where)) from None
+    except InputError as e:
+        raise InputError(f"{where}: {e}") from None
+
+
+def scenario_names() -> list[str]:
+    return sorted(p.stem for p in SCENARIO_DIR.glob("*.yaml"))
+
+
+def load_scenario(path_or_name: str | Path | None = None) -> Scenario:
+    """Load a scenario file, or a built-in one by name (``vidur-parity``); None: the embedded default."""
+    if path_or_name is None:
+        path_or_name = "default"
+    p = Path(path_or_name)
+    if not p.exists() and (SCENARIO_DIR / f"{path_or_name}.yaml").exists():
+        p = SCENARIO_DIR / f"{path_or_name}.yaml"
+    if not p.exists():
+        raise InputError(f"{path_or_name}: scenario file not found (built-in scenarios: {', '.join(scenario_names())})")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark is not None else ""
+        raise InputError(f"{p}:{line} invalid YAML: {getattr(e, 'problem', e)}") from None
+    return parse_scenario(data, where=str(p))
+
+
+@dataclass
+class Built:
+    """What ``build`` returns: the simulator, ready to run, and the pieces a summary needs."""
+
+    scenario: Scenario
+    sim: Any
+    fleet: Any
+    workload: Any
+    slo_classes: list
+    chunk_tokens: int | None = None
+
+    def controller(self, router: PolicyRef | str | None = None, batcher: PolicyRef | str | None = None):
+        from fleetwise.control.controller import Controller
+        from fleetwise.control.registry import make
+
+        r = PolicyRef.model_validate(router) if router is not None else self.scenario.router
+        b = PolicyRef.model_validate(batcher) if batcher is not None else self.scenario.batcher
+        return Controller(router=make("router", r.name, r.params), batcher=make("batcher", b.name, b.params))
+
+    def run(self, router: PolicyRef | str | None = None, batcher: PolicyRef | str | None = None, progress=None):
+        """Run the simulator to the end with the scenario's policies (or the ones given); return the records."""
+        ctl = self.controller(router, batcher)
+        self.chunk_tokens = getattr(ctl.batcher, "chunk_tokens", None)
+        return self.sim.run(ctl, progress=progress)
+
+    def summary(self, records) -> dict[str, float]:
+        from fleetwise.metrics.summary import summarize
+
+        return summarize(records, self.sim.replicas, slo_classes=self.slo_classes,
+                         egress_usd_per_gb=np.asarray(self.fleet.egress_usd_per_gb), origin=self.workload.origin,
+                         chunk_tokens=self.chunk_tokens)
+
+
+def build(scenario: Scenario, seed: int | None = None, *, workload=None, num_requests: int | None = None,
+          options=None) -> Built:
+    """Make the fleet, the workload and the replicas of a scenario; all randomness from ``seed``."""
+    from fleetwise.catalog import get_gpu, get_model
+    from fleetwise.fleet.spec import build_fleet
+    from fleetwise.perf import PerfModel
+    from fleetwise.sim.build import make_replica
+    from fleetwise.sim.simulator import SimOptions, Simulator
+    from fleetwise.workload.slo import get_slo
+    from fleetwise.workload.spec import build_workload
+
+    seed = scenario.seed if seed is None else seed
+    ss = np.random.SeedSequence(seed)
+    fleet_ss, work_ss, sim_ss = ss.spawn(3)
+    fleet_rng, work_rng = np.random.default_rng(fleet_ss), np.random.default_rng(work_ss)
+    sim_seed = int(sim_ss.generate_state(1)[0])
+    fleet = build_fleet(scenario.fleet, fleet_rng)
+    if workload is None:
+        wspec = dict(scenario.workload)
+        if num_requests is not None:
+            wspec["num_requests"] = num_requests
+            wspec.pop("duration_s", None)
+        workload = build_workload(wspec, work_rng)
+    elif num_requests is not None:
+        workload = workload.head(num_requests)
+
+    # deployments -> replicas; replicas of one deployment share one performance model
+    models: list[str] = []
+    max_ctx: list[int] = []
+    replicas = []
+    for di, d in enumerate(scenario.deployments):
+        where = f"deployments[{di}]"
+        try:
+            model = get_model(d.model)
+            gpu = get_gpu(d.gpu)
+        except InputError as e:
+            raise InputError(f"{where}: {e}") from None
+        if model.name not in models:
+            models.append(model.name)
+            max_ctx.append(model.max_context)
+        region = fleet.index(d.region) if d.region is not None else 0
+        reg = fleet.regions[region]
+        cloud = d.cloud or reg.cloud
+        price = gpu.prices.get(cloud)
+        if price is None and d.cloud is not None and gpu.prices:
+            raise InputError(f"{where}: cloud {cloud!r} has no price for {gpu.name}; priced in: {', '.join(sorted(gpu.prices))}")
+        if price is None:
+            usd = 0.0  # owned hardware (an on-prem "local" region, an edge device): no rental cost
+        elif d.pool == "spot":
+            if price.spot_usd_per_hour is None:
+                raise InputError(f"{where}: {cloud} sells no spot {gpu.name}")
+            usd = price.spot_usd_per_hour
+        else:
+            usd = price.on_demand_usd_per_hour
+        perf = PerfModel(gpu, model, tp=d.tp, pp=d.pp)
+        if not perf.fits(d.gpu_memory_utilization):
+            raise InputError(f"{where}: {model.name} does not fit on {d.tp * d.pp} x {gpu.name} (tp={d.tp}, pp={d.pp}) "
+                             f"at gpu_memory_utilization={d.gpu_memory_utilization}")
+        ready = (d.provision_s + perf.load_time_s(STORAGE_GBPS[d.storage])) if d.cold_start else 0.0
+        for _ in range(d.replicas):
+            replicas.append(make_replica(
+                len(replicas), perf, region=region, name=f"{model.name}@{gpu.name}#{len(replicas)}",
+                model_index=models.index(model.name), block_tokens=d.block_tokens,
+                gpu_memory_utilization=d.gpu_memory_utilization, ready_s=ready,
+                price_usd_per_gpu_hour=usd, electricity_usd_per_kwh=float(reg.electricity_usd_per_kwh),
+                prefix_block_tokens=workload.block_tokens, prefix_caching=scenario.options.prefix_caching))
+    if not replicas:
+        raise InputError("deployments: no replicas (every deployment has replicas: 0)")
+
+    # workload names -> indices: models ("default" = first deployment's model), origins ("default" = region 0)
+    code = []
+    for name in workload.models:
+        if name == "default":
+            code.append(0)
+        else:
+            try:
+                m = get_model(name).name
+            except InputError:
+                m = name
+            code.append(models.index(m) if m in models else len(models))  # no replica -> rejected "no_replica"
+    model_index = np.asarray(code, dtype=np.int64)[workload.model] if len(workload) else np.zeros(0, np.int64)
+    ocode = [0 if o == "default" else fleet.index(o) for o in workload.origins]
+    workload.origin = np.asarray(ocode, dtype=np.int16)[workload.origin] if len(workload) else workload.origin
+    workload.origins = [fleet.regions[i].name for i in ocode]
+
+    opts = options or SimOptions(prefix_caching=scenario.options.prefix_caching, max_waiting=scenario.options.max_waiting)
+    sim = Simulator(replicas, workload, rtt_s=np.asarray(fleet.rtt_s, dtype=float), model_index=model_index.tolist(),
+                    max_context=max_ctx, seed=int(sim_seed), options=opts)
+    slo = [get_slo(n) for n in workload.slo_classes]
+    return Built(scenario=scenario, sim=sim, fleet=fleet, workload=workload, slo_classes=slo)
+
+
+def simulate(scenario: Scenario, seed: int | None = None, *, router=None, batcher=None, workload=None,
+             num_requests: int | None = None, progress=None) -> tuple[Any, dict[str, float]]:
+    """Build and run a scenario; return (records, summary)."""
+    b = build(scenario, seed, workload=workload, num_requests=num_requests)
+    records = b.run(router, batcher, progress=progress)
+    return records, b.summary(records)
