@@ -24,13 +24,14 @@ from collections.abc import Mapping
 from typing import Annotated, Any, Literal, Union
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from fleetwise.errors import InputError
 from fleetwise.fleet.network import DEFAULT_EGRESS_USD_PER_GB
 from fleetwise.fleet.regions import CATALOG, get_region
 from fleetwise.fleet.topology import continental_backbone, grid, random_geometric, ring, single_region
 from fleetwise.fleet.types import DEFAULT_BANDWIDTH_GBPS, Fleet, Region
+from fleetwise.fleet.zones import ECONOMIC_ZONES
 
 
 class _Model(BaseModel):
@@ -82,6 +83,14 @@ class _Synthetic(_Model):
     bandwidth_gbps: float = Field(default=DEFAULT_BANDWIDTH_GBPS, gt=0)
     egress_usd_per_gb: float = Field(default=DEFAULT_EGRESS_USD_PER_GB, ge=0)
 
+    @field_validator("zones")
+    @classmethod
+    def _known_zones(cls, v: list[str] | None) -> list[str] | None:
+        for z in v or []:
+            if z not in ECONOMIC_ZONES:
+                raise ValueError(f"{z!r} has no hourly carbon and price series; use one of {', '.join(ECONOMIC_ZONES)}")
+        return v
+
 
 class GridSpec(_Synthetic):
     topology: Literal["grid"]
@@ -111,16 +120,28 @@ _ADAPTER: TypeAdapter[Any] = TypeAdapter(FleetSpec)
 TOPOLOGIES = ("single", "backbone", "grid", "ring", "random_geometric")
 
 
+_BRANCH_TAGS = {"str", "RegionEntry", "LinkOverride", *TOPOLOGIES}
+
+
 def _format_error(e: ValidationError, where: str) -> str:
-    err = e.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"] if not (isinstance(p, str) and p in TOPOLOGIES))
-    msg = err["msg"]
+    errors = e.errors()
+    # In "str | RegionEntry" unions, the model branch's error says more than "Input should be a valid string".
+    err = next((x for x in errors if "str" not in x["loc"]), errors[0])
+    loc = ""
+    for part in err["loc"]:
+        if isinstance(part, int):
+            loc += f"[{part}]"
+        elif part not in _BRANCH_TAGS:
+            loc += f".{part}" if loc else str(part)
+    msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "union_tag_invalid" or err["type"] == "union_tag_not_found":
         msg = f"topology must be one of {', '.join(TOPOLOGIES)}"
         loc = "topology"
     got = err.get("input")
     tail = "" if isinstance(got, (dict, list)) or got is None else f" (got {got!r})"
-    more = f" [+{len(e.errors()) - 1} more]" if len(e.errors()) > 1 else ""
+    model_branch = [x for x in errors if "str" not in x["loc"]] or errors
+    n_more = len({tuple(p for p in x["loc"] if p not in _BRANCH_TAGS) for x in model_branch}) - 1
+    more = f" [+{n_more} more]" if n_more > 0 else ""
     return f"{where}{'.' + loc if loc else ''}: {msg}{tail}{more}"
 
 
@@ -174,7 +195,8 @@ def build_fleet(spec: Mapping[str, Any] | Any, rng: np.random.Generator | int | 
                 seen.add(r.name)
         overrides: dict[tuple[str, str], dict[str, float]] = {}
         for lo in s.links:
-            fields = {k: v for k, v in lo.model_dump(exclude={"src", "dst", "both_directions"}).items() if v is not None}
+            dumped = lo.model_dump(exclude={"src", "dst", "both_directions"})
+            fields = {k: v for k, v in dumped.items() if v is not None}
             pairs = [(lo.src, lo.dst)] + ([(lo.dst, lo.src)] if lo.both_directions else [])
             for p in pairs:
                 overrides.setdefault(p, {}).update(fields)

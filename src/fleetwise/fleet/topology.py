@@ -52,7 +52,9 @@ def continental_backbone(
     ``egress_usd_per_gb``) for that direction only.
     """
     items = list(DEFAULT_BACKBONE if cloud_regions is None else cloud_regions)
-    regions = [r if isinstance(r, Region) else get_region(r, where=f"backbone regions[{k}]") for k, r in enumerate(items)]
+    regions = [
+        r if isinstance(r, Region) else get_region(r, where=f"backbone regions[{k}]") for k, r in enumerate(items)
+    ]
     overrides = dict(link_overrides or {})
     links = []
     names = {r.name for r in regions}

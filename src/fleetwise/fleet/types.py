@@ -83,9 +83,10 @@ class Region:
         price = self.electricity_usd_per_kwh
         if price is None:
             if pz not in _z.ZONE_PRICE_USD_PER_MWH:
+                zone = f"price zone {pz!r}" if pz is not None else f"grid zone {self.grid_zone!r}"
                 raise InputError(
-                    f"{where}: no electricity price: price zone {pz!r} has no 2023 series "
-                    f"(known: {', '.join(_z.PRICE_ZONES)}); give price_zone or electricity_usd_per_kwh"
+                    f"{where}: no electricity price: {zone} has no 2023 price series; give price_zone "
+                    f"(one of {', '.join(_z.PRICE_ZONES)}) or electricity_usd_per_kwh"
                 )
             price = _z.ZONE_PRICE_USD_PER_MWH[pz] / 1000.0
         price = _finite(price, f"{where}: electricity_usd_per_kwh")
@@ -395,7 +396,8 @@ class Fleet:
         for r in self.regions:
             if r.has_hourly_carbon:
                 s = _z.load_carbon_series(r.grid_zone)
-                rows.append(_rescale(s, _z.ZONE_CARBON_G_PER_KWH[r.grid_zone], r.carbon_g_per_kwh))  # type: ignore[arg-type]
+                zone_mean = _z.ZONE_CARBON_G_PER_KWH[r.grid_zone]
+                rows.append(_rescale(s, zone_mean, r.carbon_g_per_kwh))  # type: ignore[arg-type]
             else:
                 rows.append(np.full(_z.HOURS_PER_YEAR, r.carbon_g_per_kwh))
         return _readonly(np.vstack(rows))
@@ -435,9 +437,12 @@ class Fleet:
 
 def _rescale(series: np.ndarray, zone_mean: float, target_mean: float) -> np.ndarray:
     """The zone's series, scaled so its mean is the region's value (unchanged when the region uses the zone mean)."""
-    if zone_mean == 0 or math.isclose(zone_mean, target_mean, rel_tol=1e-12, abs_tol=0.0):
+    if math.isclose(zone_mean, target_mean, rel_tol=1e-12, abs_tol=0.0):
         return np.array(series, dtype=float)
-    return series * (target_mean / zone_mean)
+    actual = float(np.mean(series))
+    if actual == 0:
+        return np.array(series, dtype=float) + target_mean
+    return series * (target_mean / actual)
 
 
 def _at_hour(series: np.ndarray, hour_of_year: float | np.ndarray) -> float | np.ndarray:

@@ -193,10 +193,13 @@ def zones_in_data() -> tuple[list[str], list[str]]:
 def zone_means_from_data() -> tuple[dict[str, float], dict[str, float]]:
     """Recompute ({zone: mean gCO2/kWh}, {zone: mean USD/MWh}) from every file found (source of the constants)."""
     carbon, price = zones_in_data()
-    return (
-        {z: float(_read_hourly(carbon_file(z), CARBON_COLUMN).mean()) for z in carbon},
-        {z: float(_read_hourly(price_file(z), PRICE_COLUMN).mean()) for z in price},
-    )
+    def c(z: str) -> np.ndarray:
+        return load_carbon_series(z) if z in ZONE_CARBON_G_PER_KWH else _read_hourly(carbon_file(z), CARBON_COLUMN)
+
+    def p(z: str) -> np.ndarray:
+        return load_price_series(z) if z in ZONE_PRICE_USD_PER_MWH else _read_hourly(price_file(z), PRICE_COLUMN)
+
+    return {z: float(c(z).mean()) for z in carbon}, {z: float(p(z).mean()) for z in price}
 
 
 @lru_cache(maxsize=None)

@@ -66,8 +66,8 @@ class LeastKVLoad:
     """Lowest fraction of KV cache in use, then fewest waiting requests."""
 
     def route(self, dp):
-        reps = dp.sim.replicas
-        return min(_cands(dp), key=lambda i: (reps[i].kv_used_fraction(), len(reps[i].waiting)))
+        reps, now = dp.sim.replicas, dp.time_s
+        return min(_cands(dp), key=lambda i: (reps[i].kv_used_fraction(now), len(reps[i].waiting)))
 
 
 @register_router("power_of_two")

@@ -130,9 +130,15 @@ class Replica:
     def kv_capacity_tokens(self) -> int:
         return sum(l.cap_blocks for l in self.lanes) * self.block_tokens
 
-    def kv_used_fraction(self) -> float:
-        cap = sum(l.cap_blocks for l in self.lanes)
-        return sum(l.used_blocks for l in self.lanes) / cap if cap else 1.0
+    def kv_used_fraction(self, now: float) -> float:
+        """Fraction of the replica's KV blocks in use at ``now`` (decode runs in flight included)."""
+        cap = used = 0
+        for l in self.lanes:
+            cap += l.cap_blocks
+            used += l.used_blocks
+            if l.busy and l.run_k:
+                used += l.new_blocks(l.steps_done(now))
+        return used / cap if cap else 1.0
 
     def num_running(self) -> int:
         return sum(l.num_seqs for l in self.lanes)

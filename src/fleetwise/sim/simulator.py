@@ -271,6 +271,7 @@ class Simulator:
                 preempted = True
                 need = lane.new_blocks(1)
         prefill = []
+        admitted = False
         pf_tokens = 0
         attn = 0.0
         reserve = lane.new_blocks(1) if (plan.decode and lane.running) else 0
@@ -284,6 +285,7 @@ class Simulator:
                 if -(-self.ctx[rid] // bs) > lane.free_blocks - reserve:
                     continue  # does not fit now
                 self._admit(lane, rid)
+                admitted = True
             left = self.ctx[rid] - self.pf[rid]
             chunk = min(int(chunk), left)
             if chunk <= 0:
@@ -292,6 +294,11 @@ class Simulator:
             prefill.append((rid, chunk))
             pf_tokens += chunk
             attn += chunk * (before + chunk)
+        if admitted and rep.waiting and len(rep.lanes) > 1:
+            # the queue's head changed: a lane that was blocked behind it may admit what is now first
+            for other in rep.lanes:
+                if other is not lane:
+                    self._wake(other)
         B = len(lane.running) if plan.decode else 0
         lane.run_prefill = tuple(prefill)
         lane.run_B = B

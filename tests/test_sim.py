@@ -1,0 +1,172 @@
+"""Simulator core: conservation, KV capacity, determinism, coalesced == per-iteration stepping, queueing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fakes import LinearPerf
+from fleetwise.control.controller import Controller
+from fleetwise.control.registry import names
+from fleetwise.sim.build import make_replica
+from fleetwise.sim.records import Records
+from fleetwise.sim.simulator import SimOptions, Simulator
+from fleetwise.workload.request import Workload
+
+BATCHERS = ["sarathi", "vllm", "decode_first", "static"]
+
+
+def poisson_workload(n, rate, seed=0, pmax=1500, omax=400, prefix=False, docs=5):
+    rng = np.random.default_rng(seed)
+    w = Workload(arrival_s=np.cumsum(rng.exponential(1 / rate, n)), prompt_tokens=rng.integers(1, pmax, n),
+                 output_tokens=rng.integers(1, omax, n))
+    if prefix:  # requests share prefixes drawn from a few "documents"
+        lens = -(-w.prompt_tokens // 512)
+        docs = rng.integers(0, docs, n)
+        w.prefix_offsets = np.concatenate([[0], np.cumsum(lens)])
+        w.prefix_blocks = np.concatenate([docs[i] * 1000 + np.arange(lens[i]) for i in range(n)]).astype(np.int64)
+    return w
+
+
+def run(w, *, replicas=2, kv=20000, pp=1, block=16, batcher="sarathi", router="round_robin", force=False,
+        check=True, seed=0, perf=None, bparams=None):
+    reps = [make_replica(i, perf or LinearPerf(kv_tokens=kv, pp=pp), block_tokens=block) for i in range(replicas)]
+    sim = Simulator(reps, w, seed=seed, options=SimOptions(force_single_step=force, check_invariants=check))
+    rec = sim.run(Controller.from_names(router, batcher, batcher_params=bparams))
+    return rec, sim
+
+
+@pytest.mark.parametrize("batcher", BATCHERS)
+def test_coalesced_equals_single_step(batcher):
+    w = poisson_workload(600, rate=8.0, seed=1)
+    fast, sf = run(w, batcher=batcher, kv=6000)  # small KV: preemptions happen
+    slow, ss = run(w, batcher=batcher, kv=6000, force=True)
+    assert fast.equals(slow)
+    assert sf.events < ss.events / 3  # and the fast path is much cheaper
+    assert fast.completed.all()
+
+
+def test_coalesced_equals_single_step_pipeline_and_prefix():
+    w = poisson_workload(400, rate=10.0, seed=2, prefix=True)
+    fast, _ = run(w, pp=2, kv=8000, router="prefix_aware")
+    slow, _ = run(w, pp=2, kv=8000, router="prefix_aware", force=True)
+    assert fast.equals(slow)
+    assert fast.prefix_hit_tokens.sum() > 0
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(1, 60), rate=st.floats(0.5, 200), kv=st.integers(64, 3000), block=st.sampled_from([1, 4, 16]),
+       pp=st.sampled_from([1, 2]), replicas=st.integers(1, 3), batcher=st.sampled_from(BATCHERS),
+       router=st.sampled_from(["random", "round_robin", "least_outstanding_tokens", "power_of_two", "least_kv_load"]),
+       seed=st.integers(0, 2**16))
+def test_conservation_and_kv_capacity(n, rate, kv, block, pp, replicas, batcher, router, seed):
+    w = poisson_workload(n, rate, seed=seed, pmax=800, omax=300)
+    rec, sim = run(w, replicas=replicas, kv=kv, pp=pp, block=block, batcher=batcher, router=router, seed=seed)
+    # every arrived request ends completed or rejected with a reason; none vanishes
+    assert np.all((rec.status == 1) | (rec.status == 2))
+    assert np.all(rec.reason[rec.status == 2] > 0)
+    assert sim.ended == n
+    done = rec.completed
+    assert np.all(rec.first_token_s[done] >= rec.arrival_s[done])
+    assert np.all(rec.completion_s[done] >= rec.first_token_s[done])
+    # rejected only when the request can never fit one lane's KV share
+    lane_tokens = sim.replicas[0].lanes[0].cap_blocks * block
+    assert np.all((rec.prompt_tokens + rec.output_tokens)[rec.status == 2] > lane_tokens)
+    for r in sim.replicas:  # everything released at the end
+        for lane in r.lanes:
+            assert lane.used_blocks == 0 and lane.kv_tokens == 0 and lane.dec_kv == 0
+            assert not lane.running and not lane.prefilling
+        assert r.outstanding == 0 and r.pending_tokens == 0
+    slow, _ = run(w, replicas=replicas, kv=kv, pp=pp, block=block, batcher=batcher, router=router, seed=seed,
+                  force=True)
+    assert rec.equals(slow)
+
+
+def test_same_seed_same_records_across_many_resets():
+    from fleetwise.scenario import load_scenario, simulate
+
+    sc = load_scenario("default")
+    first, s0 = simulate(sc, seed=7, router="power_of_two", num_requests=300)
+    for _ in range(20):
+        again, s1 = simulate(sc, seed=7, router="power_of_two", num_requests=300)
+        assert again.equals(first, rtol=0)
+        assert s1 == s0
+    other, _ = simulate(sc, seed=8, router="power_of_two", num_requests=300)
+    assert not np.allclose(other.arrival_s, first.arrival_s)
+
+
+def test_mg1_mean_wait_matches_pollaczek_khinchine():
+    """One replica serving one request at a time (static batching, batch 1) is an M/G/1 queue:
+    the mean wait must match Pollaczek-Khinchine, W = lambda E[S^2] / (2 (1 - rho))."""
+    rng = np.random.default_rng(3)
+    n = 60000
+    perf = LinearPerf(base=0.002, per_prefill=1e-5, per_seq=0.0, per_kv=0.0, kv_tokens=10**7)
+    prompt = rng.integers(1, 1000, n)
+    output = rng.geometric(1 / 20, n)
+    service = (perf.base + perf.per_prefill * prompt) + (output - 1) * perf.base
+    lam = 0.7 / service.mean()
+    w = Workload(arrival_s=np.cumsum(rng.exponential(1 / lam, n)), prompt_tokens=prompt, output_tokens=output)
+    rec, _ = run(w, replicas=1, perf=perf, batcher="static", bparams={"max_batch": 1}, check=False)
+    rho = lam * service.mean()
+    expected = lam * (service ** 2).mean() / (2 * (1 - rho))
+    measured = rec.queue_delay_s[1000:].mean()
+    assert measured == pytest.approx(expected, rel=0.08)
+    # and the service itself is exactly the performance model's
+    e2e = rec.e2e_s - rec.queue_delay_s
+    assert np.allclose(e2e, service)
+
+
+def test_prefix_aware_router_gets_more_cache_hits():
+    w = poisson_workload(800, rate=5.0, seed=5, prefix=True, docs=40)  # 40 prefixes: more than one cache holds
+    rr, _ = run(w, replicas=4, router="round_robin", check=False)
+    pa, _ = run(w, replicas=4, router="prefix_aware", check=False)
+    assert pa.prefix_hit_tokens.sum() > 1.5 * rr.prefix_hit_tokens.sum()
+    assert np.nanmedian(pa.ttft_s) < np.nanmedian(rr.ttft_s)
+
+
+def test_least_outstanding_beats_random_on_tail_ttft():
+    w = poisson_workload(3000, rate=30.0, seed=6)
+    rnd, _ = run(w, replicas=4, router="random", check=False)
+    lor, _ = run(w, replicas=4, router="least_outstanding_requests", check=False)
+    assert np.nanpercentile(lor.ttft_s, 99) < np.nanpercentile(rnd.ttft_s, 99)
+
+
+def test_cold_start_delays_service_until_model_loaded():
+    w = poisson_workload(50, rate=5.0, seed=1)
+    reps = [make_replica(0, LinearPerf(), ready_s=30.0)]
+    rec = Simulator(reps, w).run(Controller.from_names())
+    assert np.all(rec.first_token_s >= 30.0)
+    assert rec.completed.all()
+
+
+def test_oversized_requests_rejected_with_reason():
+    w = Workload(arrival_s=np.array([0.0, 1.0]), prompt_tokens=np.array([100, 5000]), output_tokens=np.array([10, 10]))
+    rec, _ = run(w, replicas=1, kv=1000)
+    assert rec.status.tolist() == [1, 2]
+    assert rec.reject_reasons() == {"exceeds_kv_capacity": 1}
+
+
+def test_step_api_advance_apply():
+    w = poisson_workload(30, rate=5.0)
+    reps = [make_replica(i, LinearPerf()) for i in range(2)]
+    sim = Simulator(reps, w)
+    ctl = Controller.from_names("least_outstanding_requests", "sarathi")
+    sim.batcher_stationary = True
+    kinds = set()
+    while (dp := sim.advance()) is not None:
+        kinds.add(dp.kind)
+        sim.apply(ctl.decide(dp))
+    assert kinds == {"route", "batch"}
+    assert isinstance(sim.records(), Records) and sim.records().completed.all()
+    with pytest.raises(RuntimeError):
+        sim.apply(0)
+
+
+def test_every_registered_policy_runs():
+    w = poisson_workload(100, rate=10.0, prefix=True)
+    for r in names("router"):
+        for b in names("batcher"):
+            rec, _ = run(w, router=r, batcher=b, check=False)
+            assert rec.completed.all(), (r, b)
