@@ -26,17 +26,15 @@ app.add_typer(perf_app, name="perf")
 app.add_typer(bench_app, name="bench")
 
 console = Console(stderr=True)
-out = Console()
+out = Console() if sys.stdout.isatty() else Console(width=200)
 
 # keys shown in tables, with the unit scale
 TABLE_KEYS = [
-    ("completed", "completed", 1, "{:.0f}"), ("rejected", "rejected", 1, "{:.0f}"),
-    ("ttft_p50_s", "TTFT p50 s", 1, "{:.3f}"), ("ttft_p99_s", "TTFT p99 s", 1, "{:.3f}"),
-    ("tpot_p50_s", "TPOT p50 ms", 1e3, "{:.1f}"), ("e2e_p99_s", "E2E p99 s", 1, "{:.2f}"),
-    ("goodput_rps", "goodput req/s", 1, "{:.2f}"), ("tokens_per_s", "out tok/s", 1, "{:.0f}"),
-    ("gpu_util", "GPU util", 1, "{:.2f}"), ("load_cv", "load CV", 1, "{:.3f}"),
-    ("slowdown_p50", "slowdown p50", 1, "{:.2f}"), ("cost_usd", "cost $", 1, "{:.2f}"),
-    ("energy_kwh", "energy kWh", 1, "{:.2f}"),
+    ("completed", "done", 1, "{:.0f}"),
+    ("ttft_p50_s", "TTFT p50 s", 1, "{:.3f}"), ("ttft_p99_s", "TTFT p99 s", 1, "{:.2f}"),
+    ("tpot_p50_s", "TPOT p50 ms", 1e3, "{:.1f}"), ("e2e_p99_s", "E2E p99 s", 1, "{:.1f}"),
+    ("goodput_rps", "goodput/s", 1, "{:.2f}"), ("load_cv", "load CV", 1, "{:.3f}"),
+    ("slowdown_p50", "slowdown p50", 1, "{:.2f}"), ("cost_per_mtok_usd", "$/Mtok", 1, "{:.3f}"),
 ]
 
 
@@ -206,16 +204,13 @@ def main() -> None:
         sys.exit(2)
     except SystemExit:
         raise
-    except Exception as e:  # typer/click usage errors
-        import click
-
-        if isinstance(e, click.exceptions.ClickException):
+    except Exception as e:  # usage errors of the command-line parser (typer's click layer)
+        if hasattr(e, "show") and hasattr(e, "exit_code"):
             e.show()
             sys.exit(e.exit_code)
-        if isinstance(e, click.exceptions.Abort):
+        if type(e).__name__ == "Abort":
             sys.exit(130)
         raise
-
 
 if __name__ == "__main__":
     main()

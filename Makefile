@@ -1,0 +1,31 @@
+# Two commands on a fresh machine with Python 3.11: `make demo` and `make test`.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP_FLAGS ?= -q -c constraints.txt
+
+.PHONY: demo test bench install clean
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install $(PIP_FLAGS) -e '.[test]'
+	touch $@
+
+install: $(VENV)/.installed
+
+## the main job on the embedded default: routers compared on the default scenario, mean ± 95% CI over 3 seeds
+demo: $(VENV)/.installed
+	$(VENV)/bin/fleetwise compare --scenario default --seeds 3
+
+## the whole test suite (2 workers)
+test: $(VENV)/.installed
+	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 tests
+
+## speed and accuracy benchmarks quoted in docs/
+bench: $(VENV)/.installed
+	$(VENV)/bin/fleetwise bench sim-speed --sizes 10000,100000,1000000
+	$(VENV)/bin/fleetwise perf validate
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis
