@@ -46,7 +46,8 @@ class Lane:
     run_B: int = 0
     run_a: float = 0.0  # time of the first decode step of the run
     run_c1B: float = 0.0  # growth of step time per step (c1 * B)
-    run_prefill: tuple = ()
+    run_prefill: list | tuple = ()  # (request id, chunk tokens) of the iteration in flight
+    run_pf_tokens: int = 0
     run_time_s: float = 0.0
 
     @property

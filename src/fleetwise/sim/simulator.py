@@ -264,17 +264,18 @@ class Simulator:
         rep = lane.replica
         bs = lane.block_tokens
         preempted = False
+        reserve = 0  # blocks the decode part of this iteration needs
         if plan.decode and lane.running:
-            need = lane.new_blocks(1)
-            while need > lane.free_blocks and lane.running:
+            hist = lane.phase_hist
+            reserve = hist[(-lane.steps) % bs]
+            while reserve > lane.cap_blocks - lane.used_blocks and lane.running:
                 self._preempt(lane, next(reversed(lane.running)))
                 preempted = True
-                need = lane.new_blocks(1)
+                reserve = hist[(-lane.steps) % bs] if lane.running else 0
         prefill = []
         admitted = False
         pf_tokens = 0
         attn = 0.0
-        reserve = lane.new_blocks(1) if (plan.decode and lane.running) else 0
         for rid, chunk in plan.prefill:
             if rid not in lane.prefilling:
                 if preempted:
@@ -282,7 +283,7 @@ class Simulator:
                 if self.lane_of[rid] is not None or rid not in rep.waiting:
                     raise ValueError(f"batch plan: request {rid} is neither waiting at replica {rep.index} "
                                      f"nor prefilling in this lane")
-                if -(-self.ctx[rid] // bs) > lane.free_blocks - reserve:
+                if -(-self.ctx[rid] // bs) > lane.cap_blocks - lane.used_blocks - reserve:
                     continue  # does not fit now
                 self._admit(lane, rid)
                 admitted = True
@@ -300,7 +301,8 @@ class Simulator:
                 if other is not lane:
                     self._wake(other)
         B = len(lane.running) if plan.decode else 0
-        lane.run_prefill = tuple(prefill)
+        lane.run_prefill = prefill
+        lane.run_pf_tokens = pf_tokens
         lane.run_B = B
         lane.t0 = self.now
         perf = rep.perf
@@ -371,9 +373,7 @@ class Simulator:
         pp = len(rep.lanes)
         perf = rep.perf
         k, B = lane.run_k, lane.run_B
-        pf_tokens = 0
-        for _, c in lane.run_prefill:
-            pf_tokens += c
+        pf_tokens = lane.run_pf_tokens
         rep.busy_s += dt / pp
         rep.energy_busy_j += perf.busy_power_w(pf_tokens, B) * dt / pp
         if B:
