@@ -262,7 +262,7 @@ def build(scenario: Scenario, seed: int | None = None, *, workload=None, num_req
     workload.origins = [fleet.regions[i].name for i in ocode]
 
     opts = options or SimOptions(prefix_caching=scenario.options.prefix_caching, max_waiting=scenario.options.max_waiting)
-    sim = Simulator(replicas, workload, rtt_s=np.asarray(fleet.rtt_s, dtype=float), model_index=model_index.tolist(),
+    sim = Simulator(replicas, workload, rtt_s=np.asarray(fleet.rtt_s, dtype=float), model_index=model_index,
                     max_context=max_ctx, seed=int(sim_seed), options=opts)
     slo = [get_slo(n) for n in workload.slo_classes]
     return Built(scenario=scenario, sim=sim, fleet=fleet, workload=workload, slo_classes=slo)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from array import array
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
@@ -57,13 +58,14 @@ class Simulator:
         self.seed = seed
         n = len(workload)
         self.n = n
-        self.arrival = workload.arrival_s.tolist()
-        self.prompt = workload.prompt_tokens.tolist()
-        self.output = workload.output_tokens.tolist()
-        self.origin = workload.origin.tolist()
+        self.arrival = array("d", workload.arrival_s.astype(np.float64).tobytes())
+        self.prompt = array("q", workload.prompt_tokens.astype(np.int64).tobytes())
+        self.output = array("q", workload.output_tokens.astype(np.int64).tobytes())
+        self.origin = array("q", workload.origin.astype(np.int64).tobytes())
         # model of each request as an index into the distinct deployment models
-        self.model_of = list(model_index) if model_index is not None else [0] * n
-        nmodels = max(self.model_of, default=0) + 1
+        mi = np.zeros(n, np.int64) if model_index is None else np.asarray(model_index, dtype=np.int64)
+        self.model_of = array("q", mi.tobytes())
+        nmodels = int(mi.max(initial=0)) + 1
         self.candidates: list[list[int]] = [[] for _ in range(max(nmodels, 1))]
         for r in self.replicas:
             mi = r.model_index
@@ -74,25 +76,27 @@ class Simulator:
         nreg = 1 + max([r.region for r in self.replicas] + [int(workload.origin.max(initial=0))])
         self.rtt_s = rtt_s if rtt_s is not None else np.zeros((nreg, nreg))
         self._rtt = self.rtt_s.tolist()
-        # per-request mutable state (lists: fast scalar access)
-        self.ctx = list(self.prompt)  # tokens the current attempt must prefill
-        self.pf = [0] * n  # prefilled tokens of the current attempt
-        self.gen = [0] * n  # output tokens generated (materialized when not running)
-        self.join_step = [0] * n
-        self.gen_join = [0] * n  # generated tokens when the sequence joined its lane's decode batch
-        self.epoch = [0] * n
+        # per-request mutable state: lists where the hot loop reads, typed arrays (8 bytes or less per entry,
+        # no Python objects) where it mostly writes, so a million requests stay well under a few hundred MB
+        self.ctx = array("q", self.prompt)  # tokens the current attempt must prefill
+        self.pf = array("q", bytes(8 * n))  # prefilled tokens of the current attempt
+        self.gen = array("q", bytes(8 * n))  # output tokens generated (materialized when not running)
+        self.join_step = array("q", bytes(8 * n))
+        self.gen_join = array("q", bytes(8 * n))  # generated tokens when the sequence joined its lane's decode batch
+        self.epoch = array("l", bytes(array("l").itemsize * n))
         self.lane_of: list[Lane | None] = [None] * n
         # records
-        self.first_token_s = [math.nan] * n
-        self.completion_s = [math.nan] * n
-        self.enqueue_s = [math.nan] * n
-        self.sched_s = [math.nan] * n
-        self.replica_of = [-1] * n
-        self.status = [PENDING] * n
-        self.reason = [0] * n
-        self.hit_tokens = [0] * n
-        self.preempts = [0] * n
-        self.net_s = [0.0] * n
+        nan = array("d", [math.nan]) * n
+        self.first_token_s = array("d", nan)
+        self.completion_s = array("d", nan)
+        self.enqueue_s = array("d", nan)
+        self.sched_s = nan
+        self.replica_of = array("i", [-1]) * n
+        self.status = array("b", bytes(n))
+        self.reason = array("b", bytes(n))
+        self.hit_tokens = array("q", bytes(8 * n))
+        self.preempts = array("i", bytes(4 * n))
+        self.net_s = array("d", bytes(8 * n))
         # event machinery
         self.now = 0.0
         self._heap: list = []
@@ -499,19 +503,20 @@ class Simulator:
                 assert 0 <= lane.used_blocks <= lane.cap_blocks, (lane.used_blocks, lane.cap_blocks)
 
     def records(self) -> Records:
-        half = np.asarray(self.net_s) / 2.0
-        arr = self.workload.arrival_s
+        half = np.frombuffer(self.net_s, dtype=np.float64) / 2.0
+        replica = np.frombuffer(self.replica_of, dtype=np.int32).copy()
+        region_of = np.array([r.region for r in self.replicas] + [-1], dtype=np.int16)
         return Records(
-            arrival_s=arr.copy(),
-            first_token_s=np.asarray(self.first_token_s) + half,
-            completion_s=np.asarray(self.completion_s) + half,
-            queue_delay_s=np.asarray(self.sched_s) - np.asarray(self.enqueue_s),
-            replica=np.asarray(self.replica_of, dtype=np.int32),
-            region=np.asarray([self.replicas[r].region if r >= 0 else -1 for r in self.replica_of], dtype=np.int16),
-            prefix_hit_tokens=np.asarray(self.hit_tokens, dtype=np.int64),
-            preemptions=np.asarray(self.preempts, dtype=np.int32),
-            status=np.asarray(self.status, dtype=np.int8),
-            reason=np.asarray(self.reason, dtype=np.int8),
+            arrival_s=self.workload.arrival_s.copy(),
+            first_token_s=np.frombuffer(self.first_token_s, dtype=np.float64) + half,
+            completion_s=np.frombuffer(self.completion_s, dtype=np.float64) + half,
+            queue_delay_s=np.frombuffer(self.sched_s, dtype=np.float64) - np.frombuffer(self.enqueue_s, dtype=np.float64),
+            replica=replica,
+            region=region_of[replica],
+            prefix_hit_tokens=np.frombuffer(self.hit_tokens, dtype=np.int64).copy(),
+            preemptions=np.frombuffer(self.preempts, dtype=np.int32).copy(),
+            status=np.frombuffer(self.status, dtype=np.int8).copy(),
+            reason=np.frombuffer(self.reason, dtype=np.int8).copy(),
             prompt_tokens=self.workload.prompt_tokens.copy(),
             output_tokens=self.workload.output_tokens.copy(),
             slo_class=self.workload.slo_class.copy(),
