@@ -96,6 +96,8 @@ class ComputeRows:
     work: np.ndarray  # linear ops: 2*N*K (FLOPs per token); small ops: bytes per token
     wbytes: np.ndarray  # linear ops: N*K (weight elements); small ops: 0
     actb: np.ndarray  # linear ops: N+K (activation elements per token); small ops: 0
+    n: np.ndarray  # linear ops: output features N per GPU; small ops: 0
+    k: np.ndarray  # linear ops: reduction dimension K per GPU; small ops: 0
     t: np.ndarray  # measured median, seconds
 
 
@@ -103,7 +105,7 @@ def load_compute(data_dir: str | Path | None = None) -> dict[str, ComputeRows]:
     root = profiling_dir(data_dir) / "compute"
     out: dict[str, ComputeRows] = {}
     for gdir in sorted(root.iterdir()):
-        cols: dict[str, list] = {k: [] for k in ("model", "op", "tokens", "tp", "work", "wbytes", "actb", "t")}
+        cols: dict[str, list] = {k: [] for k in ("model", "op", "tokens", "tp", "work", "wbytes", "actb", "n", "k", "t")}
         for f in sorted(gdir.glob("*/*/mlp.csv.gz")):
             mname = f.parent.name
             geo_cache: dict[tuple, tuple] = {}
@@ -119,12 +121,14 @@ def load_compute(data_dir: str | Path | None = None) -> dict[str, ComputeRows]:
                     if v:
                         cols["model"].append(mname); cols["op"].append(op); cols["tokens"].append(M); cols["tp"].append(tp)  # noqa: E702
                         cols["work"].append(2.0 * N * K); cols["wbytes"].append(N * K); cols["actb"].append(N + K)  # noqa: E702
+                        cols["n"].append(N); cols["k"].append(K)  # noqa: E702
                         cols["t"].append(float(v) * 1e-3)
                 for op in SMALL_OPS:
                     v = r.get(f"time_stats.{op}.median")
                     if v:
                         cols["model"].append(mname); cols["op"].append(op); cols["tokens"].append(M); cols["tp"].append(tp)  # noqa: E702
                         cols["work"].append(small[op]); cols["wbytes"].append(0.0); cols["actb"].append(0.0)  # noqa: E702
+                        cols["n"].append(0.0); cols["k"].append(0.0)  # noqa: E702
                         cols["t"].append(float(v) * 1e-3)
         out[gdir.name] = ComputeRows(**{k: np.asarray(v, dtype=object if k in ("model", "op") else float) for k, v in cols.items()})
     return out
