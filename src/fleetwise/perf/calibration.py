@@ -13,13 +13,24 @@ SMALL_OPS: tuple[str, ...] = ("input_layernorm", "attn_rope", "post_attention_la
 LINEAR_OPS: tuple[str, ...] = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
 
 
+# GEMM tile (tokens x output features) whose waves over the streaming multiprocessors set a linear op's compute time.
+TILE_M = 128
+TILE_N = 128
+
+
 @dataclass(frozen=True)
 class GemmParams:
-    """Linear operator: max(F / (peak * eff_compute) * (1 + m_half / M), bytes / (bw * eff_mem)) + t0_s."""
+    """Linear operator y[M,N] = x[M,K] W[N,K]^T on a GPU with S streaming multiprocessors (SMs), 128x128 output tiles:
+
+    compute = 2 (K + k_pad) * S * TILE_M * TILE_N * waves / (peak * eff_compute),
+    waves = w + wave_quant * (ceil(w) - w),  w = ceil(M / TILE_M) * ceil(N / TILE_N) / S
+    time = max(compute, bytes * (N K + M (N + K)) / (bw * eff_mem)) + t0_s
+    """
 
     eff_compute: float
     eff_mem: float
-    m_half: float  # tokens: compute efficiency of a skinny GEMM is eff_compute * M / (M + m_half)
+    wave_quant: float  # 0: tiles spread evenly over SMs; 1: a partly filled last wave costs a full wave
+    k_pad: float  # per-tile fixed cost (prologue / epilogue) as extra reduction length, elements
     t0_s: float
 
 
@@ -82,9 +93,13 @@ class Calibration:
     cpu: CpuParams
     gpu_profile: dict[str, str] = field(default_factory=dict)  # catalog GPU name -> profile
     gpu_fabric: dict[str, tuple[str, str]] = field(default_factory=dict)  # GPU name -> (all_reduce fabric, send_recv fabric)
+    gpu_sms: dict[str, int] = field(default_factory=dict)  # GPU name -> streaming multiprocessors (datasheet)
 
     def profile_of(self, gpu_name: str) -> str:
         return self.gpu_profile.get(gpu_name, "a100")
+
+    def sms_of(self, gpu_name: str) -> int:
+        return self.gpu_sms.get(gpu_name, 108)
 
     def fabric_of(self, gpu_name: str) -> tuple[str, str]:
         return self.gpu_fabric.get(gpu_name, ("a100_pairwise_nvlink", "a100_pairwise_nvlink"))
@@ -102,4 +117,5 @@ def default_calibration() -> Calibration:
         cpu=CpuParams(**p.CPU),
         gpu_profile=dict(p.GPU_PROFILE),
         gpu_fabric={k: tuple(v) for k, v in p.GPU_FABRIC.items()},  # type: ignore[misc]
+        gpu_sms=dict(p.GPU_SMS),
     )

@@ -10,7 +10,16 @@ import math
 
 from fleetwise.catalog.specs import GPUSpec, ModelSpec
 from fleetwise.errors import InputError
-from fleetwise.perf.calibration import LINEAR_OPS, SMALL_OPS, Calibration, CommParams, default_calibration
+from fleetwise.perf.calibration import (
+    LINEAR_OPS,
+    SMALL_OPS,
+    TILE_M,
+    TILE_N,
+    Calibration,
+    CommParams,
+    GemmParams,
+    default_calibration,
+)
 
 # Activation memory reserved per GPU besides weights and KV cache: a 4096-token batch's largest activations,
 # fp32 logits for 256 sampled sequences, plus 0.5 GB of workspace / CUDA graphs (vLLM-style profiling run).
@@ -41,6 +50,26 @@ def send_recv_time_s(c: CommParams, size_bytes: float, link_gbps: float) -> floa
     return c.send_recv_lat_s + size_bytes / (link_gbps * 1e9 * c.send_recv_eff_bw)
 
 
+def gemm_coeffs(
+    g: GemmParams, N: float, K: float, peak_flops: float, mem_bw: float, sms: int, bpp: float = 2.0
+) -> tuple[float, float, float, float, float, float]:
+    """Constants of one linear op (y[M,N] = x[M,K] W^T): (wave_s, waves_per_row_tile, wave_quant, b0, b1, t0)."""
+    wave_s = 2.0 * (K + g.k_pad) * sms * TILE_M * TILE_N / (peak_flops * g.eff_compute)  # one full wave of tiles
+    nw = math.ceil(N / TILE_N) / sms
+    b0 = bpp * N * K / (mem_bw * g.eff_mem)
+    b1 = bpp * (N + K) / (mem_bw * g.eff_mem)
+    return (wave_s, nw, g.wave_quant, b0, b1, g.t0_s)
+
+
+def gemm_time_s(c: tuple[float, float, float, float, float, float], M: float) -> float:
+    """Time of a linear op with constants ``c`` (from gemm_coeffs) for M tokens."""
+    a, nw, q, b0, b1, t0 = c
+    w = math.ceil(M / TILE_M) * nw
+    tc = a * (w + q * (math.ceil(w) - w))
+    tm = b0 + b1 * M
+    return (tc if tc > tm else tm) + t0
+
+
 def op_geometry(
     hidden: int, heads: int, kv_heads: int, ffn_size: int, gated: bool, tp: int, bytes_per_param: float = 2.0
 ) -> tuple[list[tuple[float, float]], dict[str, float]]:
@@ -68,7 +97,7 @@ class PerfModel:
         "gpu", "model", "tp", "pp", "num_gpus", "cal",
         "_lin", "_lm", "_moe", "_s0", "_s1", "_emb0", "_emb1",
         "_pa0", "_pa1", "_d0", "_d1", "_d2", "_ar0", "_ar1", "_sr0", "_sr1",
-        "_cpu0", "_cpu1", "_L", "_Ls", "_kv_tok_gpu", "_w_gpu", "_reserve", "_ridge",
+        "_cpu0", "_cpu1", "_L", "_Ls", "_kv_tok_gpu", "_w_gpu", "_reserve", "_ridge", "_mlp",
         "_small_coef", "_flops_per_tok", "_attn_flops_per_work",
     )  # fmt: skip
 
@@ -94,19 +123,18 @@ class PerfModel:
         kv = max(1, -(-model.num_kv_heads // tp))  # kv heads per GPU (replicated when tp > kv heads)
         ffn = model.ffn_size / tp
 
-        def gemm(N: float, K: float) -> tuple[float, float, float, float]:
-            # time(M) = max(a * (M + m_half), b0 + b1 * M) + t0
-            a = 2.0 * N * K / (P * g.eff_compute)
-            b0 = bpp * N * K / (BW * g.eff_mem)
-            b1 = bpp * (N + K) / (BW * g.eff_mem)
-            return (a, b0, b1, g.t0_s)
+        sms = cal.sms_of(gpu.name)
+
+        def gemm(N: float, K: float) -> tuple[float, float, float, float, float, float]:
+            return gemm_coeffs(g, N, K, P, BW, sms, bpp)
 
         lin, small_bytes = op_geometry(h, model.num_heads, model.num_kv_heads, model.ffn_size, model.gated_mlp, tp, bpp)
         attn_ops = [gemm(*lin[0]), gemm(*lin[1])]
         mlp_ops = [gemm(*lin[2]), gemm(*lin[3])]
         self._moe = model.num_experts > 1
         self._lin = tuple(attn_ops + ([] if self._moe else mlp_ops))
-        self._small_coef = (mlp_ops, g.m_half, model.num_experts, model.experts_per_token)
+        self._mlp = tuple(mlp_ops)
+        self._small_coef = (model.num_experts, model.experts_per_token)
         self._lm = gemm(model.vocab_size / tp, h)
         if self._moe:
             small_bytes["mlp_act"] *= model.experts_per_token
@@ -173,22 +201,22 @@ class PerfModel:
 
     # ---------------------------------------------------------------- time
     def _linear_s(self, M: float) -> float:
-        mh = self._small_coef[1]
+        mt = math.ceil(M / TILE_M)
+        ceil = math.ceil
         t = 0.0
-        for a, b0, b1, t0 in self._lin:
-            tc = a * (M + mh)
+        for a, nw, q, b0, b1, t0 in self._lin:
+            w = mt * nw
+            tc = a * (w + q * (ceil(w) - w))
             tm = b0 + b1 * M
             t += (tc if tc > tm else tm) + t0
         if self._moe:
-            mlp_ops, _, E, k = self._small_coef
+            E, k = self._small_coef
             touched = E * (1.0 - (1.0 - k / E) ** M)  # expected distinct experts hit by M tokens
             if touched < 1.0:
                 touched = 1.0
             m = M * k / touched
-            for a, b0, b1, t0 in mlp_ops:
-                tc = a * (m + mh)
-                tm = b0 + b1 * m
-                t += touched * ((tc if tc > tm else tm) + t0)
+            for c in self._mlp:
+                t += touched * gemm_time_s(c, m)
         return t
 
     def _layer_s(self, prefill_tokens: int, prefill_attn_work: float, decode_seqs: int, decode_kv_tokens: int) -> float:
@@ -204,10 +232,7 @@ class PerfModel:
         """Embedding, LM head (sampled tokens only) and CPU overhead: once per iteration."""
         M = prefill_tokens + decode_seqs
         seqs = decode_seqs + (1 if prefill_tokens > 0 else 0)
-        a, b0, b1, t0 = self._lm
-        tc = a * (seqs + self._small_coef[1])
-        tm = b0 + b1 * seqs
-        return (self._emb0 + self._emb1 * M) + (tc if tc > tm else tm) + t0 + self._cpu0 + self._cpu1 * seqs
+        return (self._emb0 + self._emb1 * M) + gemm_time_s(self._lm, seqs) + self._cpu0 + self._cpu1 * seqs
 
     def iteration_time_s(
         self, prefill_tokens: int, prefill_attn_work: float, decode_seqs: int, decode_kv_tokens: int
@@ -280,11 +305,9 @@ class PerfModel:
     def layer_op_times_s(self, num_tokens: int) -> dict[str, float]:
         """Per-layer, per-GPU time of each profiled operator for a batch of num_tokens (dense models)."""
         M = float(num_tokens)
-        mh = self._small_coef[1]
         out: dict[str, float] = {}
-        ops = list(self._lin[:2]) + list(self._small_coef[0])
-        for name, (a, b0, b1, t0) in zip(LINEAR_OPS, ops):
-            out[name] = max(a * (M + mh), b0 + b1 * M) + t0
+        for name, c in zip(LINEAR_OPS, self._lin[:2] + self._mlp):
+            out[name] = gemm_time_s(c, M)
         sp = self.cal.small[self.cal.profile_of(self.gpu.name)]
         BW = self.gpu.mem_bw_gbps * 1e9
         m = self.model

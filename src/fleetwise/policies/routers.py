@@ -100,7 +100,7 @@ class PrefixAware:
         if not sim._has_prefix:
             return min(_cands(dp), key=lambda i: reps[i].outstanding_tokens(now))
         blocks = sim._pblk[sim._pofs[rid]:sim._pofs[rid + 1]].tolist()
-        bt = sim.block_bytes_prefix
+        bt = sim.prefix_block_tokens
         w = self.hit_weight
         return min(_cands(dp), key=lambda i: reps[i].outstanding_tokens(now) - w * bt * reps[i].prefix_hit_blocks(blocks))
 

@@ -107,7 +107,7 @@ class Simulator:
         self.batcher_stationary = True
         self.events = 0
         self.ended = 0
-        self.block_bytes_prefix = workload.block_tokens
+        self.prefix_block_tokens = workload.block_tokens
         self._has_prefix = workload.has_prefix and self.options.prefix_caching
         if self._has_prefix:
             self._pofs = workload.prefix_offsets.tolist()
@@ -363,7 +363,7 @@ class Simulator:
             self.sched_s[rid] = self.now
         if self._has_prefix and rep.prefix_cache is not None:
             blocks = self._pblk[self._pofs[rid]:self._pofs[rid + 1]]
-            hit = rep.prefix_hit_blocks(blocks.tolist()) * self.block_bytes_prefix
+            hit = rep.prefix_hit_blocks(blocks.tolist()) * self.prefix_block_tokens
             hit = min(hit, ctx - 1)
             if hit > 0:
                 self.pf[rid] = hit
