@@ -156,15 +156,12 @@ def test_validation_targets():
             assert isinstance(v, float) and math.isfinite(v)
         # whole layer (all per-layer ops summed): within the 10% target on held-out rows
         assert ops["layer@64+"] <= TARGET_LINEAR_MAPE, (key, ops)
-        # pooled linear ops: the 10% target holds for 15 of 20 GPU/model rows; the rest (internlm-20b on A100/A40,
-        # phi-2 on A40, Llama-2-70B and Qwen-72B on H100) reach 11-14.3% (shape-specific GEMM kernels)
-        assert ops["linear@64+"] <= 1.5 * TARGET_LINEAR_MAPE, (key, ops)
+        # pooled linear ops: the 10% target holds on all 20 GPU/model rows (max 9.8%)
+        assert ops["linear@64+"] <= TARGET_LINEAR_MAPE, (key, ops)
         for op in ("attn_pre_proj@64+", "attn_post_proj@64+", "mlp_up_proj@64+", "mlp_down_proj@64+"):
-            assert ops[op] <= 2 * TARGET_LINEAR_MAPE, (key, op, ops[op])
-    pooled = [ops["linear@64+"] for ops in compute.values()]
-    assert sum(v <= TARGET_LINEAR_MAPE for v in pooled) >= 15
+            assert ops[op] <= 1.5 * TARGET_LINEAR_MAPE, (key, op, ops[op])
     single = [ops[op] for ops in compute.values() for op in ops if op.endswith("_proj@64+")]
-    assert sum(v <= TARGET_LINEAR_MAPE for v in single) / len(single) >= 0.7
+    assert sum(v <= TARGET_LINEAR_MAPE for v in single) / len(single) >= 0.85
     for v in res["a100/attention"].values():
         assert v <= TARGET_ATTN_COMM_MAPE
     for key, ops in res.items():
@@ -177,7 +174,7 @@ def test_validation_targets():
 def _flatten(cal: Calibration) -> dict[str, float]:
     out = {}
     for k, g in cal.gemm.items():
-        for f in ("eff_compute", "eff_mem", "m_half", "t0_s"):
+        for f in ("eff_compute", "eff_mem", "wave_quant", "k_pad", "t0_s"):
             out[f"gemm.{k}.{f}"] = getattr(g, f)
     for k, ops in cal.small.items():
         for op, s in ops.items():
@@ -205,3 +202,24 @@ def test_params_match_fresh_fit():
     for k, v in shipped.items():
         assert fresh[k] == pytest.approx(v, rel=1e-3), k
     assert default_calibration().gpu_profile.keys() == GPUS.keys()
+    assert default_calibration().gpu_sms.keys() == GPUS.keys()
+
+
+def test_render_table_readable():
+    from rich.console import Console
+
+    from fleetwise.perf.validate import render_table
+
+    res = {
+        "a100/Llama-2-70B": {"attn_pre_proj@64+": 5.0, "attn_post_proj@64+": 6.0, "mlp_up_proj@64+": 7.0,
+                             "mlp_down_proj@64+": 12.0, "linear@64+": 7.5, "linear@<64": 4.0, "input_layernorm": 9.0,
+                             "layer@64+": 3.0},
+        "a100/attention": {"prefill": 9.3, "decode": 10.8},
+    }  # fmt: skip
+    con = Console(width=120, record=True)
+    con.print(render_table(res))
+    text = con.export_text()
+    assert "a100/Llama-2-70B" in text and "a100/attention" in text and "linear@64+" in text
+    flat = " ".join(text.split())  # titles wrap to the table width
+    assert "target <= 10%" in flat and "target <= 20%" in flat
+    assert max(len(line) for line in text.splitlines()) <= 120

@@ -24,6 +24,8 @@ from fleetwise.catalog import get_gpu
 from fleetwise.perf.calibration import (
     LINEAR_OPS,
     SMALL_OPS,
+    TILE_M,
+    TILE_N,
     AttentionParams,
     Calibration,
     CommParams,
@@ -44,6 +46,17 @@ GPU_PROFILE = {
     "L40S": "a40",
     "T4": "a40",
     "Jetson-AGX-Orin-64GB": "a40",  # Ampere GPU; no closer measured part
+}
+# Streaming multiprocessors per catalog GPU (NVIDIA datasheets / whitepapers): sets the GEMM wave quantisation.
+GPU_SMS = {
+    "A100-80GB": 108,  # A100 SXM4
+    "A40": 84,
+    "H100-80GB": 132,  # H100 SXM5
+    "H200": 132,  # same GH100 configuration as H100 SXM5
+    "L4": 58,
+    "L40S": 142,
+    "T4": 40,
+    "Jetson-AGX-Orin-64GB": 16,  # 2048 CUDA cores / 128 per Ampere SM
 }
 FABRIC_GPU = {  # fabric -> catalog GPU whose interconnect_gbps is the link bandwidth the efficiency refers to
     "a100_dgx": "A100-80GB",
@@ -134,29 +147,32 @@ def load_compute(data_dir: str | Path | None = None) -> dict[str, ComputeRows]:
     return out
 
 
-def gemm_pred(x: np.ndarray, M, flops_per_tok, nk, n_plus_k, P: float, BW: float, bpp: float = 2.0):
-    ec, em, mh, t0 = x
-    tc = flops_per_tok * (M + mh) / (P * ec)
-    tm = bpp * (nk + n_plus_k * M) / (BW * em)
+def gemm_pred(x: np.ndarray, M, N, K, P: float, BW: float, sms: int, bpp: float = 2.0):
+    """Vectorised twin of perf.model.gemm_time_s (see GemmParams for the form). x = (eff_c, eff_m, wave_quant, k_pad, t0)."""
+    ec, em, q, kp, t0 = x
+    w = np.ceil(M / TILE_M) * np.ceil(N / TILE_N) / sms
+    tc = 2.0 * (K + kp) * sms * TILE_M * TILE_N * (w + q * (np.ceil(w) - w)) / (P * ec)
+    tm = bpp * (N * K + (N + K) * M) / (BW * em)
     return np.maximum(tc, tm) + t0
 
 
 def fit_gemm(rows: ComputeRows, gpu_name: str, mask: np.ndarray | None = None) -> GemmParams:
     g = get_gpu(gpu_name)
-    P, BW = g.tflops_bf16 * 1e12, g.mem_bw_gbps * 1e9
+    P, BW, sms = g.tflops_bf16 * 1e12, g.mem_bw_gbps * 1e9, GPU_SMS[gpu_name]
     sel = np.isin(rows.op, LINEAR_OPS)
     if mask is not None:
         sel &= mask
-    M, F, NK, NpK, t = rows.tokens[sel], rows.work[sel], rows.wbytes[sel], rows.actb[sel], rows.t[sel]
+    M, N, K, t = rows.tokens[sel], rows.n[sel], rows.k[sel], rows.t[sel]
     logt = np.log(t)
 
     def res(z):
-        return np.log(gemm_pred(np.exp(z), M, F, NK, NpK, P, BW)) - logt
+        return np.log(gemm_pred(np.exp(z), M, N, K, P, BW, sms)) - logt
 
-    z0 = np.log([0.7, 0.8, 50.0, 3e-6])
-    r = least_squares(res, z0, loss="soft_l1", f_scale=0.05, bounds=(np.log([0.05, 0.05, 1e-3, 1e-8]), np.log([1.0, 1.0, 2000.0, 1e-3])))
-    ec, em, mh, t0 = np.exp(r.x)
-    return GemmParams(eff_compute=float(ec), eff_mem=float(em), m_half=float(mh), t0_s=float(t0))
+    z0 = np.log([0.8, 0.8, 0.5, 100.0, 3e-6])
+    lo, hi = [0.05, 0.05, 1e-4, 1e-3, 1e-8], [1.0, 1.0, 1.0, 5000.0, 1e-3]
+    r = least_squares(res, z0, loss="soft_l1", f_scale=0.05, bounds=(np.log(lo), np.log(hi)))
+    ec, em, q, kp, t0 = np.exp(r.x)
+    return GemmParams(eff_compute=float(ec), eff_mem=float(em), wave_quant=float(q), k_pad=float(kp), t0_s=float(t0))
 
 
 def fit_small(rows: ComputeRows, gpu_name: str, mask: np.ndarray | None = None) -> dict[str, SmallOpParams]:
@@ -368,7 +384,8 @@ def fit_all(data: ProfilingData, masks: Masks | None = None) -> Calibration:
     attn = fit_attention(a, mk.attn_prefill(a) if mk.attn_prefill else None, mk.attn_decode(a) if mk.attn_decode else None)
     comm = {fab: fit_comm(rows, fab, mk.comm(rows) if mk.comm else None) for fab, rows in data.comm.items()}
     cpu = fit_cpu(data.cpu, mk.cpu(data.cpu) if mk.cpu else None)
-    return Calibration(gemm=gemm, small=small, attention=attn, comm=comm, cpu=cpu, gpu_profile=dict(GPU_PROFILE), gpu_fabric=dict(GPU_FABRIC))
+    return Calibration(gemm=gemm, small=small, attention=attn, comm=comm, cpu=cpu, gpu_profile=dict(GPU_PROFILE), gpu_fabric=dict(GPU_FABRIC),
+                       gpu_sms=dict(GPU_SMS))  # fmt: skip
 
 
 def fit_default(data_dir: str | Path | None = None) -> Calibration:
@@ -391,10 +408,14 @@ def render_params(cal: Calibration) -> str:
         "Units: seconds, bytes, dimensionless efficiencies relative to the catalog's peak FLOP/s, memory and link bandwidth.",
         '"""',
         "",
+        f"# profile -> linear-op constants; {TILE_M}x{TILE_N} output tiles, waves over the GPU's SMs (GPU_SMS below)",
         "GEMM = {",
     ]
     for k, g in cal.gemm.items():
-        L.append(f'    "{k}": {{"eff_compute": {_f(g.eff_compute)}, "eff_mem": {_f(g.eff_mem)}, "m_half": {_f(g.m_half)}, "t0_s": {_f(g.t0_s)}}},')
+        L.append(
+            f'    "{k}": {{"eff_compute": {_f(g.eff_compute)}, "eff_mem": {_f(g.eff_mem)}, "wave_quant": {_f(g.wave_quant)}, '
+            f'"k_pad": {_f(g.k_pad)}, "t0_s": {_f(g.t0_s)}}},'
+        )
     L += ["}", "", "# op -> (t0_s, eff_mem)", "SMALL = {"]
     for k, ops in cal.small.items():
         L.append(f'    "{k}": {{')
@@ -420,6 +441,8 @@ def render_params(cal: Calibration) -> str:
     L += [f'    "{k}": "{v}",' for k, v in cal.gpu_profile.items()]
     L += ["}", "", "# catalog GPU -> (all_reduce fabric, send_recv fabric)", "GPU_FABRIC = {"]
     L += [f'    "{k}": ("{v[0]}", "{v[1]}"),' for k, v in cal.gpu_fabric.items()]
+    L += ["}", "", "# catalog GPU -> streaming multiprocessors (datasheets; GEMM wave quantisation)", "GPU_SMS = {"]
+    L += [f'    "{k}": {v},' for k, v in cal.gpu_sms.items()]
     L += ["}", ""]
     return "\n".join(L)
 

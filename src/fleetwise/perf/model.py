@@ -98,7 +98,7 @@ class PerfModel:
         "_lin", "_lm", "_moe", "_s0", "_s1", "_emb0", "_emb1",
         "_pa0", "_pa1", "_d0", "_d1", "_d2", "_ar0", "_ar1", "_sr0", "_sr1",
         "_cpu0", "_cpu1", "_L", "_Ls", "_kv_tok_gpu", "_w_gpu", "_reserve", "_ridge", "_mlp",
-        "_small_coef", "_flops_per_tok", "_attn_flops_per_work",
+        "_moe_coef", "_flops_per_tok", "_attn_flops_per_work",
     )  # fmt: skip
 
     def __init__(
@@ -134,7 +134,7 @@ class PerfModel:
         self._moe = model.num_experts > 1
         self._lin = tuple(attn_ops + ([] if self._moe else mlp_ops))
         self._mlp = tuple(mlp_ops)
-        self._small_coef = (model.num_experts, model.experts_per_token)
+        self._moe_coef = (model.num_experts, model.experts_per_token)
         self._lm = gemm(model.vocab_size / tp, h)
         if self._moe:
             small_bytes["mlp_act"] *= model.experts_per_token
@@ -210,7 +210,7 @@ class PerfModel:
             tm = b0 + b1 * M
             t += (tc if tc > tm else tm) + t0
         if self._moe:
-            E, k = self._small_coef
+            E, k = self._moe_coef
             touched = E * (1.0 - (1.0 - k / E) ** M)  # expected distinct experts hit by M tokens
             if touched < 1.0:
                 touched = 1.0

@@ -7,10 +7,11 @@ Regenerate: python -m fleetwise.perf.calibrate --write
 Units: seconds, bytes, dimensionless efficiencies relative to the catalog's peak FLOP/s, memory and link bandwidth.
 """
 
+# profile -> linear-op constants; 128x128 output tiles, waves over the GPU's SMs (GPU_SMS below)
 GEMM = {
-    "a100": {"eff_compute": 0.741608, "eff_mem": 0.80302, "m_half": 80.6375, "t0_s": 6.70083e-06},
-    "a40": {"eff_compute": 0.792066, "eff_mem": 0.767319, "m_half": 106.314, "t0_s": 7.64328e-06},
-    "h100": {"eff_compute": 0.755063, "eff_mem": 0.928973, "m_half": 156.968, "t0_s": 6.74739e-06},
+    "a100": {"eff_compute": 0.746155, "eff_mem": 0.720152, "wave_quant": 0.101283, "k_pad": 70.2658, "t0_s": 4.66524e-06},
+    "a40": {"eff_compute": 0.793164, "eff_mem": 0.73696, "wave_quant": 0.195696, "k_pad": 128.156, "t0_s": 3.09412e-06},
+    "h100": {"eff_compute": 0.719079, "eff_mem": 0.910228, "wave_quant": 0.228832, "k_pad": 0.001, "t0_s": 6.79271e-06},
 }
 
 # op -> (t0_s, eff_mem)
@@ -109,4 +110,16 @@ GPU_FABRIC = {
     "L40S": ("a100_dgx", "a100_dgx"),
     "T4": ("a100_dgx", "a100_dgx"),
     "Jetson-AGX-Orin-64GB": ("a100_dgx", "a100_dgx"),
+}
+
+# catalog GPU -> streaming multiprocessors (datasheets; GEMM wave quantisation)
+GPU_SMS = {
+    "A100-80GB": 108,
+    "A40": 84,
+    "H100-80GB": 132,
+    "H200": 132,
+    "L4": 58,
+    "L40S": 142,
+    "T4": 40,
+    "Jetson-AGX-Orin-64GB": 16,
 }

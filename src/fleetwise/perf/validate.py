@@ -172,22 +172,56 @@ def to_json(result: dict[str, dict[str, float]]) -> str:
     return json.dumps({k: {op: round(v, 3) for op, v in d.items()} for k, d in result.items()}, indent=2)
 
 
+def _cell(d: dict[str, float], op: str, target: float | None = None) -> str:
+    v = d.get(op)
+    if v is None or v != v:
+        return ""
+    txt = f"{v:.1f}"
+    return f"[red]{txt}[/red]" if target is not None and v > target else txt
+
+
 def render_table(result: dict[str, dict[str, float]]):
-    """A rich Table: one row per "<gpu>/<model>" (or fabric / attention / cpu row), one column per operator."""
+    """Three rich tables (a Group): linear ops and whole layer per "<gpu>/<model>", small ops per "<gpu>/<model>",
+    and attention / collectives / CPU overhead. Values over their target are red."""
+    from rich.console import Group
     from rich.table import Table
 
-    cols: list[str] = []
-    for d in result.values():
-        for op in d:
-            if op not in cols:
-                cols.append(op)
-    t = Table(title="Held-out MAPE % of the performance model (Vidur profiling data)")
-    t.add_column("rows")
-    for c in cols:
-        t.add_column(c, justify="right")
-    for k, d in result.items():
-        t.add_row(k, *(f"{d[c]:.1f}" if c in d and d[c] == d[c] else "" for c in cols))
-    return t
+    compute = {k: d for k, d in result.items() if "linear@64+" in d}
+    other = {k: d for k, d in result.items() if k not in compute}
+    T = TARGET_LINEAR_MAPE
+
+    lin = Table(
+        title=f"Held-out MAPE % — linear ops and layer, >= 64 tokens (target <= {T:g}%)",
+        caption="qkv/o/up/down = attn_pre_proj/attn_post_proj/mlp_up_proj/mlp_down_proj; linear = the four pooled; "
+        "layer = sum of all per-layer ops. linear<64 (< 64 tokens) has no target.",
+    )
+    lin.add_column("GPU/model", no_wrap=True)
+    lin_cols = [("qkv", "attn_pre_proj@64+"), ("o", "attn_post_proj@64+"), ("up", "mlp_up_proj@64+"),
+                ("down", "mlp_down_proj@64+"), ("linear@64+", "linear@64+"), ("layer@64+", "layer@64+")]  # fmt: skip
+    for name, _ in lin_cols:
+        lin.add_column(name, justify="right")
+    lin.add_column("linear<64", justify="right", style="dim")
+    for k, d in compute.items():
+        lin.add_row(k, *(_cell(d, op, T) for _, op in lin_cols), _cell(d, "linear@<64"))
+
+    small = Table(title="Held-out MAPE % — small activation-bound ops, all held-out rows (no target)")
+    small.add_column("GPU/model", no_wrap=True)
+    for op in SMALL_OPS:
+        small.add_column(op.replace("post_attention_layernorm", "post_attn_norm").replace("input_layernorm", "input_norm"), justify="right")
+    for k, d in compute.items():
+        small.add_row(k, *(_cell(d, op) for op in SMALL_OPS))
+
+    A = TARGET_ATTN_COMM_MAPE
+    rest = Table(title=f"Held-out MAPE % — attention, collectives, CPU (target <= {A:g}%)")
+    rest.add_column("rows", no_wrap=True)
+    rest_cols: list[str] = []
+    for d in other.values():
+        rest_cols += [op for op in d if op not in rest_cols]
+    for op in rest_cols:
+        rest.add_column(op, justify="right")
+    for k, d in other.items():
+        rest.add_row(k, *(_cell(d, op, A) for op in rest_cols))
+    return Group(lin, small, rest)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -198,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         from rich.console import Console
 
-        Console(width=250).print(render_table(res))
+        Console().print(render_table(res))
     return 0
 
 

@@ -127,6 +127,7 @@ class Replica:
     prefill_tokens: int = 0
     served: int = 0
     preemptions: int = 0
+    timeline: list = field(default_factory=list)  # GPU-busy seconds per timeline bucket (when recorded)
 
     def kv_capacity_tokens(self) -> int:
         return sum(l.cap_blocks for l in self.lanes) * self.block_tokens

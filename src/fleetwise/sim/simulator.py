@@ -45,6 +45,7 @@ class SimOptions:
     max_waiting: int | None = None  # per replica; beyond it a request is rejected ("queue_full")
     prefix_caching: bool = True
     check_invariants: bool = False  # assert KV usage <= capacity after every event (tests)
+    timeline_bucket_s: float | None = None  # record each replica's GPU-busy time per bucket (utilisation over time)
 
 
 class Simulator:
@@ -108,6 +109,7 @@ class Simulator:
         self.events = 0
         self.ended = 0
         self.prefix_block_tokens = workload.block_tokens
+        self._bucket = self.options.timeline_bucket_s
         self._has_prefix = workload.has_prefix and self.options.prefix_caching
         if self._has_prefix:
             self._pofs = workload.prefix_offsets.tolist()
@@ -379,6 +381,8 @@ class Simulator:
         k, B = lane.run_k, lane.run_B
         pf_tokens = lane.run_pf_tokens
         rep.busy_s += dt / pp
+        if self._bucket:
+            self._add_busy(rep, lane.t0, now, 1.0 / pp)
         rep.energy_busy_j += perf.busy_power_w(pf_tokens, B) * dt / pp
         if B:
             K0 = lane.dec_kv
@@ -495,6 +499,28 @@ class Simulator:
         self.preempts[rid] += 1
         rep.preemptions += 1
         self._enqueue(rep, rid, front=True, skip=lane)
+
+    def _add_busy(self, rep: Replica, t0: float, t1: float, scale: float) -> None:
+        w = self._bucket
+        tl = rep.timeline
+        b = int(t0 / w)
+        while t0 < t1:
+            end = min(t1, (b + 1) * w)
+            if b >= len(tl):
+                tl.extend([0.0] * (b + 1 - len(tl)))
+            tl[b] += (end - t0) * scale
+            t0 = end
+            b += 1
+
+    def utilisation_timeline(self) -> tuple[float, np.ndarray]:
+        """(bucket width s, array replicas x buckets of GPU-busy fractions); needs ``timeline_bucket_s``."""
+        if not self._bucket:
+            raise ValueError("run with SimOptions(timeline_bucket_s=...) to record utilisation over time")
+        nb = max((len(r.timeline) for r in self.replicas), default=0)
+        out = np.zeros((len(self.replicas), nb))
+        for i, r in enumerate(self.replicas):
+            out[i, : len(r.timeline)] = r.timeline
+        return self._bucket, out / self._bucket
 
     # ------------------------------------------------------------------ results
     def _check(self) -> None:
