@@ -18,9 +18,10 @@ install: $(VENV)/.installed
 demo: $(VENV)/.installed
 	$(VENV)/bin/fleetwise compare --scenario default --seeds 3
 
-## the whole test suite (2 workers)
+## the whole test suite: everything on 2 workers, then the Ray tests in a loopback-only network namespace
 test: $(VENV)/.installed
-	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 tests
+	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 -m "not ray" tests
+	OMP_NUM_THREADS=1 scripts/loopback-ns $(PY) -m pytest -m ray tests
 
 ## speed and accuracy benchmarks quoted in docs/
 bench: $(VENV)/.installed

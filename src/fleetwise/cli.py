@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -93,54 +94,184 @@ def simulate(
     out.print(t)
 
 
+SUMMARY_METRICS = [k for k, *_ in TABLE_KEYS]
+
+
+def _summary_tables(rows: list[dict], title: str, baseline: str | None = None, order: list[str] | None = None
+                    ) -> list[Table]:
+    """One table per scenario and grid point: mean ± 95% bootstrap CI over seeds, and the paired change vs the
+    baseline's TTFT p99 and goodput."""
+    from collections import defaultdict
+
+    by: dict[tuple, list[dict]] = defaultdict(list)
+    for r in rows:
+        by[(r["scenario"], json.dumps(r["params"], sort_keys=True))].append(r)
+    tables = []
+    for (scen, params), members in by.items():
+        p = json.loads(params)
+        tag = ", ".join(f"{k}={v}" for k, v in p.items() if not isinstance(v, (dict, list)))
+        if order:
+            members.sort(key=lambda r: order.index(r["router"]) if r["router"] in order else len(order))
+        t = Table(title=(title if title == scen else f"{title} · {scen}") + (f" · {tag}" if tag else "") +
+                  f" · mean ± 95% CI over {members[0]['seeds']} seeds")
+        t.add_column("policy", no_wrap=True)
+        for _, label, _, _ in TABLE_KEYS:
+            t.add_column(label, justify="right", no_wrap=True)
+        if baseline:
+            t.add_column(f"TTFT p99 vs {baseline}", justify="right", no_wrap=True)
+            t.add_column(f"goodput vs {baseline}", justify="right", no_wrap=True)
+        for r in members:
+            name = r["router"] if len({m["batcher"] for m in members}) == 1 else f"{r['router']} / {r['batcher']}"
+            row = [name]
+            for key, _, scale, fmt in TABLE_KEYS:
+                ci = r["ci"].get(key)
+                if ci is None or math.isnan(ci.mean):
+                    row.append("-")
+                    continue
+                cell = fmt.format(ci.mean * scale)
+                if not math.isnan(ci.lo) and key != "completed":
+                    cell += " ± " + fmt.format(ci.half * scale)
+                row.append(cell)
+            if baseline:
+                for key in ("ttft_p99_s", "goodput_rps"):
+                    ci = r["vs_baseline"].get(key)
+                    row.append("-" if ci is None or math.isnan(ci.mean) else
+                               f"{ci.mean:+.1%} [{ci.lo:+.1%}, {ci.hi:+.1%}]" if not math.isnan(ci.lo) else f"{ci.mean:+.1%}")
+            t.add_row(*row)
+        tables.append(t)
+    return tables
+
+
+def _ci_json(rows: list[dict]) -> dict:
+    def c(ci):
+        return {"mean": None if math.isnan(ci.mean) else ci.mean,
+                "ci95": None if math.isnan(ci.lo) else [ci.lo, ci.hi], "n": ci.n}
+
+    out: dict = {}
+    for r in rows:
+        key = r["router"] if r["params"] == {} else f"{r['router']} {json.dumps(r['params'], sort_keys=True)}"
+        out[key] = {m: c(ci) for m, ci in r["ci"].items()}
+        if r["vs_baseline"]:
+            out[key]["vs_baseline"] = {m: c(ci) for m, ci in r["vs_baseline"].items()}
+    return out
+
+
+def _execute(spec, db: Optional[str], backend: str, workers: Optional[int], address: Optional[str],
+             label: str):
+    from fleetwise.experiments.runner import run_sweep
+    from fleetwise.experiments.spec import expand
+    from fleetwise.experiments.store import Store
+
+    store = Store(db)
+    runs = expand(spec, where=label, records_dir=str(Path(db).parent / "records") if db else None)
+    with _progress() as prog:
+        task = prog.add_task(f"{spec.name}: {len(runs)} runs", total=len(runs))
+        res = run_sweep(runs, store, backend=backend, workers=workers, address=address,
+                        on_progress=lambda d, n: prog.update(task, completed=d + (len(runs) - n)))
+    return store, runs, res
+
+
+@app.command()
+def sweep(
+    spec_file: str = typer.Argument(..., metavar="EXPERIMENT", help="experiment YAML file or built-in name"),
+    db: str = typer.Option(str(Path("results") / "fleetwise.duckdb"), help="results store (DuckDB file)"),
+    backend: str = typer.Option("local", help="local (process pool) or ray"),
+    address: Optional[str] = typer.Option(None, help="Ray cluster address (with --backend ray)"),
+    workers: Optional[int] = typer.Option(None, min=1, help="parallel runs (default: all cores)"),
+    report: bool = typer.Option(False, "--report", help="write the HTML report when done"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Run an experiment: every scenario x policy x grid point x seed not already in the store."""
+    from fleetwise.experiments.spec import load_experiment
+    from fleetwise.experiments.stats import aggregate
+
+    if backend not in ("local", "ray"):
+        raise InputError(f"--backend {backend!r}: expected local or ray")
+    spec = load_experiment(spec_file)
+    store, runs, res = _execute(spec, db, backend, workers, address, spec_file)
+    ids = [r.run_id for r in runs]
+    stored = [r for r in store.runs() if r["run_id"] in set(ids)]
+    rows = aggregate(stored, SUMMARY_METRICS, spec.baseline or None)
+    console.print(f"{res.total} runs: {res.ok} ran, {res.failed} failed, {res.skipped} already stored "
+                  f"({res.wall_s:.1f} s) -> {db}", highlight=False)
+    failed = store.runs(where="status = 'failed'")
+    for f in [f for f in failed if f["run_id"] in set(ids)][:5]:
+        console.print(f"[red]failed[/red] {f['scenario']} {f['router_label']} seed {f['seed']}: {f['error']}",
+                      highlight=False)
+    if as_json:
+        out.print_json(json.dumps(_ci_json(rows)))
+    else:
+        base = next(iter(spec.baseline.values()), None)
+        order = [ref_label for ref_label in (r.policy["router"] for r in runs)]
+        for t in _summary_tables(rows, spec.name, base, list(dict.fromkeys(order))):
+            out.print(t)
+    if report:
+        _report(db, str(Path(db).parent / "report"))
+
+
 @app.command()
 def compare(
     scenario: Optional[str] = typer.Option(None, "--scenario", "-s", help="scenario YAML file or built-in name"),
     routers: str = typer.Option("round_robin,least_outstanding_requests,least_outstanding_tokens,power_of_two",
-                                help="comma-separated router names"),
+                                help="comma-separated router names; the first is the baseline"),
     batcher: Optional[str] = typer.Option(None, help="batcher for every run (default: the scenario's)"),
     seeds: int = typer.Option(3, min=1, help="number of seeds per router"),
     requests: Optional[int] = typer.Option(None, "--requests", "-n", min=1),
     trace: Optional[str] = typer.Option(None, help="replay this trace file instead of the scenario's workload"),
+    workers: Optional[int] = typer.Option(None, min=1, help="parallel runs (default: all cores)"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Compare routers on one scenario: mean ± 95% CI over seeds of each summary metric."""
-    from fleetwise.control.registry import make
-    from fleetwise.metrics.stats import mean_ci
-    from fleetwise.scenario import build
+    """Compare routers on one scenario: mean ± 95% CI over seeds, and the paired change against the first."""
+    from fleetwise.experiments.spec import ExperimentSpec
+    from fleetwise.experiments.stats import aggregate
+    from fleetwise.scenario import load_scenario
 
     names = [r.strip() for r in routers.split(",") if r.strip()]
-    for r in names:
-        make("router", r, where="--routers: ")
-    sc, workload = _load(scenario, trace, requests)
-    results: dict[str, list[dict]] = {r: [] for r in names}
-    with _progress() as prog:
-        task = prog.add_task(f"{sc.name}: {len(names)} routers x {seeds} seeds", total=len(names) * seeds)
-        for r in names:
-            for k in range(seeds):
-                b = build(sc, sc.seed + k, workload=workload, num_requests=requests)
-                results[r].append(b.summary(b.run(r, batcher)))
-                prog.advance(task)
-    agg = {r: {key: mean_ci([s[key] for s in runs]) for key in runs[0] if isinstance(runs[0][key], (int, float))}
-           for r, runs in results.items()}
+    if not names:
+        raise InputError("--routers: give at least one router name")
+    sc = load_scenario(scenario)  # validates early, with the file name in the message
+    grid = {}
+    if trace is not None:
+        from fleetwise.workload.spec import resolve_trace
+
+        resolve_trace(trace)  # a missing file fails here, with its name
+        grid["workload"] = [{"kind": "trace", "path": trace}]
+    data = {"name": "compare", "scenarios": [scenario or "default"], "policies": {"router": names},
+            "seeds": seeds, "requests": requests, "grid": grid, "baseline": {"router": names[0]}}
+    if batcher:
+        data["policies"]["batcher"] = [batcher]
+    from fleetwise.experiments.spec import parse_experiment
+
+    spec: ExperimentSpec = parse_experiment(data, where="compare")
+    store, runs, res = _execute(spec, None, "local", workers, None, "compare")
+    rows = aggregate(store.runs(), SUMMARY_METRICS, spec.baseline)
+    if res.failed:
+        f = store.runs(where="status = 'failed'")[0]
+        raise InputError(f"{f['router_label']} seed {f['seed']}: {f['error']}")
     if as_json:
-        out.print_json(json.dumps({r: {k: {"mean": m, "ci95": None if math.isnan(h) else h} for k, (m, h) in d.items()}
-                                   for r, d in agg.items()}))
+        out.print_json(json.dumps(_ci_json(rows)))
         return
-    t = Table(title=f"{sc.name}: mean ± 95% CI over {seeds} seeds ({len(b.workload)} requests each)")
-    t.add_column("router")
-    for _, label, _, _ in TABLE_KEYS:
-        t.add_column(label, justify="right")
-    for r, d in agg.items():
-        row = [r]
-        for key, _, scale, fmt in TABLE_KEYS:
-            m, h = d.get(key, (math.nan, math.nan))
-            cell = fmt.format(m * scale)
-            if not math.isnan(h) and key not in ("completed", "rejected"):
-                cell += " ± " + fmt.format(h * scale)
-            row.append(cell)
-        t.add_row(*row)
-    out.print(t)
+    for t in _summary_tables(rows, sc.name, names[0] if len(names) > 1 else None, names):
+        out.print(t)
+
+
+def _report(db: str, out_dir: str) -> None:
+    from fleetwise.experiments.report import write_report
+    from fleetwise.experiments.store import Store
+
+    if not Path(db).exists():
+        raise InputError(f"{db}: results store not found (run `fleetwise sweep` first)")
+    index = write_report(Store(db), Path(out_dir))
+    console.print(f"report written: open file://{index.resolve()}", highlight=False)
+
+
+@app.command()
+def report(
+    db: str = typer.Option(str(Path("results") / "fleetwise.duckdb"), help="results store (DuckDB file)"),
+    out_dir: str = typer.Option(str(Path("results") / "report"), "--out", help="folder for index.html and PNGs"),
+) -> None:
+    """Write a self-contained HTML report (plots embedded) and a PNG of each plot."""
+    _report(db, out_dir)
 
 
 @app.command("policies")

@@ -1,0 +1,802 @@
+"""The HTML report of a results store: one self-contained ``index.html`` (plots embedded as base64 PNG, inline
+CSS, no script, no external reference: it opens offline) and one PNG file per plot next to it.
+
+Sections, each grouped by experiment (and inside by scenario and grid point):
+
+1. summary tables: mean ± 95% bootstrap CI over seeds of the key metrics (``stats.aggregate``), the paired
+   change against the baseline policy, ok/failed run counts and the failed runs' errors;
+2. latency CDFs (TTFT and E2E) from the ``quantiles`` table, the quantile curves averaged over seeds;
+3. metric-vs-load curves for every numeric grid parameter, with 95% CI bands;
+4. cost vs latency, every (policy, grid point) a point with its CIs, the Pareto front highlighted;
+5. per-replica GPU utilisation over time (``timeline`` table) for the lowest seed of each policy at the
+   highest load;
+6. learning curves of learned policies (``learning`` table).
+
+A section without data says so in a sentence. Plots are drawn with matplotlib's Agg canvas (no display).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import math
+import os
+import re
+import struct
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from fleetwise.errors import InputError
+from fleetwise.experiments.stats import CI, aggregate
+
+# (summary key, label, unit shown, scale applied for display, direction: +1 higher is better, -1 lower is, 0 neither)
+KEY_METRICS: list[tuple[str, str, str, float, int]] = [
+    ("ttft_p50_s", "TTFT p50", "s", 1.0, -1),
+    ("ttft_p99_s", "TTFT p99", "s", 1.0, -1),
+    ("tpot_p50_s", "TPOT p50", "ms", 1e3, -1),
+    ("e2e_p99_s", "E2E p99", "s", 1.0, -1),
+    ("goodput_rps", "Goodput", "req/s", 1.0, +1),
+    ("tokens_per_s", "Output tokens/s", "tok/s", 1.0, +1),
+    ("gpu_util", "GPU util", "%", 100.0, 0),
+    ("load_cv", "Load CV", "", 1.0, -1),
+    ("cost_per_mtok_usd", "Cost", "$/Mtok", 1.0, -1),
+    ("slowdown_p50", "Slowdown p50", "×", 1.0, -1),
+]
+METRIC_INFO = {k: (label, unit, scale, better) for k, label, unit, scale, better in KEY_METRICS}
+LOAD_METRICS = ["ttft_p99_s", "e2e_p99_s", "goodput_rps", "gpu_util"]
+PARETO_LATENCIES = ["e2e_p99_s", "ttft_p99_s"]
+DEFAULT_BASELINE_ROUTER = "round_robin"
+DPI = 100
+MAX_FAILED_SHOWN = 50
+MAX_LOAD_ROWS = 6
+MANIFEST = "report-manifest.json"
+
+SECTIONS = [
+    ("summary", "1. Summary"),
+    ("cdf", "2. Latency CDFs"),
+    ("load", "3. Metrics vs load"),
+    ("pareto", "4. Cost vs latency"),
+    ("timeline", "5. Per-replica utilisation over time"),
+    ("learning", "6. Learning curves"),
+]
+
+CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;color:#1d2733;background:#fff;
+margin:0;line-height:1.45}
+main{max-width:1120px;margin:0 auto;padding:18px 22px 60px}
+h1{font-size:1.6em;margin:.3em 0}h2{font-size:1.3em;border-bottom:2px solid #d8dee6;padding-bottom:.2em;margin-top:1.8em}
+h3{font-size:1.08em;margin:1.3em 0 .4em}h4{font-size:.98em;margin:1em 0 .3em;color:#3a4756}
+p.meta,p.note{color:#55616f;font-size:.9em;margin:.3em 0}p.empty{color:#55616f;font-style:italic}
+nav ol{margin:.4em 0;padding-left:1.4em}nav li{display:inline-block;margin-right:1.2em}
+a{color:#1f5fa8}
+.tablewrap{overflow-x:auto;margin:.4em 0 1em}
+table{border-collapse:collapse;font-size:12.5px;font-variant-numeric:tabular-nums}
+th,td{border:1px solid #d8dee6;padding:3px 6px;text-align:right;vertical-align:top;white-space:nowrap}
+th{background:#f2f5f8;font-weight:600}td.l,th.l{text-align:left}
+tr.base td{background:#fafbfc}
+.pm{color:#6b7785}.chg{font-size:11px;color:#6b7785}.good{color:#1a7f37;font-weight:600}.bad{color:#b42318;font-weight:600}
+td.err{white-space:normal;max-width:520px;font-family:ui-monospace,Menlo,Consolas,monospace;font-size:11.5px;text-align:left}
+figure{margin:.6em 0 1.4em}figure img.plot{max-width:100%;height:auto;display:block;border:1px solid #eef1f4}
+figcaption{color:#55616f;font-size:.88em;margin-top:.3em}
+"""
+
+
+# ---------------------------------------------------------------------------------------------------- helpers
+def _esc(x: Any) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _nan(x: Any) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x))
+
+
+def _pkey(params: dict) -> str:
+    return json.dumps(params, sort_keys=True)
+
+
+def _short_key(k: str) -> str:
+    return k.split(".")[-1] if not k.split(".")[-1].isdigit() else k
+
+
+def _short_val(v: Any) -> str:
+    if _is_num(v) or isinstance(v, str):
+        return str(v)
+    s = json.dumps(v, sort_keys=True)
+    return s if len(s) <= 40 else s[:37] + "…"
+
+
+def _tag(params: dict) -> str:
+    return ", ".join(f"{_short_key(k)}={_short_val(v)}" for k, v in params.items())
+
+
+def _point_sort_key(params: dict) -> tuple:
+    return tuple((0, float(v), "") if _is_num(v) else (1, 0.0, _short_val(v)) for _, v in sorted(params.items()))
+
+
+def _slug(s: str) -> str:
+    return re.sub(r"[^a-z0-9_.-]+", "-", s.lower()).strip("-.")[:80] or "x"
+
+
+def _decimals(x: float) -> int:
+    if x == 0 or not math.isfinite(x):
+        return 3
+    return int(min(6, max(0, 2 - math.floor(math.log10(abs(x))))))
+
+
+def _fmt(x: float, d: int | None = None) -> str:
+    if _nan(x):
+        return "—"
+    d = _decimals(x) if d is None else d
+    s = f"{x:,.{d}f}" if abs(x) >= 10000 else f"{x:.{d}f}"
+    return s.replace("-", "−")
+
+
+def _unit(u: str) -> str:
+    return f" ({u})" if u else ""
+
+
+def _param_unit(key: str) -> str:
+    k = key.split(".")[-1]
+    if k.endswith("_rps"):
+        return " (req/s)"
+    if k.endswith("_s"):
+        return " (s)"
+    if k == "replicas":
+        return " (count)"
+    return ""
+
+
+def _png_size(data: bytes) -> tuple[int, int]:
+    return struct.unpack(">II", data[16:24])
+
+
+# ---------------------------------------------------------------------------------------------------- the model
+@dataclass
+class _Experiment:
+    name: str
+    ok: list[dict]
+    failed: list[dict]
+    baseline: dict | None = None
+    rows: list[dict] = field(default_factory=list)
+    agg: dict[tuple, dict] = field(default_factory=dict)  # (scenario, pkey, batcher, router) -> aggregate row
+    policies: list[tuple[str, str]] = field(default_factory=list)  # (router_label, batcher_label)
+    names: dict[tuple[str, str], str] = field(default_factory=dict)
+    colors: dict[tuple[str, str], Any] = field(default_factory=dict)
+    scenarios: list[str] = field(default_factory=list)
+    points: dict[str, list[dict]] = field(default_factory=dict)  # scenario -> grid points in order
+    grid_keys: list[str] = field(default_factory=list)
+
+    def policy(self, run_or_row: dict) -> tuple[str, str]:
+        if "router_label" in run_or_row:
+            return (str(run_or_row.get("router_label") or run_or_row.get("router")),
+                    str(run_or_row.get("batcher_label") or run_or_row.get("batcher")))
+        return (str(run_or_row["router"]), str(run_or_row["batcher"]))
+
+    def row(self, scenario: str, params: dict, pol: tuple[str, str]) -> dict | None:
+        return self.agg.get((scenario, _pkey(params), pol[1], pol[0]))
+
+    @property
+    def slug(self) -> str:
+        return _slug(self.name)
+
+
+def _auto_baseline(runs: list[dict]) -> dict | None:
+    groups: dict[tuple, set] = defaultdict(set)
+    for r in runs:
+        groups[(r["scenario"], _pkey(r["params"]), r.get("batcher_label"))].add(r.get("router_label"))
+    if not groups or not any(len(s) > 1 for s in groups.values()):
+        return None
+    if all(DEFAULT_BASELINE_ROUTER in s for s in groups.values()):
+        return {"router": DEFAULT_BASELINE_ROUTER}
+    return None
+
+
+def _build_experiment(name: str, runs: list[dict], baseline: dict | None) -> _Experiment:
+    ok = [r for r in runs if r.get("status") == "ok"]
+    failed = [r for r in runs if r.get("status") != "ok"]
+    ex = _Experiment(name=name, ok=ok, failed=failed)
+    ex.baseline = baseline if baseline is not None else _auto_baseline(ok)
+    ex.rows = aggregate(ok, [k for k, *_ in KEY_METRICS], ex.baseline or None) if ok else []
+    for row in ex.rows:
+        ex.agg[(row["scenario"], _pkey(row["params"]), row["batcher"], row["router"])] = row
+    pols = list(dict.fromkeys(ex.policy(r) for r in runs))
+    if ex.baseline:
+        level, bname = next(iter(ex.baseline.items()))
+        idx = 0 if level == "router" else 1
+        pols.sort(key=lambda p: p[idx] != bname)  # stable: the baseline first, the rest in store order
+    ex.policies = pols
+    routers = {p[0] for p in pols}
+    batchers = {p[1] for p in pols}
+    for p in pols:
+        if len(batchers) <= 1:
+            ex.names[p] = p[0]
+        elif len(routers) <= 1:
+            ex.names[p] = p[1]
+        else:
+            ex.names[p] = f"{p[0]} / {p[1]}"
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab10" if len(pols) <= 10 else "tab20"]
+    for i, p in enumerate(pols):
+        ex.colors[p] = cmap(i % cmap.N)
+    ex.scenarios = list(dict.fromkeys(r["scenario"] for r in runs))
+    for s in ex.scenarios:
+        pts = {_pkey(r["params"]): r["params"] for r in runs if r["scenario"] == s}
+        ex.points[s] = sorted(pts.values(), key=_point_sort_key)
+    ex.grid_keys = list(dict.fromkeys(k for r in runs for k in r["params"]))
+    return ex
+
+
+def _numeric_params(ex: _Experiment, scenario: str) -> list[str]:
+    pts = ex.points[scenario]
+    out = []
+    for k in ex.grid_keys:
+        vals = [p.get(k) for p in pts]
+        if all(_is_num(v) for v in vals) and len(set(vals)) > 1:
+            out.append(k)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------- plots
+class _Plots:
+    """Renders figures to PNG once: the bytes go to a file and, base64-encoded, into the page."""
+
+    def __init__(self, out_dir: Path):
+        self.out_dir = out_dir
+        self.files: list[str] = []
+        self.ids: set[str] = set()
+
+    def new_figure(self, w: float, h: float):
+        from matplotlib.figure import Figure
+
+        return Figure(figsize=(w, h), dpi=DPI, layout="constrained")
+
+    def html(self, fig, pid: str, alt: str, caption: str) -> str:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+        base, i = _slug(pid), 2
+        pid = base
+        while pid in self.ids:
+            pid, i = f"{base}-{i}", i + 1
+        self.ids.add(pid)
+        FigureCanvasAgg(fig)
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=DPI, facecolor="white")
+        data = buf.getvalue()
+        fname = f"{pid}.png"
+        (self.out_dir / fname).write_bytes(data)
+        self.files.append(fname)
+        w, h = _png_size(data)
+        b64 = base64.b64encode(data).decode("ascii")
+        return (f'<figure><img class="plot" data-plot="{_esc(pid)}" alt="{_esc(alt)}" width="{w}" height="{h}" '
+                f'src="data:image/png;base64,{b64}"><figcaption>{_esc(caption)} '
+                f'<span class="meta">(file: {_esc(fname)})</span></figcaption></figure>')
+
+
+def _ci_arrays(ex: _Experiment, scenario: str, points: list[dict], pol, metric: str, scale: float = 1.0):
+    m, lo, hi = [], [], []
+    for p in points:
+        row = ex.row(scenario, p, pol)
+        ci: CI | None = row["ci"].get(metric) if row else None
+        m.append(np.nan if ci is None or _nan(ci.mean) else ci.mean * scale)
+        lo.append(np.nan if ci is None or _nan(ci.lo) else ci.lo * scale)
+        hi.append(np.nan if ci is None or _nan(ci.hi) else ci.hi * scale)
+    return np.array(m, float), np.array(lo, float), np.array(hi, float)
+
+
+def _maybe_log_y(ax, values: np.ndarray) -> None:
+    v = values[np.isfinite(values) & (values > 0)]
+    if len(v) and v.max() / v.min() > 30:
+        ax.set_yscale("log")
+
+
+# ---------------------------------------------------------------------------------------------------- section 1
+def _summary_html(ex: _Experiment) -> str:
+    n_ok, n_failed = len(ex.ok), len(ex.failed)
+    parts = [f'<p class="meta">{n_ok + n_failed} runs: <b>{n_ok} ok</b>, '
+             f'<b class="{"bad" if n_failed else ""}">{n_failed} failed</b>; '
+             f'{len(ex.scenarios)} scenario(s), {len(ex.policies)} policies, '
+             f'{sum(len(v) for v in ex.points.values())} (scenario, grid point) combinations.</p>']
+    if ex.baseline:
+        level, bname = next(iter(ex.baseline.items()))
+        parts.append(f'<p class="note">Cells: mean <span class="pm">± half-width of the 95% bootstrap CI over seeds'
+                     f'</span> (hover a cell for the interval). Second line: paired change against the baseline '
+                     f'{_esc(level)} <b>{_esc(bname)}</b> (same seed, scenario and grid point), its 95% CI in '
+                     f'brackets; <span class="good">green</span> = better, <span class="bad">red</span> = worse, '
+                     f'coloured only where the interval excludes 0.</p>')
+    else:
+        parts.append('<p class="note">Cells: mean <span class="pm">± half-width of the 95% bootstrap CI over seeds'
+                     '</span> (hover a cell for the interval). No baseline policy (no router named '
+                     f'<code>{DEFAULT_BASELINE_ROUTER}</code> in every group), so no paired changes.</p>')
+    fails = defaultdict(int)
+    for r in ex.failed:
+        fails[(r["scenario"], _pkey(r["params"]), *ex.policy(r))] += 1
+    oks = defaultdict(int)
+    for r in ex.ok:
+        oks[(r["scenario"], _pkey(r["params"]), *ex.policy(r))] += 1
+    for s in ex.scenarios:
+        gk = [k for k in ex.grid_keys if any(k in p for p in ex.points[s])]
+        head = "".join(f'<th class="l" title="{_esc(k)}">{_esc(_short_key(k))}</th>' for k in gk)
+        head += '<th class="l">policy</th><th title="ok runs (failed)">runs</th>'
+        head += "".join(f"<th>{_esc(label)}{_esc(_unit(unit))}</th>" for _, label, unit, _, _ in KEY_METRICS)
+        body = []
+        for p in ex.points[s]:
+            pols = [pol for pol in ex.policies if oks.get((s, _pkey(p), *pol)) or fails.get((s, _pkey(p), *pol))]
+            for i, pol in enumerate(pols):
+                row = ex.row(s, p, pol)
+                n_ok_g, n_f_g = oks.get((s, _pkey(p), *pol), 0), fails.get((s, _pkey(p), *pol), 0)
+                is_base = bool(ex.baseline) and pol[0 if "router" in ex.baseline else 1] == next(
+                    iter(ex.baseline.values()))
+                cells = []
+                if i == 0:
+                    cells += [f'<td class="l" rowspan="{len(pols)}">{_esc(_short_val(p.get(k, "")))}</td>' for k in gk]
+                name = _esc(ex.names[pol]) + (' <span class="pm">(baseline)</span>' if is_base else "")
+                cells.append(f'<td class="l">{name}</td>')
+                cells.append(f'<td>{n_ok_g}' + (f' <span class="bad">({n_f_g} failed)</span>' if n_f_g else "") + "</td>")
+                for key, _, _, scale, better in KEY_METRICS:
+                    ci = row["ci"].get(key) if row else None
+                    if ci is None or _nan(ci.mean):
+                        cells.append("<td>—</td>")
+                        continue
+                    d = _decimals(ci.mean * scale)
+                    txt = _fmt(ci.mean * scale, d)
+                    title = f"n={ci.n} seeds"
+                    if not _nan(ci.lo):
+                        txt += f' <span class="pm">± {_fmt(ci.half * scale, d)}</span>'
+                        title = f"95% CI [{_fmt(ci.lo * scale, d)}, {_fmt(ci.hi * scale, d)}], " + title
+                    chg = row["vs_baseline"].get(key) if row else None
+                    if chg is not None and not _nan(chg.mean):
+                        cls = ""
+                        if better and not _nan(chg.lo) and (chg.lo > 0 or chg.hi < 0):
+                            cls = " good" if chg.mean * better > 0 else " bad"
+                        ctxt = f"{chg.mean * 100:+.1f}%"
+                        if not _nan(chg.lo):
+                            ctxt += f" [{chg.lo * 100:+.1f}, {chg.hi * 100:+.1f}]"
+                        txt += f'<br><span class="chg{cls}">{_esc(ctxt.replace("-", "−"))}</span>'
+                    cells.append(f'<td title="{_esc(title)}">{txt}</td>')
+                body.append(f'<tr class="{"base" if is_base else ""}">' + "".join(cells) + "</tr>")
+        parts.append(f"<h4>Scenario {_esc(s)}</h4>")
+        parts.append(f'<div class="tablewrap"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}'
+                     f"</tbody></table></div>")
+    if ex.failed:
+        parts.append(f"<h4>Failed runs ({len(ex.failed)})</h4>")
+        rows = []
+        for r in ex.failed[:MAX_FAILED_SHOWN]:
+            rows.append(f'<tr><td class="l">{_esc(r["scenario"])}</td><td class="l">{_esc(_tag(r["params"]))}</td>'
+                        f'<td class="l">{_esc(ex.names.get(ex.policy(r), ""))}</td><td>{_esc(r.get("seed"))}</td>'
+                        f'<td class="err">{_esc(r.get("error") or "(no error recorded)")}</td></tr>')
+        more = (f'<p class="note">… and {len(ex.failed) - MAX_FAILED_SHOWN} more failed runs.</p>'
+                if len(ex.failed) > MAX_FAILED_SHOWN else "")
+        parts.append('<div class="tablewrap"><table><thead><tr><th class="l">scenario</th><th class="l">grid point</th>'
+                     '<th class="l">policy</th><th>seed</th><th class="l">error</th></tr></thead><tbody>'
+                     + "".join(rows) + "</tbody></table></div>" + more)
+    else:
+        parts.append('<p class="note">No failed runs.</p>')
+    return "".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------------- section 2
+def _cdf_html(ex: _Experiment, quant: dict, plots: _Plots) -> str:
+    """``quant[(scenario, pkey, router, batcher, metric)] = (q, mean value over seeds)``."""
+    parts = []
+    for s in ex.scenarios:
+        pts = [p for p in ex.points[s] if any((s, _pkey(p), *pol, m) in quant for pol in ex.policies
+                                              for m in ("ttft_s", "e2e_s"))]
+        if not pts:
+            parts.append(f'<p class="empty">Scenario {_esc(s)}: no latency quantiles stored (no completed requests '
+                         f'in any ok run).</p>')
+            continue
+        fig = plots.new_figure(10.5, 0.6 + 2.7 * len(pts))
+        axes = fig.subplots(len(pts), 2, squeeze=False)
+        for i, p in enumerate(pts):
+            for j, (m, label) in enumerate((("ttft_s", "TTFT"), ("e2e_s", "E2E latency"))):
+                ax = axes[i][j]
+                for pol in ex.policies:
+                    c = quant.get((s, _pkey(p), *pol, m))
+                    if c is None:
+                        continue
+                    q, v = c
+                    keep = v > 0
+                    ax.plot(v[keep], q[keep], color=ex.colors[pol], lw=1.6, label=ex.names[pol])
+                ax.set_xscale("log")
+                ax.set_ylim(0, 100)
+                ax.grid(True, which="both", alpha=0.25)
+                ax.set_xlabel(f"{label} (s, log scale)")
+                ax.set_ylabel("percentile of requests (%)")
+                ax.set_title(f"{label}" + (f" · {_tag(p)}" if p else ""), fontsize=10)
+                if i == 0 and j == 0:
+                    ax.legend(loc="lower right", fontsize=8, title="policy", title_fontsize=8)
+        fig.suptitle(f"Latency CDFs · {ex.name} · {s} (quantiles averaged over seeds)", fontsize=11)
+        parts.append(plots.html(
+            fig, f"cdf-{ex.slug}-{s}", f"TTFT and E2E latency CDFs per policy for scenario {s} of {ex.name}",
+            f"Scenario {s}: one row per grid point; each line is a policy's latency distribution, the 0–100th "
+            f"percentiles averaged over seeds."))
+    return "".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------------- section 3
+def _load_html(ex: _Experiment, plots: _Plots) -> str:
+    parts = []
+    for s in ex.scenarios:
+        nparams = _numeric_params(ex, s)
+        if not nparams:
+            parts.append(f'<p class="empty">Scenario {_esc(s)}: the experiment has no numeric grid parameter with '
+                         f'more than one value, so there are no metric-vs-load curves.</p>')
+            continue
+        for k in nparams:
+            others: dict[str, list[dict]] = defaultdict(list)
+            for p in ex.points[s]:
+                others[_pkey({kk: v for kk, v in p.items() if kk != k})].append(p)
+            combos = list(others.items())
+            shown = combos[:MAX_LOAD_ROWS]
+            fig = plots.new_figure(11.5, 0.9 + 2.8 * len(shown))
+            axes = fig.subplots(len(shown), len(LOAD_METRICS), squeeze=False)
+            for i, (okey, pts) in enumerate(shown):
+                pts = sorted(pts, key=lambda p: p[k])
+                x = np.array([p[k] for p in pts], float)
+                otag = _tag(json.loads(okey))
+                for j, m in enumerate(LOAD_METRICS):
+                    label, unit, scale, _ = METRIC_INFO[m]
+                    ax = axes[i][j]
+                    allv = []
+                    for pol in ex.policies:
+                        mean, lo, hi = _ci_arrays(ex, s, pts, pol, m, scale)
+                        if not np.isfinite(mean).any():
+                            continue
+                        c = ex.colors[pol]
+                        err = np.vstack([np.where(np.isfinite(lo), mean - lo, 0), np.where(np.isfinite(hi), hi - mean, 0)])
+                        ax.errorbar(x, mean, yerr=err, color=c, marker="o", ms=3.5, lw=1.5, capsize=2.5,
+                                    label=ex.names[pol])
+                        ok = np.isfinite(lo) & np.isfinite(hi)
+                        if ok.sum() > 1:
+                            ax.fill_between(x[ok], lo[ok], hi[ok], color=c, alpha=0.13, lw=0)
+                        allv.append(mean)
+                    if allv and m != "gpu_util":
+                        _maybe_log_y(ax, np.concatenate(allv))
+                    ax.set_xlabel(_short_key(k) + _param_unit(k))
+                    ax.set_ylabel(label + _unit(unit))
+                    ax.set_title(label + (f" · {otag}" if otag else ""), fontsize=10)
+                    ax.grid(True, alpha=0.25)
+            handles, labels = axes[0][0].get_legend_handles_labels()
+            if handles:
+                fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 5), fontsize=8.5,
+                           title="policy (mean over seeds, bars/bands: 95% CI)", title_fontsize=8.5)
+            fig.suptitle(f"Metrics vs {_short_key(k)} · {ex.name} · {s}", fontsize=11)
+            cap = (f"Scenario {s}: TTFT p99, E2E p99, goodput and GPU utilisation against {k}; one line per policy "
+                   f"with its 95% CI over seeds.")
+            if len(combos) > len(shown):
+                cap += f" Showing {len(shown)} of {len(combos)} combinations of the other grid parameters."
+            elif len(combos) > 1:
+                cap += " One row per combination of the other grid parameters."
+            parts.append(plots.html(fig, f"load-{ex.slug}-{s}-{_short_key(k)}",
+                                    f"Metrics against {k} per policy for scenario {s} of {ex.name}", cap))
+    return "".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------------- section 4
+def _pareto_front(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Indices of the points not dominated in (lower x, lower y), sorted by x."""
+    order = np.lexsort((y, x))
+    front, best = [], math.inf
+    for i in order:
+        if y[i] < best:
+            front.append(i)
+            best = y[i]
+    return np.array(front, int)
+
+
+def _pareto_html(ex: _Experiment, plots: _Plots) -> str:
+    parts = []
+    for s in ex.scenarios:
+        fig = plots.new_figure(11.5, 4.6)
+        axes = fig.subplots(1, len(PARETO_LATENCIES), squeeze=False)[0]
+        anything = False
+        show_tag = len(ex.points[s]) > 1
+        for ax, lat in zip(axes, PARETO_LATENCIES):
+            llabel, lunit, lscale, _ = METRIC_INFO[lat]
+            xs, ys = [], []
+            for pol in ex.policies:
+                xm, xlo, xhi = _ci_arrays(ex, s, ex.points[s], pol, lat, lscale)
+                ym, ylo, yhi = _ci_arrays(ex, s, ex.points[s], pol, "cost_per_mtok_usd")
+                ok = np.isfinite(xm) & np.isfinite(ym)
+                if not ok.any():
+                    continue
+                anything = True
+                xerr = np.vstack([np.nan_to_num(xm - xlo), np.nan_to_num(xhi - xm)])[:, ok]
+                yerr = np.vstack([np.nan_to_num(ym - ylo), np.nan_to_num(yhi - ym)])[:, ok]
+                ax.errorbar(xm[ok], ym[ok], xerr=xerr, yerr=yerr, fmt="o", ms=5, color=ex.colors[pol], capsize=2,
+                            elinewidth=1, label=ex.names[pol])
+                if show_tag:
+                    for p, xv, yv in zip(np.array(ex.points[s], dtype=object)[ok], xm[ok], ym[ok]):
+                        ax.annotate(", ".join(_short_val(v) for v in p.values()), (xv, yv), fontsize=6.5,
+                                    xytext=(4, 3), textcoords="offset points", color="#444")
+                xs.append(xm[ok])
+                ys.append(ym[ok])
+            if xs:
+                x, y = np.concatenate(xs), np.concatenate(ys)
+                f = _pareto_front(x, y)
+                ax.plot(x[f], y[f], ls="--", color="black", lw=1, drawstyle="steps-post", zorder=1)
+                ax.scatter(x[f], y[f], s=130, facecolors="none", edgecolors="black", lw=1.4, zorder=3,
+                           label="Pareto front")
+                if x.min() > 0 and x.max() / x.min() > 30:
+                    ax.set_xscale("log")
+            ax.set_xlabel(f"{llabel}{_unit(lunit)}")
+            ax.set_ylabel("cost ($ per million tokens)")
+            ax.set_title(f"Cost vs {llabel}", fontsize=10)
+            ax.grid(True, alpha=0.25)
+            ax.legend(fontsize=8, loc="best")
+        if not anything:
+            parts.append(f'<p class="empty">Scenario {_esc(s)}: no run has both a cost and a latency, so there is '
+                         f"no cost-vs-latency plot.</p>")
+            continue
+        fig.suptitle(f"Cost vs latency · {ex.name} · {s}" + (" (labels: grid point)" if show_tag else ""),
+                     fontsize=11)
+        parts.append(plots.html(
+            fig, f"pareto-{ex.slug}-{s}", f"Cost per million tokens against tail latency for scenario {s} of {ex.name}",
+            f"Scenario {s}: each point is a policy at a grid point (mean over seeds, bars: 95% CI); circled points "
+            f"form the Pareto front (no other point is both cheaper and faster)."))
+    return "".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------------- section 5
+def _load_key(ex: _Experiment, s: str) -> str | None:
+    nums = _numeric_params(ex, s)
+    for k in nums:
+        if "rate" in k.split(".")[-1]:
+            return k
+    return nums[0] if nums else None
+
+
+def _timeline_html(ex: _Experiment, with_tl: set, store, plots: _Plots) -> str:
+    """``with_tl``: the run ids that have timeline rows."""
+    parts = []
+    runs = [r for r in ex.ok if r["run_id"] in with_tl]
+    if not runs:
+        return ('<p class="empty">This experiment stored no utilisation timeline (set <code>timeline_bucket_s</code> '
+                'in the experiment spec to record one).</p>')
+    for s in ex.scenarios:
+        rs = [r for r in runs if r["scenario"] == s]
+        if not rs:
+            parts.append(f'<p class="empty">Scenario {_esc(s)}: no utilisation timeline stored.</p>')
+            continue
+        k = _load_key(ex, s)
+        pts = {_pkey(r["params"]): r["params"] for r in rs}
+        if k is not None:
+            point = max(pts.values(), key=lambda p: ((p.get(k) if _is_num(p.get(k)) else -math.inf),
+                                                      _point_sort_key(p)))
+        else:
+            point = max(pts.values(), key=_point_sort_key)
+        chosen = {}
+        for r in sorted((r for r in rs if _pkey(r["params"]) == _pkey(point)), key=lambda r: r["seed"]):
+            chosen.setdefault(ex.policy(r), r)
+        pols = [p for p in ex.policies if p in chosen]
+        ids = [chosen[p]["run_id"] for p in pols]
+        ph = ", ".join("?" * len(ids))
+        d = store.query(f"SELECT run_id, replica, t_s, util FROM timeline WHERE run_id IN ({ph}) "
+                        "ORDER BY run_id, replica, t_s", ids)
+        series: dict[str, dict[int, tuple[list, list]]] = defaultdict(lambda: defaultdict(lambda: ([], [])))
+        for rid, rep, t, u in zip(d["run_id"], d["replica"], d["t_s"], d["util"]):
+            xs, ys = series[rid][int(rep)]
+            xs.append(float(t))
+            ys.append(float(u) * 100)
+        n_rep = max((len(v) for v in series.values()), default=0)
+        ncols = 2 if len(pols) > 1 else 1
+        nrows = -(-len(pols) // ncols)
+        fig = plots.new_figure(11.5 if ncols == 2 else 8, 0.9 + 2.9 * nrows)
+        axes = fig.subplots(nrows, ncols, squeeze=False, sharey=True)
+        from matplotlib import colormaps
+
+        cmap = colormaps["tab10" if n_rep <= 10 else "tab20" if n_rep <= 20 else "viridis"]
+        colour = (lambda i: cmap(i % cmap.N)) if n_rep <= 20 else (lambda i: cmap(i / max(1, n_rep - 1)))
+        handles: dict[str, Any] = {}
+        for idx, pol in enumerate(pols):
+            ax = axes[idx // ncols][idx % ncols]
+            run = chosen[pol]
+            reps = series.get(run["run_id"], {})
+            for rep in sorted(reps):
+                xs, ys = reps[rep]
+                (ln,) = ax.plot(xs, ys, lw=1.1, color=colour(rep), alpha=0.9)
+                handles.setdefault(f"replica {rep}", ln)
+            if reps:
+                t = np.array(next(iter(reps.values()))[0])
+                if all(len(v[0]) == len(t) for v in reps.values()):
+                    mean = np.mean([v[1] for v in reps.values()], axis=0)
+                    (ln,) = ax.plot(t, mean, lw=2.2, color="black", ls="--")
+                    handles.setdefault("mean over replicas", ln)
+            ax.set_title(f"{ex.names[pol]} · seed {run['seed']}", fontsize=10)
+            ax.set_xlabel("time (s)")
+            ax.set_ylabel("GPU busy (%)")
+            ax.set_ylim(-2, 102)
+            ax.grid(True, alpha=0.25)
+        for idx in range(len(pols), nrows * ncols):
+            axes[idx // ncols][idx % ncols].set_visible(False)
+        labels = list(handles)
+        if len(labels) > 21:  # many replicas: a sample of them in the legend
+            reps = [lab for lab in labels if lab.startswith("replica")]
+            step = -(-len(reps) // 16)
+            labels = reps[::step] + [lab for lab in labels if not lab.startswith("replica")]
+        fig.legend([handles[lab] for lab in labels], labels, loc="outside lower center",
+                   ncol=min(len(labels), 8), fontsize=8)
+        tag = _tag(point)
+        fig.suptitle(f"Per-replica GPU utilisation · {ex.name} · {s}" + (f" · {tag}" if tag else ""), fontsize=11)
+        parts.append(plots.html(
+            fig, f"timeline-{ex.slug}-{s}", f"Per-replica GPU utilisation over time for scenario {s} of {ex.name}",
+            f"Scenario {s}" + (f" at {tag}" + (" (the highest load)" if k else "") if tag else "") +
+            f": one panel per policy (its lowest seed), one line per replica; the GPU-busy fraction per time bucket."))
+    return "".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------------- section 6
+def _learning_html(data: dict, plots: _Plots, title_suffix: str) -> str:
+    if not len(data["policy"]):
+        return '<p class="empty">No learned policies are in this store (the <code>learning</code> table is empty).</p>'
+    by: dict[str, dict[str, dict[str, list]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    for rid, pol, step, metric, val in zip(data["run_id"], data["policy"], data["step"], data["metric"], data["value"]):
+        by[str(metric)][str(pol)][str(rid or "")].append((int(step), float(val)))
+    metrics = sorted(by)
+    pols = sorted({p for m in by.values() for p in m})
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab10" if len(pols) <= 10 else "tab20"]
+    colors = {p: cmap(i % cmap.N) for i, p in enumerate(pols)}
+    ncols = min(3, len(metrics))
+    nrows = -(-len(metrics) // ncols)
+    fig = plots.new_figure(4.2 * ncols + 1.5, 0.8 + 3.2 * nrows)
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    for i, m in enumerate(metrics):
+        ax = axes[i // ncols][i % ncols]
+        for pol, runs in by[m].items():
+            steps = sorted({s for pts in runs.values() for s, _ in pts})
+            vals = np.full((len(runs), len(steps)), np.nan)
+            pos = {s: j for j, s in enumerate(steps)}
+            for r, pts in enumerate(runs.values()):
+                for s, v in pts:
+                    vals[r, pos[s]] = v
+            x = np.array(steps, float)
+            with np.errstate(all="ignore"):
+                import warnings
+
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)
+                    mean = np.nanmean(vals, axis=0)
+                    lo, hi = np.nanmin(vals, axis=0), np.nanmax(vals, axis=0)
+            label = pol + (f" (mean of {len(runs)} runs, band: min–max)" if len(runs) > 1 else "")
+            ax.plot(x, mean, color=colors[pol], lw=1.6, marker="o" if len(x) <= 30 else None, ms=3, label=label)
+            if len(runs) > 1:
+                ax.fill_between(x, lo, hi, color=colors[pol], alpha=0.15, lw=0)
+        ax.set_xlabel("training step")
+        ax.set_ylabel(m + (" (reward units)" if m in ("return", "reward") else _param_unit(m)))
+        ax.set_title(f"{m} during training", fontsize=10)
+        ax.grid(True, alpha=0.25)
+        ax.legend(fontsize=8, title="policy", title_fontsize=8)
+    for idx in range(len(metrics), nrows * ncols):
+        axes[idx // ncols][idx % ncols].set_visible(False)
+    fig.suptitle("Learning curves" + title_suffix, fontsize=11)
+    return plots.html(fig, "learning", "Learning curves of the learned policies",
+                      f"{len(pols)} learned policies, {len(metrics)} metric(s): value against training step.")
+
+
+# ---------------------------------------------------------------------------------------------------- the page
+def _query_quantiles(store, experiments: list[str]) -> dict[str, dict]:
+    if not experiments:
+        return {}
+    ph = ", ".join("?" * len(experiments))
+    d = store.query(
+        "SELECT r.experiment, r.scenario, r.params, r.router_label, r.batcher_label, q.metric, q.q, avg(q.value) AS v "
+        "FROM quantiles q JOIN runs r ON q.run_id = r.run_id "
+        f"WHERE r.status = 'ok' AND q.metric IN ('ttft_s', 'e2e_s') AND r.experiment IN ({ph}) "
+        "GROUP BY ALL ORDER BY ALL", experiments)
+    acc: dict[str, dict[tuple, tuple[list, list]]] = defaultdict(lambda: defaultdict(lambda: ([], [])))
+    for e, s, p, rl, bl, m, q, v in zip(d["experiment"], d["scenario"], d["params"], d["router_label"],
+                                        d["batcher_label"], d["metric"], d["q"], d["v"]):
+        qs, vs = acc[e][(s, _pkey(json.loads(p) if p else {}), str(rl), str(bl), m)]
+        qs.append(float(q))
+        vs.append(float(v))
+    return {e: {k: (np.array(q), np.array(v)) for k, (q, v) in c.items()} for e, c in acc.items()}
+
+
+def write_report(store, out_dir: str | Path, experiment: str | None = None, baseline: dict | None = None) -> Path:
+    """Write ``out_dir/index.html`` (self-contained) and one PNG per plot; returns the path of index.html.
+
+    ``experiment``: report only this experiment (default: every experiment in the store, one after another).
+    ``baseline``: e.g. ``{"router": "least_outstanding_requests"}`` for the paired changes (the baseline is not
+    stored with the runs); default: the router ``round_robin`` when every group of an experiment has it.
+    """
+    t0 = time.perf_counter()
+    import matplotlib
+
+    if "matplotlib.pyplot" not in sys.modules:  # never switch the backend of an interactive session
+        matplotlib.use("Agg")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+
+    all_runs = store.runs(where="TRUE")
+    names = list(dict.fromkeys(str(r["experiment"]) for r in all_runs))
+    if experiment is not None:
+        if experiment not in names:
+            raise InputError(f"experiment {experiment!r} is not in the store "
+                             f"(it holds: {', '.join(names) or 'no runs'})")
+        names = [experiment]
+    exps = [_build_experiment(n, [r for r in all_runs if str(r["experiment"]) == n], baseline) for n in names]
+    quant = _query_quantiles(store, names)
+    tl = store.query("SELECT DISTINCT run_id FROM timeline")
+    with_tl = set(tl["run_id"].tolist())
+    learn = store.query(
+        "SELECT l.run_id, l.policy, l.step, l.metric, l.value, r.experiment FROM learning l "
+        "LEFT JOIN runs r ON l.run_id = r.run_id ORDER BY l.policy, l.metric, l.step")
+    if experiment is not None and len(learn["policy"]):
+        keep = [e is None or e == experiment for e in learn["experiment"]]
+        learn = {k: v[np.array(keep, bool)] for k, v in learn.items()}
+
+    plots = _Plots(out)
+    body: dict[str, list[str]] = {k: [] for k, _ in SECTIONS}
+    for ex in exps:
+        for key, _ in SECTIONS[:5]:
+            body[key].append(f'<h3 id="{key}-{_esc(ex.slug)}">Experiment {_esc(ex.name)}</h3>')
+        body["summary"].append(_summary_html(ex))
+        if not ex.ok:
+            for key in ("cdf", "load", "pareto", "timeline"):
+                body[key].append('<p class="empty">This experiment has no successful run, so there is nothing to '
+                                 'plot.</p>')
+            continue
+        body["cdf"].append(_cdf_html(ex, quant.get(ex.name, {}), plots))
+        body["load"].append(_load_html(ex, plots))
+        body["pareto"].append(_pareto_html(ex, plots))
+        body["timeline"].append(_timeline_html(ex, with_tl, store, plots))
+    if not exps:
+        for key in ("summary", "cdf", "load", "pareto", "timeline"):
+            body[key].append('<p class="empty">The store holds no runs.</p>')
+    body["learning"].append(_learning_html(learn, plots, f" · {experiment}" if experiment else ""))
+
+    n_plots = len(plots.files)
+    n_ok = sum(len(e.ok) for e in exps)
+    n_failed = sum(len(e.failed) for e in exps)
+    versions = sorted({str(r.get("code_version")) for e in exps for r in e.ok + e.failed if r.get("code_version")})
+    src = getattr(store, "path", None)
+    elapsed = time.perf_counter() - t0
+    head = (f'<p class="meta">Store: <code>{_esc(src if src is not None else "(in memory)")}</code> · '
+            f'{len(exps)} experiment(s): {_esc(", ".join(e.name for e in exps) or "none")} · {n_ok + n_failed} runs '
+            f'({n_ok} ok, {n_failed} failed) · code version(s): {_esc(", ".join(versions) or "—")}</p>'
+            f'<p class="meta">Generated {_esc(time.strftime("%Y-%m-%d %H:%M:%S"))} in {elapsed:.1f} s · '
+            f'<span id="plot-count" data-plots="{n_plots}">{n_plots} plots</span> (each also saved as a PNG file '
+            f'next to this page).</p>')
+    nav = "<nav><ol>" + "".join(f'<li><a href="#{k}">{_esc(t)}</a></li>' for k, t in SECTIONS) + "</ol></nav>"
+    sections = "".join(f'<section id="{k}"><h2>{_esc(t)}</h2>{"".join(body[k])}</section>' for k, t in SECTIONS)
+    title = "fleetwise report" + (f" · {experiment}" if experiment else "")
+    page = (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f'<link rel="icon" href="data:,"><title>{_esc(title)}</title><style>{CSS}</style></head>'
+            f'<body><main data-plots="{n_plots}"><h1>{_esc(title)}</h1>{head}{nav}{sections}</main></body></html>\n')
+
+    index = out / "index.html"
+    tmp = out / "index.html.tmp"
+    tmp.write_text(page, encoding="utf-8")
+    os.replace(tmp, index)
+    _clean_stale(out, plots.files)
+    return index
+
+
+def _clean_stale(out: Path, files: Sequence[str]) -> None:
+    """Remove the PNGs an earlier report in this folder wrote that this one did not (only files it listed)."""
+    man = out / MANIFEST
+    try:
+        old = json.loads(man.read_text()).get("plots", []) if man.exists() else []
+    except (OSError, ValueError):
+        old = []
+    keep = set(files)
+    for f in old:
+        if isinstance(f, str) and f not in keep and "/" not in f and "\\" not in f and f.endswith(".png"):
+            (out / f).unlink(missing_ok=True)
+    man.write_text(json.dumps({"plots": list(files)}, indent=1))

@@ -1,0 +1,213 @@
+"""Experiment specs: scenarios x policies x parameter grid x seeds, expanded into runs.
+
+```yaml
+name: routers-vs-load
+scenarios: [default, scenarios/my.yaml]        # built-in names or files
+policies:
+  router: [round_robin, least_outstanding_tokens, {name: prefix_aware, hit_weight: 2.0}]
+  batcher: [sarathi]                           # optional: each scenario's own when left out
+grid:                                          # dotted paths into the scenario; every combination runs
+  workload.rate_rps: [10, 20, 30]
+  deployments.0.replicas: [2, 4]
+seeds: 5                                       # or a list: [0, 1, 2]
+requests: 2000                                 # optional: requests per run
+baseline: {router: round_robin}                # paired comparisons are against this
+records: false                                 # also write per-request records as Parquet
+timeline_bucket_s: 10                          # per-replica utilisation over time, bucket width
+```
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from fleetwise.errors import InputError
+from fleetwise.scenario import PolicyRef, format_validation_error, load_scenario, parse_scenario
+
+EXPERIMENT_DIR = Path(__file__).parent / "specs"
+LEVELS = ("router", "batcher")
+
+
+class ExperimentSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "experiment"
+    description: str = ""
+    scenarios: list[str] = Field(min_length=1)
+    policies: dict[str, list[PolicyRef]] = Field(default_factory=dict)
+    grid: dict[str, list[Any]] = Field(default_factory=dict)
+    seeds: int | list[int] = 3
+    requests: int | None = Field(default=None, gt=0)
+    baseline: dict[str, str] = Field(default_factory=dict)
+    records: bool = False
+    timeline_bucket_s: float | None = Field(default=None, gt=0)
+
+    @field_validator("policies")
+    @classmethod
+    def _levels(cls, v: dict) -> dict:
+        for level, refs in v.items():
+            if level not in LEVELS:
+                raise ValueError(f"unknown decision level {level!r}; expected one of: {', '.join(LEVELS)}")
+            if not refs:
+                raise ValueError(f"policies.{level}: give at least one policy")
+        return v
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds(cls, v):
+        if isinstance(v, int) and v < 1:
+            raise ValueError("seeds must be >= 1")
+        if isinstance(v, list) and (not v or len(set(v)) != len(v)):
+            raise ValueError("seeds must be a non-empty list of distinct integers")
+        return v
+
+    @field_validator("grid")
+    @classmethod
+    def _grid(cls, v: dict) -> dict:
+        for k, vals in v.items():
+            if not vals:
+                raise ValueError(f"grid.{k}: give at least one value")
+        return v
+
+    @property
+    def seed_list(self) -> list[int]:
+        return list(range(self.seeds)) if isinstance(self.seeds, int) else list(self.seeds)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One simulation: a scenario (as a validated dict, grid values applied), policies and a seed."""
+
+    run_id: str
+    experiment: str
+    scenario_name: str
+    scenario: dict
+    scenario_hash: str
+    params: dict  # grid values of this run, e.g. {"workload.rate_rps": 20}
+    router: str
+    router_params: dict
+    batcher: str
+    batcher_params: dict
+    seed: int
+    requests: int | None = None
+    records_dir: str | None = None
+    timeline_bucket_s: float | None = None
+    policy: dict = field(default_factory=dict)  # {"router": label, "batcher": label}
+
+
+def _label(ref: PolicyRef) -> str:
+    if not ref.params:
+        return ref.name
+    return ref.name + "(" + ",".join(f"{k}={v}" for k, v in sorted(ref.params.items())) + ")"
+
+
+def set_path(d: dict, path: str, value: Any, where: str) -> None:
+    """Set ``a.b.0.c`` inside nested dicts and lists."""
+    parts = path.split(".")
+    cur: Any = d
+    for i, p in enumerate(parts):
+        last = i == len(parts) - 1
+        if isinstance(cur, list):
+            if not p.isdigit() or int(p) >= len(cur):
+                raise InputError(f"{where}: grid key {path!r}: {'.'.join(parts[:i])} has no item {p}")
+            if last:
+                cur[int(p)] = value
+            else:
+                cur = cur[int(p)]
+        elif isinstance(cur, dict):
+            if last:
+                cur[p] = value
+            else:
+                if p not in cur:
+                    cur[p] = {}
+                cur = cur[p]
+        else:
+            raise InputError(f"{where}: grid key {path!r}: {'.'.join(parts[:i])} is not a mapping or list")
+
+
+def load_experiment(path_or_name: str | Path) -> ExperimentSpec:
+    p = Path(path_or_name)
+    if not p.exists() and (EXPERIMENT_DIR / f"{path_or_name}.yaml").exists():
+        p = EXPERIMENT_DIR / f"{path_or_name}.yaml"
+    if not p.exists():
+        raise InputError(f"{path_or_name}: experiment file not found")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark is not None else ""
+        raise InputError(f"{p}:{line} invalid YAML: {getattr(e, 'problem', e)}") from None
+    return parse_experiment(data, where=str(p))
+
+
+def parse_experiment(data: Any, where: str = "experiment") -> ExperimentSpec:
+    if not isinstance(data, dict):
+        raise InputError(f"{where}: expected a mapping at the top level")
+    try:
+        spec = ExperimentSpec.model_validate(data)
+    except ValidationError as e:
+        raise InputError(format_validation_error(e, where)) from None
+    from fleetwise.control.registry import make
+
+    for level, refs in spec.policies.items():
+        for i, ref in enumerate(refs):
+            make(level, ref.name, ref.params, where=f"{where}: policies.{level}[{i}]: ")
+    if spec.baseline:
+        for level, name in spec.baseline.items():
+            labels = [_label(r) for r in spec.policies.get(level, [])]
+            if level not in LEVELS or (labels and name not in labels):
+                raise InputError(f"{where}: baseline.{level}: {name!r} is not one of the experiment's policies "
+                                 f"({', '.join(labels) or 'none'})")
+    return spec
+
+
+def _run_id(payload: dict) -> str:
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+def expand(spec: ExperimentSpec, where: str = "experiment", records_dir: str | None = None) -> list[Run]:
+    """Every combination of scenario x grid point x router x batcher x seed, validated up front."""
+    runs: list[Run] = []
+    keys = list(spec.grid)
+    points = list(itertools.product(*(spec.grid[k] for k in keys))) or [()]
+    for sname in spec.scenarios:
+        try:
+            base = load_scenario(sname)
+        except InputError as e:
+            raise InputError(f"{where}: scenarios: {e}") from None
+        base_dict = base.model_dump(mode="json")
+        for point in points:
+            sc = copy.deepcopy(base_dict)
+            params = dict(zip(keys, point))
+            for k, v in params.items():
+                set_path(sc, k, v, where)
+            tag = ",".join(f"{k}={v}" for k, v in params.items())
+            scenario = parse_scenario(sc, where=f"{where}: scenario {base.name}" + (f" with {tag}" if tag else ""))
+            sc = scenario.model_dump(mode="json")
+            routers = spec.policies.get("router") or [scenario.router]
+            batchers = spec.policies.get("batcher") or [scenario.batcher]
+            for r in routers:
+                for b in batchers:
+                    for seed in spec.seed_list:
+                        payload = {"scenario": sc, "router": r.model_dump(), "batcher": b.model_dump(),
+                                   "seed": seed, "requests": spec.requests, "timeline": spec.timeline_bucket_s}
+                        runs.append(Run(
+                            run_id=_run_id(payload), experiment=spec.name, scenario_name=base.name, scenario=sc,
+                            scenario_hash=scenario.digest(), params=params, router=r.name, router_params=r.params,
+                            batcher=b.name, batcher_params=b.params, seed=seed, requests=spec.requests,
+                            records_dir=records_dir if spec.records else None,
+                            timeline_bucket_s=spec.timeline_bucket_s,
+                            policy={"router": _label(r), "batcher": _label(b)}))
+    ids = [r.run_id for r in runs]
+    if len(set(ids)) != len(ids):
+        raise InputError(f"{where}: the spec expands to duplicate runs (a scenario or policy listed twice?)")
+    return runs

@@ -1,0 +1,193 @@
+"""The results store: one embedded DuckDB file (default ``results/fleetwise.duckdb``), Parquet export.
+
+Tables
+- ``runs``: one row per run: identity (run_id, experiment, scenario, scenario_hash, params, policies, seed),
+  provenance (code_version, wall_s, finished_at), status ('ok' / 'failed' with its error), and one DOUBLE
+  column per summary metric (columns are added as new metrics appear).
+- ``quantiles``: (run_id, metric, q, value) for the latency distributions (TTFT, TPOT, E2E), 0..100 percentiles.
+- ``timeline``: (run_id, replica, t_s, util) per-replica GPU-busy fraction over time.
+- ``learning``: (run_id, policy, step, metric, value) training curves of learned policies.
+
+Writes open the file, insert in one transaction and close it again, retrying while another process holds
+the lock, so several sweeps may write to one file at once without losing or duplicating rows
+(``run_id`` is the primary key; a run stored as 'ok' is never written twice).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+from fleetwise.errors import InputError
+
+DEFAULT_DB = Path("results") / "fleetwise.duckdb"
+
+ID_COLUMNS = {
+    "run_id": "VARCHAR PRIMARY KEY", "experiment": "VARCHAR", "scenario": "VARCHAR", "scenario_hash": "VARCHAR",
+    "params": "VARCHAR", "router": "VARCHAR", "router_params": "VARCHAR", "batcher": "VARCHAR",
+    "batcher_params": "VARCHAR", "router_label": "VARCHAR", "batcher_label": "VARCHAR", "seed": "BIGINT",
+    "requests": "BIGINT", "code_version": "VARCHAR", "wall_s": "DOUBLE", "status": "VARCHAR", "error": "VARCHAR",
+    "finished_at": "DOUBLE",
+}
+SCHEMA = [
+    "CREATE TABLE IF NOT EXISTS runs (" + ", ".join(f"{k} {t}" for k, t in ID_COLUMNS.items()) + ")",
+    "CREATE TABLE IF NOT EXISTS quantiles (run_id VARCHAR, metric VARCHAR, q DOUBLE, value DOUBLE)",
+    "CREATE TABLE IF NOT EXISTS timeline (run_id VARCHAR, replica INTEGER, t_s DOUBLE, util DOUBLE)",
+    "CREATE TABLE IF NOT EXISTS learning (run_id VARCHAR, policy VARCHAR, step BIGINT, metric VARCHAR, value DOUBLE)",
+]
+
+
+def _safe_col(name: str) -> str:
+    if not name.replace("_", "").isalnum():
+        raise ValueError(f"bad metric name {name!r}")
+    return name
+
+
+class Store:
+    """``Store(path)`` for a file; ``Store(None)`` for an in-memory store (one process, e.g. ``compare``)."""
+
+    def __init__(self, path: str | Path | None = DEFAULT_DB, lock_timeout_s: float = 120.0):
+        import duckdb  # noqa: F401  (fail early with a clear message if missing)
+
+        self.path = None if path is None else Path(path)
+        self.lock_timeout_s = lock_timeout_s
+        self._mem = None
+        if self.path is None:
+            self._mem = duckdb.connect(":memory:")
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._with(lambda con: [con.execute(s) for s in SCHEMA])
+
+    # ------------------------------------------------------------------ connections
+    def _connect(self, read_only: bool = False):
+        import duckdb
+
+        if self._mem is not None:
+            return self._mem
+        deadline = time.monotonic() + self.lock_timeout_s
+        delay = 0.02
+        while True:
+            try:
+                if read_only and self.path.exists():
+                    return duckdb.connect(str(self.path), read_only=True)
+                return duckdb.connect(str(self.path))
+            except duckdb.IOException as e:  # another process holds the file lock
+                if "lock" not in str(e).lower() or time.monotonic() > deadline:
+                    raise InputError(f"{self.path}: cannot open results store: {str(e).splitlines()[0]}") from None
+                time.sleep(delay * (1 + random.random()))
+                delay = min(delay * 2, 0.5)
+
+    def _with(self, fn, read_only: bool = False):
+        con = self._connect(read_only)
+        try:
+            return fn(con)
+        finally:
+            if con is not self._mem:
+                con.close()
+
+    # ------------------------------------------------------------------ writing
+    def done_ids(self) -> set[str]:
+        return {r[0] for r in self._with(lambda c: c.execute("SELECT run_id FROM runs WHERE status = 'ok'").fetchall())}
+
+    def write(self, results: Iterable[dict]) -> int:
+        """Store finished runs (the dicts ``runner.execute_run`` returns); returns rows written."""
+        results = list(results)
+        if not results:
+            return 0
+
+        def tx(con) -> int:
+            existing = {r[1] for r in con.execute("PRAGMA table_info('runs')").fetchall()}
+            con.execute("BEGIN TRANSACTION")
+            try:
+                n = 0
+                for res in results:
+                    metrics = {k: v for k, v in res.get("metrics", {}).items() if isinstance(v, (int, float))}
+                    for k in metrics:
+                        if k not in existing and k not in ID_COLUMNS:
+                            con.execute(f"ALTER TABLE runs ADD COLUMN {_safe_col(k)} DOUBLE")
+                            existing.add(k)
+                    rid = res["run_id"]
+                    old = con.execute("SELECT status FROM runs WHERE run_id = ?", [rid]).fetchone()
+                    if old is not None and old[0] == "ok":
+                        continue  # already stored: never a duplicate
+                    if old is not None:  # a failed attempt, now run again
+                        for t in ("runs", "quantiles", "timeline", "learning"):
+                            con.execute(f"DELETE FROM {t} WHERE run_id = ?", [rid])
+                    row = {k: res.get(k) for k in ID_COLUMNS}
+                    row.update({k: (None if isinstance(v, float) and math.isnan(v) else float(v))
+                                for k, v in metrics.items()})
+                    cols = list(row)
+                    con.execute(f"INSERT INTO runs ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                                [row[c] for c in cols])
+                    q = res.get("quantiles") or {}
+                    rows = [(rid, m, float(qq), float(v)) for m, (qs, vs) in q.items() for qq, v in zip(qs, vs)
+                            if not math.isnan(v)]
+                    if rows:
+                        con.executemany("INSERT INTO quantiles VALUES (?, ?, ?, ?)", rows)
+                    tl = res.get("timeline")
+                    if tl:
+                        w, util = tl
+                        rows = [(rid, i, (j + 0.5) * w, float(u)) for i, r in enumerate(util) for j, u in enumerate(r)]
+                        con.executemany("INSERT INTO timeline VALUES (?, ?, ?, ?)", rows)
+                    lc = res.get("learning") or []
+                    if lc:
+                        con.executemany("INSERT INTO learning VALUES (?, ?, ?, ?, ?)",
+                                        [(rid, p, int(s), m, float(v)) for p, s, m, v in lc])
+                    n += 1
+                con.execute("COMMIT")
+                return n
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+
+        return self._with(tx)
+
+    def add_learning_curve(self, policy: str, steps: Iterable[int], values: Iterable[float], metric: str = "return",
+                           run_id: str = "") -> None:
+        rows = [(run_id, policy, int(s), metric, float(v)) for s, v in zip(steps, values)]
+        self._with(lambda c: c.executemany("INSERT INTO learning VALUES (?, ?, ?, ?, ?)", rows))
+
+    # ------------------------------------------------------------------ reading
+    def query(self, sql: str, params: list | None = None) -> dict[str, np.ndarray]:
+        """Columns of a query result as numpy arrays."""
+
+        def q(con):
+            cur = con.execute(sql, params or [])
+            cols = [d[0] for d in cur.description]
+            rows = cur.fetchall()
+            return {c: np.array([r[i] for r in rows], dtype=object) for i, c in enumerate(cols)}
+
+        return self._with(q, read_only=True)
+
+    def runs(self, where: str = "status = 'ok'") -> list[dict[str, Any]]:
+        def q(con):
+            cur = con.execute(f"SELECT * FROM runs WHERE {where} ORDER BY experiment, scenario, router_label, "
+                              "batcher_label, params, seed")
+            cols = [d[0] for d in cur.description]
+            return [dict(zip(cols, r)) for r in cur.fetchall()]
+
+        out = self._with(q, read_only=True)
+        for r in out:
+            for k in ("params", "router_params", "batcher_params"):
+                r[k] = json.loads(r[k]) if r.get(k) else {}
+        return out
+
+    def count(self, where: str = "TRUE") -> int:
+        return int(self._with(lambda c: c.execute(f"SELECT count(*) FROM runs WHERE {where}").fetchone()[0],
+                              read_only=True))
+
+    def export_parquet(self, out_dir: str | Path) -> list[Path]:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        files = []
+        for t in ("runs", "quantiles", "timeline", "learning"):
+            f = out / f"{t}.parquet"
+            self._with(lambda c, t=t, f=f: c.execute(f"COPY {t} TO '{f}' (FORMAT PARQUET)"))
+            files.append(f)
+        return files

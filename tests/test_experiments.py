@@ -1,0 +1,235 @@
+"""Experiments: spec validation, sweeps, resume after a kill, concurrent writers, statistics, Ray backend."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from fleetwise.errors import InputError
+from fleetwise.experiments.runner import execute_run, run_sweep
+from fleetwise.experiments.spec import expand, load_experiment, parse_experiment
+from fleetwise.experiments.stats import bootstrap_ci, paired_change
+from fleetwise.experiments.store import Store
+
+THIRD = {
+    "name": "h100-70b",
+    "description": "Llama-3-70B on two H100 replicas with TP2",
+    "deployments": [{"model": "llama-3-70b", "gpu": "h100-80gb", "tp": 2, "replicas": 2, "cloud": "aws"}],
+    "workload": {"kind": "default", "rate_rps": 3.0, "max_total_tokens": 8192},
+}
+ROUTERS = ["round_robin", "least_outstanding_requests", "least_outstanding_tokens", "power_of_two"]
+
+
+def big_spec(tmp_path: Path, requests: int = 120) -> Path:
+    """3 scenarios x 4 routers x 5 seeds = 60 runs."""
+    third = tmp_path / "h100-70b.yaml"
+    third.write_text(yaml.safe_dump(THIRD))
+    spec = {"name": "acceptance", "scenarios": ["default", "multi-region", str(third)],
+            "policies": {"router": ROUTERS}, "seeds": 5, "requests": requests, "baseline": {"router": "round_robin"}}
+    p = tmp_path / "exp.yaml"
+    p.write_text(yaml.safe_dump(spec))
+    return p
+
+
+def small(**kw) -> dict:
+    d = {"name": "small", "scenarios": ["default"], "policies": {"router": ["round_robin", "least_outstanding_tokens"]},
+         "grid": {"workload.rate_rps": [10, 20]}, "seeds": 2, "requests": 150}
+    d.update(kw)
+    return d
+
+
+def cli(*args, **kw):
+    return subprocess.run([sys.executable, "-m", "fleetwise", *args], capture_output=True, text=True, **kw)
+
+
+# ---------------------------------------------------------------- spec
+def test_expand_counts_and_stable_ids():
+    spec = parse_experiment(small())
+    runs = expand(spec)
+    assert len(runs) == 1 * 2 * 2 * 2
+    assert len({r.run_id for r in runs}) == len(runs)
+    assert [r.run_id for r in expand(parse_experiment(small()))] == [r.run_id for r in runs]
+    assert {r.scenario["workload"]["rate_rps"] for r in runs} == {10, 20}
+
+
+@pytest.mark.parametrize("bad, needle", [
+    ({"bogus": 1}, "bogus"),
+    ({"policies": {"router": ["telepathy"]}}, "telepathy"),
+    ({"policies": {"scaler": ["x"]}}, "decision level"),
+    ({"scenarios": ["no-such-scenario"]}, "no-such-scenario"),
+    ({"grid": {"deployments.7.replicas": [1]}}, "deployments.7"),
+    ({"grid": {"workload.rate_rps": [-1]}}, "rate_rps"),
+    ({"seeds": 0}, "seeds"),
+    ({"baseline": {"router": "random"}}, "baseline"),
+])
+def test_bad_specs_raise_one_clear_error(bad, needle):
+    with pytest.raises(InputError) as e:
+        expand(parse_experiment(small(**bad)))
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_bad_spec_cli_exit_2(tmp_path):
+    p = tmp_path / "e.yaml"
+    p.write_text("name: x\nscenarios: [default]\npolicies: {router: [nope]}\n")
+    r = cli("sweep", str(p), "--db", str(tmp_path / "db.duckdb"))
+    assert r.returncode == 2 and "nope" in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_unreachable_ray_address_exit_2(tmp_path):
+    p = tmp_path / "e.yaml"
+    p.write_text(yaml.safe_dump(small(requests=50, seeds=1)))
+    r = cli("sweep", str(p), "--db", str(tmp_path / "db.duckdb"), "--backend", "ray", "--address", "127.0.0.1:1",
+            timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert "127.0.0.1:1" in r.stderr and "Traceback" not in r.stderr
+
+
+# ---------------------------------------------------------------- sweeps and the store
+def test_sweep_stores_one_row_per_run_and_resumes(tmp_path):
+    store = Store(tmp_path / "r.duckdb")
+    runs = expand(parse_experiment(small(timeline_bucket_s=5.0)))
+    res = run_sweep(runs, store, workers=2)
+    assert (res.ok, res.failed, res.skipped) == (len(runs), 0, 0)
+    again = run_sweep(runs, store, workers=2)
+    assert again.skipped == len(runs) and again.ok == 0
+    assert store.count() == len(runs)
+    rows = store.runs()
+    assert all(r["code_version"] for r in rows) and all(r["wall_s"] > 0 for r in rows)
+    assert rows[0]["ttft_p99_s"] > 0 and "goodput_rps" in rows[0]
+    q = store.query("SELECT count(*) AS n FROM quantiles")["n"][0]
+    assert q == len(runs) * 3 * 101
+    assert store.query("SELECT count(*) AS n FROM timeline")["n"][0] > 0
+    files = store.export_parquet(tmp_path / "pq")
+    import pyarrow.parquet as pq
+
+    assert pq.read_table(files[0]).num_rows == len(runs)
+
+
+def test_failing_run_is_recorded_and_does_not_stop_the_sweep(tmp_path):
+    store = Store(tmp_path / "r.duckdb")
+    spec = parse_experiment(small(grid={"deployments.0.gpu_memory_utilization": [0.9, 0.1]}, seeds=1,
+                                  policies={"router": ["round_robin"]}))
+    res = run_sweep(expand(spec), store, workers=1)
+    assert (res.ok, res.failed) == (1, 1)
+    failed = store.runs(where="status = 'failed'")
+    assert len(failed) == 1 and "does not fit" in failed[0]["error"]
+
+
+def test_same_seed_same_metrics_in_process_and_pool(tmp_path):
+    runs = expand(parse_experiment(small(seeds=1)))
+    a = [execute_run(r)["metrics"] for r in runs]
+    store = Store(tmp_path / "r.duckdb")
+    run_sweep(runs, store, workers=2)
+    by = {r["run_id"]: r for r in store.runs()}
+    for r, m in zip(runs, a):
+        assert by[r.run_id]["ttft_p99_s"] == pytest.approx(m["ttft_p99_s"], rel=1e-12)
+
+
+def test_killed_sweep_resumes_to_exactly_one_row_per_run(tmp_path):
+    spec = big_spec(tmp_path, requests=600)
+    db = tmp_path / "kill.duckdb"
+    cmd = [sys.executable, "-m", "fleetwise", "sweep", str(spec), "--db", str(db), "--workers", "2"]
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 120
+    n = 0
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        if db.exists():
+            try:
+                n = Store(db, lock_timeout_s=5).count()
+            except InputError:
+                continue
+            if n >= 8:
+                break
+    os.killpg(p.pid, signal.SIGKILL)  # the sweep and its workers, mid-run
+    p.wait()
+    assert 0 < n < 60, n
+    r = cli("sweep", str(spec), "--db", str(db), "--workers", "2", "--json")
+    assert r.returncode == 0, r.stderr
+    store = Store(db)
+    assert store.count() == 60
+    ids = store.query("SELECT run_id FROM runs")["run_id"]
+    assert len(set(ids)) == 60
+    assert "already stored" in r.stderr
+
+
+def test_concurrent_writers_lose_nothing(tmp_path):
+    db = tmp_path / "shared.duckdb"
+    specs = []
+    for i, rates in enumerate(([8, 12], [16, 20])):
+        p = tmp_path / f"e{i}.yaml"
+        p.write_text(yaml.safe_dump(small(name=f"w{i}", grid={"workload.rate_rps": rates}, requests=200)))
+        specs.append(p)
+    procs = [subprocess.Popen([sys.executable, "-m", "fleetwise", "sweep", str(s), "--db", str(db), "--workers", "1"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for s in specs]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+    store = Store(db)
+    assert store.count() == 16
+    assert len(set(store.query("SELECT run_id FROM runs")["run_id"])) == 16
+
+
+# ---------------------------------------------------------------- statistics
+def test_bootstrap_ci_and_paired_change():
+    rng = np.random.default_rng(0)
+    x = rng.normal(10.0, 1.0, 30)
+    ci = bootstrap_ci(x)
+    assert ci.lo < x.mean() < ci.hi and ci.hi - ci.lo < 1.5
+    assert bootstrap_ci([3.0]).n == 1 and np.isnan(bootstrap_ci([3.0]).lo)
+    base = {s: v for s, v in enumerate(x)}
+    better = {s: 0.88 * v for s, v in base.items()}
+    ch = paired_change(base, better)
+    assert ch.mean == pytest.approx(-0.12) and ch.lo == pytest.approx(-0.12) and ch.hi == pytest.approx(-0.12)
+    noisy = {s: v * (1 + rng.normal(0, 0.05)) for s, v in base.items()}
+    ch = paired_change(base, noisy)
+    assert ch.lo < 0.0 < ch.hi
+
+
+def test_compare_cli_reports_ci_and_paired_change():
+    r = cli("compare", "--routers", "round_robin,least_outstanding_tokens", "--seeds", "3", "-n", "300", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    lot = d["least_outstanding_tokens"]
+    assert lot["ttft_p99_s"]["ci95"][0] <= lot["ttft_p99_s"]["mean"] <= lot["ttft_p99_s"]["ci95"][1]
+    assert "vs_baseline" in lot and "vs_baseline" not in d["round_robin"]
+
+
+# ---------------------------------------------------------------- Ray backend
+@pytest.fixture(scope="module")
+def local_ray(tmp_path_factory):
+    env = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0",
+           "RAY_USAGE_STATS_REPORT_URL": "http://127.0.0.1:9/", "http_proxy": "http://127.0.0.1:9",
+           "https_proxy": "http://127.0.0.1:9", "no_proxy": "localhost,127.0.0.1,::1", "RAY_AUTH_MODE": "disabled",
+           "RAY_TMPDIR": str(tmp_path_factory.mktemp("ray"))}
+    os.environ.update(env)
+    ray = pytest.importorskip("ray")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.mark.ray
+def test_ray_backend_matches_local(tmp_path, local_ray):
+    spec = load_experiment(big_spec(tmp_path))
+    runs = expand(spec)
+    assert len(runs) == 60
+    local, remote = Store(tmp_path / "local.duckdb"), Store(tmp_path / "ray.duckdb")
+    assert run_sweep(runs, local, workers=2).ok == 60
+    assert run_sweep(runs, remote, backend="ray").ok == 60
+    a = {r["run_id"]: r for r in local.runs()}
+    b = {r["run_id"]: r for r in remote.runs()}
+    assert a.keys() == b.keys()
+    for rid, ra in a.items():
+        for k in ("ttft_p99_s", "e2e_p99_s", "goodput_rps", "cost_usd", "completed"):
+            assert ra[k] == b[rid][k], (rid, k)
