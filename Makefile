@@ -14,9 +14,9 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 
 install: $(VENV)/.installed
 
-## the main job on the embedded default: routers compared on the default scenario, mean ± 95% CI over 3 seeds
+## the main job on the embedded default: a small sweep (4 routers x 3 loads x 3 seeds), tables and an HTML report
 demo: $(VENV)/.installed
-	$(VENV)/bin/fleetwise compare --scenario default --seeds 3
+	$(VENV)/bin/fleetwise sweep default --db results/fleetwise.duckdb --report
 
 ## the whole test suite: everything on 2 workers, then the Ray tests in a loopback-only network namespace
 test: $(VENV)/.installed

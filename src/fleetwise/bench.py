@@ -40,3 +40,26 @@ def sim_speed(sizes: list[int], scenario: str = "vidur-parity", router: str = "r
             raise RuntimeError(f"bench run with {n} requests failed:\n{p.stderr[-2000:]}")
         res[str(n)] = json.loads(p.stdout.strip().splitlines()[-1])
     return res
+
+
+def sweep_throughput(spec: str = "default", workers: int | None = None) -> dict[str, float]:
+    """Runs per minute of one experiment run one after another vs on the local process pool."""
+    import os
+    import time
+
+    from fleetwise.experiments.runner import run_sweep
+    from fleetwise.experiments.spec import expand, load_experiment
+    from fleetwise.experiments.store import Store
+
+    runs = expand(load_experiment(spec))
+    workers = workers or os.cpu_count() or 1
+    out: dict[str, float] = {"runs": len(runs), "workers": workers}
+    for label, w in (("sequential", 1), ("pool", workers)):
+        t0 = time.perf_counter()
+        res = run_sweep(runs, Store(None), workers=w)
+        wall = time.perf_counter() - t0
+        assert res.ok == len(runs), f"{res.failed} runs failed"
+        out[f"{label}_wall_s"] = wall
+        out[f"{label}_runs_per_min"] = len(runs) / wall * 60.0
+    out["speedup"] = out["sequential_wall_s"] / out["pool_wall_s"]
+    return out

@@ -206,7 +206,7 @@ def sweep(
         for t in _summary_tables(rows, spec.name, base, list(dict.fromkeys(order))):
             out.print(t)
     if report:
-        _report(db, str(Path(db).parent / "report"))
+        _report(db, str(Path(db).parent / "report"), spec.name, spec.baseline or None)
 
 
 @app.command()
@@ -255,13 +255,13 @@ def compare(
         out.print(t)
 
 
-def _report(db: str, out_dir: str) -> None:
+def _report(db: str, out_dir: str, experiment: Optional[str] = None, baseline: Optional[dict] = None) -> None:
     from fleetwise.experiments.report import write_report
     from fleetwise.experiments.store import Store
 
     if not Path(db).exists():
         raise InputError(f"{db}: results store not found (run `fleetwise sweep` first)")
-    index = write_report(Store(db), Path(out_dir))
+    index = write_report(Store(db), Path(out_dir), experiment=experiment, baseline=baseline)
     console.print(f"report written: open file://{index.resolve()}", highlight=False)
 
 
@@ -269,9 +269,17 @@ def _report(db: str, out_dir: str) -> None:
 def report(
     db: str = typer.Option(str(Path("results") / "fleetwise.duckdb"), help="results store (DuckDB file)"),
     out_dir: str = typer.Option(str(Path("results") / "report"), "--out", help="folder for index.html and PNGs"),
+    experiment: Optional[str] = typer.Option(None, help="only this experiment (default: all in the store)"),
+    baseline: Optional[str] = typer.Option(None, help="paired comparisons against LEVEL=NAME, e.g. router=round_robin"),
 ) -> None:
     """Write a self-contained HTML report (plots embedded) and a PNG of each plot."""
-    _report(db, out_dir)
+    base = None
+    if baseline is not None:
+        level, sep, name = baseline.partition("=")
+        if not sep or level not in ("router", "batcher") or not name:
+            raise InputError(f"--baseline {baseline!r}: expected router=NAME or batcher=NAME")
+        base = {level: name}
+    _report(db, out_dir, experiment, base)
 
 
 @app.command("policies")
@@ -325,6 +333,24 @@ def bench_sim_speed(
     for n, r in res.items():
         t.add_row(n, f"{r['requests_per_s']:.0f}", f"{r['wall_s']:.2f}", f"{r['peak_rss_mb']:.0f}", f"{r['events']}")
     out.print(t)
+
+
+@bench_app.command("sweep")
+def bench_sweep(
+    spec: str = typer.Option("default", help="experiment to run (file or built-in name)"),
+    workers: Optional[int] = typer.Option(None, min=1, help="pool size (default: all cores)"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Sweep throughput: runs per minute one after another vs on the local process pool."""
+    from fleetwise.bench import sweep_throughput
+
+    res = sweep_throughput(spec, workers)
+    if as_json:
+        out.print_json(json.dumps(res))
+        return
+    out.print(f"{res['runs']} runs of {spec!r}: sequential {res['sequential_runs_per_min']:.0f} runs/min "
+              f"({res['sequential_wall_s']:.1f} s), pool of {res['workers']} {res['pool_runs_per_min']:.0f} runs/min "
+              f"({res['pool_wall_s']:.1f} s): {res['speedup']:.2f}x")
 
 
 def main() -> None:

@@ -57,7 +57,13 @@ DEFAULT_BASELINE_ROUTER = "round_robin"
 DPI = 100
 MAX_FAILED_SHOWN = 50
 MAX_LOAD_ROWS = 6
+MAX_CDF_ROWS = 8
+MIN_SEEDS_COLOUR = 3  # a bootstrap over two seeds is just their range: not coloured as a finding
 MANIFEST = "report-manifest.json"
+# figure margins in inches: left (tick labels + y label), right, top (figure title + axes title),
+# bottom (tick labels + x label), and between axes
+M_LEFT, M_RIGHT, M_TOP, M_BOTTOM, M_WSPACE, M_HSPACE = 0.85, 0.2, 0.68, 0.6, 0.95, 0.95
+LEGEND_FONT = 8.5
 
 SECTIONS = [
     ("summary", "1. Summary"),
@@ -71,19 +77,24 @@ SECTIONS = [
 CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;color:#1d2733;background:#fff;
 margin:0;line-height:1.45}
-main{max-width:1120px;margin:0 auto;padding:18px 22px 60px}
-h1{font-size:1.6em;margin:.3em 0}h2{font-size:1.3em;border-bottom:2px solid #d8dee6;padding-bottom:.2em;margin-top:1.8em}
+main{max-width:1220px;margin:0 auto;padding:18px 20px 60px}
+h1{font-size:1.6em;margin:.3em 0}
+h2{font-size:1.3em;border-bottom:2px solid #d8dee6;padding-bottom:.2em;margin-top:1.8em}
 h3{font-size:1.08em;margin:1.3em 0 .4em}h4{font-size:.98em;margin:1em 0 .3em;color:#3a4756}
 p.meta,p.note{color:#55616f;font-size:.9em;margin:.3em 0}p.empty{color:#55616f;font-style:italic}
 nav ol{margin:.4em 0;padding-left:1.4em}nav li{display:inline-block;margin-right:1.2em}
 a{color:#1f5fa8}
 .tablewrap{overflow-x:auto;margin:.4em 0 1em}
-table{border-collapse:collapse;font-size:12.5px;font-variant-numeric:tabular-nums}
-th,td{border:1px solid #d8dee6;padding:3px 6px;text-align:right;vertical-align:top;white-space:nowrap}
+table{border-collapse:collapse;font-size:11.5px;font-variant-numeric:tabular-nums}
+th,td{border:1px solid #d8dee6;padding:3px 4px;text-align:right;vertical-align:top;white-space:nowrap}
+th{white-space:normal;vertical-align:bottom}
 th{background:#f2f5f8;font-weight:600}td.l,th.l{text-align:left}
 tr.base td{background:#fafbfc}
-.pm{color:#6b7785}.chg{font-size:11px;color:#6b7785}.good{color:#1a7f37;font-weight:600}.bad{color:#b42318;font-weight:600}
-td.err{white-space:normal;max-width:520px;font-family:ui-monospace,Menlo,Consolas,monospace;font-size:11.5px;text-align:left}
+.pm{color:#6b7785}.chg{font-size:10.5px;color:#6b7785}
+.good{color:#1a7f37;font-weight:600}.bad{color:#b42318;font-weight:600}
+td.gp{white-space:normal;min-width:6em;max-width:11em;text-align:left}
+td.err{white-space:normal;max-width:520px;
+font-family:ui-monospace,Menlo,Consolas,monospace;font-size:11.5px;text-align:left}
 figure{margin:.6em 0 1.4em}figure img.plot{max-width:100%;height:auto;display:block;border:1px solid #eef1f4}
 figcaption{color:#55616f;font-size:.88em;margin-top:.3em}
 """
@@ -117,8 +128,14 @@ def _short_val(v: Any) -> str:
     return s if len(s) <= 40 else s[:37] + "…"
 
 
-def _tag(params: dict) -> str:
-    return ", ".join(f"{_short_key(k)}={_short_val(v)}" for k, v in params.items())
+def _tag(params: dict, keys: Sequence[str] | None = None, limit: int = 0) -> str:
+    """``rate_rps=12, replicas=2``: the grid point (only ``keys`` when given), cut to ``limit`` characters."""
+    s = ", ".join(f"{_short_key(k)}={_short_val(v)}" for k, v in params.items() if keys is None or k in keys)
+    return s if not limit or len(s) <= limit else s[:limit - 1] + "…"
+
+
+def _plural(n: int, word: str, many: str | None = None) -> str:
+    return f"{n} {word if n == 1 else (many or word + 's')}"
 
 
 def _point_sort_key(params: dict) -> tuple:
@@ -141,6 +158,11 @@ def _fmt(x: float, d: int | None = None) -> str:
     d = _decimals(x) if d is None else d
     s = f"{x:,.{d}f}" if abs(x) >= 10000 else f"{x:.{d}f}"
     return s.replace("-", "−")
+
+
+def _breakable(text: str) -> str:
+    """Escaped, with line-break opportunities after ``_``, ``=``, ``.`` and ``,`` (long grid keys in narrow cells)."""
+    return re.sub(r"([_=.,])", r"\1<wbr>", _esc(text))
 
 
 def _unit(u: str) -> str:
@@ -175,8 +197,13 @@ class _Experiment:
     names: dict[tuple[str, str], str] = field(default_factory=dict)
     colors: dict[tuple[str, str], Any] = field(default_factory=dict)
     scenarios: list[str] = field(default_factory=list)
-    points: dict[str, list[dict]] = field(default_factory=dict)  # scenario -> grid points in order
+    points: dict[str, list[dict]] = field(default_factory=dict)  # scenario -> grid points in order (all runs)
+    ok_points: dict[str, list[dict]] = field(default_factory=dict)  # ... of the ok runs (what the plots show)
     grid_keys: list[str] = field(default_factory=list)
+    varying: dict[str, list[str]] = field(default_factory=dict)  # scenario -> grid keys that vary
+
+    def tag(self, scenario: str, params: dict, limit: int = 0) -> str:
+        return _tag(params, self.varying.get(scenario, []), limit)
 
     def policy(self, run_or_row: dict) -> tuple[str, str]:
         if "router_label" in run_or_row:
@@ -235,18 +262,36 @@ def _build_experiment(name: str, runs: list[dict], baseline: dict | None) -> _Ex
     for s in ex.scenarios:
         pts = {_pkey(r["params"]): r["params"] for r in runs if r["scenario"] == s}
         ex.points[s] = sorted(pts.values(), key=_point_sort_key)
+        ok_keys = {_pkey(r["params"]) for r in ok if r["scenario"] == s}
+        ex.ok_points[s] = [p for p in ex.points[s] if _pkey(p) in ok_keys]
     ex.grid_keys = list(dict.fromkeys(k for r in runs for k in r["params"]))
+    for s in ex.scenarios:  # keys whose value differs between grid points: what tells the points apart
+        vals = defaultdict(set)
+        for p in ex.points[s]:
+            for k in ex.grid_keys:
+                vals[k].add(json.dumps(p.get(k), sort_keys=True))
+        ex.varying[s] = [k for k in ex.grid_keys if len(vals[k]) > 1]
     return ex
 
 
 def _numeric_params(ex: _Experiment, scenario: str) -> list[str]:
-    pts = ex.points[scenario]
+    """Grid keys with numbers for values and at least two of them among the ok runs' grid points."""
     out = []
     for k in ex.grid_keys:
-        vals = [p.get(k) for p in pts]
-        if all(_is_num(v) for v in vals) and len(set(vals)) > 1:
+        vals = [p[k] for p in ex.ok_points[scenario] if k in p]
+        if vals and all(_is_num(v) for v in vals) and len(set(vals)) > 1:
             out.append(k)
     return out
+
+
+def _load_combos(ex: _Experiment, scenario: str, k: str) -> list[tuple[str, list[dict]]]:
+    """The ok grid points holding ``k``, grouped by the values of the other grid keys (only groups where ``k``
+    takes at least two values: a curve needs two points)."""
+    others: dict[str, list[dict]] = defaultdict(list)
+    for p in ex.ok_points[scenario]:
+        if k in p:
+            others[_pkey({kk: v for kk, v in p.items() if kk != k})].append(p)
+    return [(o, sorted(pts, key=lambda p: p[k])) for o, pts in others.items() if len({p[k] for p in pts}) > 1]
 
 
 # ---------------------------------------------------------------------------------------------------- plots
@@ -258,10 +303,28 @@ class _Plots:
         self.files: list[str] = []
         self.ids: set[str] = set()
 
-    def new_figure(self, w: float, h: float):
+    def grid(self, nrows: int, ncols: int, width: float, ax_h: float, title: str,
+             legend: Sequence[str] = (), legend_title: str | None = None, **kw):
+        """A figure of ``nrows x ncols`` axes ``ax_h`` inches high with fixed margins (in inches; a layout engine
+        would double the drawing time), the title on top and room for a figure legend of ``legend`` below."""
         from matplotlib.figure import Figure
 
-        return Figure(figsize=(w, h), dpi=DPI, layout="constrained")
+        ncol, extra = _legend_geometry(legend, width, legend_title)
+        ax_w = (width - M_LEFT - M_RIGHT - (ncols - 1) * M_WSPACE) / ncols
+        h = M_TOP + M_BOTTOM + extra + nrows * ax_h + (nrows - 1) * M_HSPACE
+        fig = Figure(figsize=(width, h), dpi=DPI)
+        fig.subplots_adjust(left=M_LEFT / width, right=1 - M_RIGHT / width, top=1 - M_TOP / h,
+                            bottom=(M_BOTTOM + extra) / h, wspace=M_WSPACE / ax_w, hspace=M_HSPACE / ax_h)
+        axes = fig.subplots(nrows, ncols, squeeze=False, **kw)
+        fig.suptitle(title, fontsize=11, y=1 - 0.1 / h, va="top")
+        fig._fw_legend = (ncol, legend_title)  # type: ignore[attr-defined]
+        return fig, axes
+
+    @staticmethod
+    def legend(fig, handles, labels) -> None:
+        ncol, title = getattr(fig, "_fw_legend", (len(labels), None))
+        fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 0.06 / fig.get_size_inches()[1]),
+                   ncol=ncol, fontsize=LEGEND_FONT, title=title, title_fontsize=LEGEND_FONT, frameon=True)
 
     def html(self, fig, pid: str, alt: str, caption: str) -> str:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -285,6 +348,20 @@ class _Plots:
                 f'<span class="meta">(file: {_esc(fname)})</span></figcaption></figure>')
 
 
+def _where(ex: _Experiment, scenario: str) -> str:
+    return scenario if scenario == ex.name else f"{ex.name} · {scenario}"
+
+
+def _legend_geometry(labels: Sequence[str], width: float, title: str | None) -> tuple[int, float]:
+    """Columns of a figure legend that fits the width, and the height it needs (inches)."""
+    if not labels:
+        return 1, 0.0
+    entry_w = 0.55 + 0.066 * max(len(lab) for lab in labels)
+    ncol = max(1, min(len(labels), int((width - 0.4) // entry_w)))
+    rows = -(-len(labels) // ncol)
+    return ncol, 0.18 + 0.19 * rows + (0.2 if title else 0.0)
+
+
 def _ci_arrays(ex: _Experiment, scenario: str, points: list[dict], pol, metric: str, scale: float = 1.0):
     m, lo, hi = [], [], []
     for p in points:
@@ -294,6 +371,10 @@ def _ci_arrays(ex: _Experiment, scenario: str, points: list[dict], pol, metric: 
         lo.append(np.nan if ci is None or _nan(ci.lo) else ci.lo * scale)
         hi.append(np.nan if ci is None or _nan(ci.hi) else ci.hi * scale)
     return np.array(m, float), np.array(lo, float), np.array(hi, float)
+
+
+def _no_data(ax) -> None:
+    ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center", color="#888", fontsize=10)
 
 
 def _maybe_log_y(ax, values: np.ndarray) -> None:
@@ -307,15 +388,17 @@ def _summary_html(ex: _Experiment) -> str:
     n_ok, n_failed = len(ex.ok), len(ex.failed)
     parts = [f'<p class="meta">{n_ok + n_failed} runs: <b>{n_ok} ok</b>, '
              f'<b class="{"bad" if n_failed else ""}">{n_failed} failed</b>; '
-             f'{len(ex.scenarios)} scenario(s), {len(ex.policies)} policies, '
-             f'{sum(len(v) for v in ex.points.values())} (scenario, grid point) combinations.</p>']
+             f'{_plural(len(ex.scenarios), "scenario")}, {_plural(len(ex.policies), "policy", "policies")}, '
+             f'{_plural(sum(len(v) for v in ex.points.values()), "(scenario, grid point) combination")}.</p>']
     if ex.baseline:
         level, bname = next(iter(ex.baseline.items()))
         parts.append(f'<p class="note">Cells: mean <span class="pm">± half-width of the 95% bootstrap CI over seeds'
                      f'</span> (hover a cell for the interval). Second line: paired change against the baseline '
-                     f'{_esc(level)} <b>{_esc(bname)}</b> (same seed, scenario and grid point), its 95% CI in '
-                     f'brackets; <span class="good">green</span> = better, <span class="bad">red</span> = worse, '
-                     f'coloured only where the interval excludes 0.</p>')
+                     f'{_esc(level)} <b>{_esc(bname)}</b> (same seed, scenario and grid point) in %, '
+                     f'± the half-width of its 95% CI; <span class="good">green</span> = better, '
+                     f'<span class="bad">red</span> = worse, '
+                     f'coloured only where the interval excludes 0 '
+                     f'and at least {MIN_SEEDS_COLOUR} seeds are paired.</p>')
     else:
         parts.append('<p class="note">Cells: mean <span class="pm">± half-width of the 95% bootstrap CI over seeds'
                      '</span> (hover a cell for the interval). No baseline policy (no router named '
@@ -327,8 +410,14 @@ def _summary_html(ex: _Experiment) -> str:
     for r in ex.ok:
         oks[(r["scenario"], _pkey(r["params"]), *ex.policy(r))] += 1
     for s in ex.scenarios:
-        gk = [k for k in ex.grid_keys if any(k in p for p in ex.points[s])]
-        head = "".join(f'<th class="l" title="{_esc(k)}">{_esc(_short_key(k))}</th>' for k in gk)
+        gk = ex.varying[s]
+        fixed = {k: v for k, v in ex.points[s][0].items() if k not in gk} if ex.points[s] else {}
+        if len(gk) == 1:
+            head = f'<th class="l" title="{_esc(gk[0])}">{_esc(_short_key(gk[0]))}</th>'
+        elif gk:
+            head = f'<th class="l" title="{_esc(", ".join(gk))}">grid point</th>'
+        else:
+            head = ""
         head += '<th class="l">policy</th><th title="ok runs (failed)">runs</th>'
         head += "".join(f"<th>{_esc(label)}{_esc(_unit(unit))}</th>" for _, label, unit, _, _ in KEY_METRICS)
         body = []
@@ -341,10 +430,15 @@ def _summary_html(ex: _Experiment) -> str:
                     iter(ex.baseline.values()))
                 cells = []
                 if i == 0:
-                    cells += [f'<td class="l" rowspan="{len(pols)}">{_esc(_short_val(p.get(k, "")))}</td>' for k in gk]
+                    if len(gk) == 1:
+                        cells.append(f'<td class="l" rowspan="{len(pols)}">{_esc(_short_val(p.get(gk[0], "")))}</td>')
+                    elif gk:
+                        point = "<br>".join(_breakable(f"{_short_key(k)}={_short_val(p[k])}") for k in gk if k in p)
+                        cells.append(f'<td class="gp" rowspan="{len(pols)}">{point}</td>')
                 name = _esc(ex.names[pol]) + (' <span class="pm">(baseline)</span>' if is_base else "")
                 cells.append(f'<td class="l">{name}</td>')
-                cells.append(f'<td>{n_ok_g}' + (f' <span class="bad">({n_f_g} failed)</span>' if n_f_g else "") + "</td>")
+                failed_note = f' <span class="bad">({n_f_g} failed)</span>' if n_f_g else ""
+                cells.append(f"<td>{n_ok_g}{failed_note}</td>")
                 for key, _, _, scale, better in KEY_METRICS:
                     ci = row["ci"].get(key) if row else None
                     if ci is None or _nan(ci.mean):
@@ -359,15 +453,20 @@ def _summary_html(ex: _Experiment) -> str:
                     chg = row["vs_baseline"].get(key) if row else None
                     if chg is not None and not _nan(chg.mean):
                         cls = ""
-                        if better and not _nan(chg.lo) and (chg.lo > 0 or chg.hi < 0):
+                        if better and chg.n >= MIN_SEEDS_COLOUR and not _nan(chg.lo) and (chg.lo > 0 or chg.hi < 0):
                             cls = " good" if chg.mean * better > 0 else " bad"
-                        ctxt = f"{chg.mean * 100:+.1f}%"
+                        ctxt = f"{chg.mean * 100:+.1f}"
+                        ctitle = f"change vs baseline {ctxt}%"
                         if not _nan(chg.lo):
-                            ctxt += f" [{chg.lo * 100:+.1f}, {chg.hi * 100:+.1f}]"
-                        txt += f'<br><span class="chg{cls}">{_esc(ctxt.replace("-", "−"))}</span>'
+                            ctxt += f" ± {chg.half * 100:.1f}"
+                            ctitle += f", 95% CI [{chg.lo * 100:+.1f}%, {chg.hi * 100:+.1f}%]"
+                        txt += (f'<br><span class="chg{cls}" title="{_esc(ctitle)}">'
+                                f'{_esc((ctxt + "%").replace("-", "−"))}</span>')
                     cells.append(f'<td title="{_esc(title)}">{txt}</td>')
                 body.append(f'<tr class="{"base" if is_base else ""}">' + "".join(cells) + "</tr>")
         parts.append(f"<h4>Scenario {_esc(s)}</h4>")
+        if fixed:
+            parts.append(f'<p class="note">Same in every run: {_esc(_tag(fixed))}</p>')
         parts.append(f'<div class="tablewrap"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}'
                      f"</tbody></table></div>")
     if ex.failed:
@@ -392,14 +491,17 @@ def _cdf_html(ex: _Experiment, quant: dict, plots: _Plots) -> str:
     """``quant[(scenario, pkey, router, batcher, metric)] = (q, mean value over seeds)``."""
     parts = []
     for s in ex.scenarios:
-        pts = [p for p in ex.points[s] if any((s, _pkey(p), *pol, m) in quant for pol in ex.policies
+        pts = [p for p in ex.ok_points[s] if any((s, _pkey(p), *pol, m) in quant for pol in ex.policies
                                               for m in ("ttft_s", "e2e_s"))]
         if not pts:
             parts.append(f'<p class="empty">Scenario {_esc(s)}: no latency quantiles stored (no completed requests '
                          f'in any ok run).</p>')
             continue
-        fig = plots.new_figure(10.5, 0.6 + 2.7 * len(pts))
-        axes = fig.subplots(len(pts), 2, squeeze=False)
+        n_all = len(pts)
+        if n_all > MAX_CDF_ROWS:  # evenly spaced grid points, the first and the last included
+            pts = [pts[i] for i in sorted({round(j * (n_all - 1) / (MAX_CDF_ROWS - 1)) for j in range(MAX_CDF_ROWS)})]
+        fig, axes = plots.grid(len(pts), 2, 10.5, 2.1, f"Latency CDFs · {_where(ex, s)} (quantiles averaged over "
+                               f"seeds)", sharex="col")
         for i, p in enumerate(pts):
             for j, (m, label) in enumerate((("ttft_s", "TTFT"), ("e2e_s", "E2E latency"))):
                 ax = axes[i][j]
@@ -412,17 +514,21 @@ def _cdf_html(ex: _Experiment, quant: dict, plots: _Plots) -> str:
                     ax.plot(v[keep], q[keep], color=ex.colors[pol], lw=1.6, label=ex.names[pol])
                 ax.set_xscale("log")
                 ax.set_ylim(0, 100)
-                ax.grid(True, which="both", alpha=0.25)
+                ax.grid(True, which="major", alpha=0.3)
                 ax.set_xlabel(f"{label} (s, log scale)")
                 ax.set_ylabel("percentile of requests (%)")
-                ax.set_title(f"{label}" + (f" · {_tag(p)}" if p else ""), fontsize=10)
-                if i == 0 and j == 0:
-                    ax.legend(loc="lower right", fontsize=8, title="policy", title_fontsize=8)
-        fig.suptitle(f"Latency CDFs · {ex.name} · {s} (quantiles averaged over seeds)", fontsize=11)
+                ptag = ex.tag(s, p, 60)
+                ax.set_title(f"{label}" + (f" · {ptag}" if ptag else ""), fontsize=10)
+                if not ax.lines:
+                    _no_data(ax)
+        first = next((ax for ax in axes.flat if ax.lines), None)
+        if first is not None:
+            first.legend(loc="lower right", fontsize=8, title="policy", title_fontsize=8)
         parts.append(plots.html(
             fig, f"cdf-{ex.slug}-{s}", f"TTFT and E2E latency CDFs per policy for scenario {s} of {ex.name}",
-            f"Scenario {s}: one row per grid point; each line is a policy's latency distribution, the 0–100th "
-            f"percentiles averaged over seeds."))
+            f"Scenario {s}: one row per grid point" + (f" ({len(pts)} of {n_all}, evenly spaced)" if n_all > len(pts)
+                                                        else "") +
+            "; each line is a policy's latency distribution, the 0–100th percentiles averaged over seeds."))
     return "".join(parts)
 
 
@@ -430,23 +536,21 @@ def _cdf_html(ex: _Experiment, quant: dict, plots: _Plots) -> str:
 def _load_html(ex: _Experiment, plots: _Plots) -> str:
     parts = []
     for s in ex.scenarios:
-        nparams = _numeric_params(ex, s)
+        nparams = [k for k in _numeric_params(ex, s) if _load_combos(ex, s, k)]
         if not nparams:
             parts.append(f'<p class="empty">Scenario {_esc(s)}: the experiment has no numeric grid parameter with '
                          f'more than one value, so there are no metric-vs-load curves.</p>')
             continue
         for k in nparams:
-            others: dict[str, list[dict]] = defaultdict(list)
-            for p in ex.points[s]:
-                others[_pkey({kk: v for kk, v in p.items() if kk != k})].append(p)
-            combos = list(others.items())
+            combos = _load_combos(ex, s, k)
             shown = combos[:MAX_LOAD_ROWS]
-            fig = plots.new_figure(11.5, 0.9 + 2.8 * len(shown))
-            axes = fig.subplots(len(shown), len(LOAD_METRICS), squeeze=False)
+            ltitle = "policy (mean over seeds, bars and bands: 95% CI)"
+            fig, axes = plots.grid(len(shown), len(LOAD_METRICS), 11.5, 2.1,
+                                   f"Metrics vs {_short_key(k)} · {_where(ex, s)}",
+                                   legend=[ex.names[p] for p in ex.policies], legend_title=ltitle)
             for i, (okey, pts) in enumerate(shown):
-                pts = sorted(pts, key=lambda p: p[k])
                 x = np.array([p[k] for p in pts], float)
-                otag = _tag(json.loads(okey))
+                otag = ex.tag(s, json.loads(okey), 34)
                 for j, m in enumerate(LOAD_METRICS):
                     label, unit, scale, _ = METRIC_INFO[m]
                     ax = axes[i][j]
@@ -456,7 +560,8 @@ def _load_html(ex: _Experiment, plots: _Plots) -> str:
                         if not np.isfinite(mean).any():
                             continue
                         c = ex.colors[pol]
-                        err = np.vstack([np.where(np.isfinite(lo), mean - lo, 0), np.where(np.isfinite(hi), hi - mean, 0)])
+                        err = np.vstack([np.where(np.isfinite(lo), mean - lo, 0),
+                                         np.where(np.isfinite(hi), hi - mean, 0)])
                         ax.errorbar(x, mean, yerr=err, color=c, marker="o", ms=3.5, lw=1.5, capsize=2.5,
                                     label=ex.names[pol])
                         ok = np.isfinite(lo) & np.isfinite(hi)
@@ -465,15 +570,22 @@ def _load_html(ex: _Experiment, plots: _Plots) -> str:
                         allv.append(mean)
                     if allv and m != "gpu_util":
                         _maybe_log_y(ax, np.concatenate(allv))
+                    if not allv:
+                        _no_data(ax)
+                    if len(x) <= 8:
+                        ax.set_xticks(x)
+                        ax.set_xticklabels([_short_val(v) for v in (p[k] for p in pts)])
                     ax.set_xlabel(_short_key(k) + _param_unit(k))
                     ax.set_ylabel(label + _unit(unit))
                     ax.set_title(label + (f" · {otag}" if otag else ""), fontsize=10)
                     ax.grid(True, alpha=0.25)
-            handles, labels = axes[0][0].get_legend_handles_labels()
-            if handles:
-                fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 5), fontsize=8.5,
-                           title="policy (mean over seeds, bars/bands: 95% CI)", title_fontsize=8.5)
-            fig.suptitle(f"Metrics vs {_short_key(k)} · {ex.name} · {s}", fontsize=11)
+            found: dict[str, Any] = {}
+            for ax in axes.flat:
+                for h, lab in zip(*ax.get_legend_handles_labels()):
+                    found.setdefault(lab, h)
+            labels = [ex.names[p] for p in ex.policies if ex.names[p] in found]
+            if labels:
+                plots.legend(fig, [found[lab] for lab in labels], labels)
             cap = (f"Scenario {s}: TTFT p99, E2E p99, goodput and GPU utilisation against {k}; one line per policy "
                    f"with its 95% CI over seeds.")
             if len(combos) > len(shown):
@@ -500,16 +612,21 @@ def _pareto_front(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 def _pareto_html(ex: _Experiment, plots: _Plots) -> str:
     parts = []
     for s in ex.scenarios:
-        fig = plots.new_figure(11.5, 4.6)
-        axes = fig.subplots(1, len(PARETO_LATENCIES), squeeze=False)[0]
         anything = False
-        show_tag = len(ex.points[s]) > 1
+        pts = ex.ok_points[s]
+        show_tag = len(pts) > 1
+        keys = ex.varying[s]
+        show_tag = show_tag and bool(keys)
+        title = f"Cost vs latency · {_where(ex, s)}" + (
+            f" (point labels: {', '.join(_short_key(k) for k in keys)})" if show_tag else "")
+        fig, axes = plots.grid(1, len(PARETO_LATENCIES), 11.5, 3.8, title)
+        axes = axes[0]
         for ax, lat in zip(axes, PARETO_LATENCIES):
             llabel, lunit, lscale, _ = METRIC_INFO[lat]
             xs, ys = [], []
             for pol in ex.policies:
-                xm, xlo, xhi = _ci_arrays(ex, s, ex.points[s], pol, lat, lscale)
-                ym, ylo, yhi = _ci_arrays(ex, s, ex.points[s], pol, "cost_per_mtok_usd")
+                xm, xlo, xhi = _ci_arrays(ex, s, pts, pol, lat, lscale)
+                ym, ylo, yhi = _ci_arrays(ex, s, pts, pol, "cost_per_mtok_usd")
                 ok = np.isfinite(xm) & np.isfinite(ym)
                 if not ok.any():
                     continue
@@ -519,8 +636,8 @@ def _pareto_html(ex: _Experiment, plots: _Plots) -> str:
                 ax.errorbar(xm[ok], ym[ok], xerr=xerr, yerr=yerr, fmt="o", ms=5, color=ex.colors[pol], capsize=2,
                             elinewidth=1, label=ex.names[pol])
                 if show_tag:
-                    for p, xv, yv in zip(np.array(ex.points[s], dtype=object)[ok], xm[ok], ym[ok]):
-                        ax.annotate(", ".join(_short_val(v) for v in p.values()), (xv, yv), fontsize=6.5,
+                    for p, xv, yv in zip(np.array(pts, dtype=object)[ok], xm[ok], ym[ok]):
+                        ax.annotate(", ".join(_short_val(p.get(k)) for k in keys)[:24], (xv, yv), fontsize=6.5,
                                     xytext=(4, 3), textcoords="offset points", color="#444")
                 xs.append(xm[ok])
                 ys.append(ym[ok])
@@ -536,13 +653,14 @@ def _pareto_html(ex: _Experiment, plots: _Plots) -> str:
             ax.set_ylabel("cost ($ per million tokens)")
             ax.set_title(f"Cost vs {llabel}", fontsize=10)
             ax.grid(True, alpha=0.25)
-            ax.legend(fontsize=8, loc="best")
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=8, loc="best")
+            else:
+                _no_data(ax)
         if not anything:
             parts.append(f'<p class="empty">Scenario {_esc(s)}: no run has both a cost and a latency, so there is '
                          f"no cost-vs-latency plot.</p>")
             continue
-        fig.suptitle(f"Cost vs latency · {ex.name} · {s}" + (" (labels: grid point)" if show_tag else ""),
-                     fontsize=11)
         parts.append(plots.html(
             fig, f"pareto-{ex.slug}-{s}", f"Cost per million tokens against tail latency for scenario {s} of {ex.name}",
             f"Scenario {s}: each point is a policy at a grid point (mean over seeds, bars: 95% CI); circled points "
@@ -591,11 +709,16 @@ def _timeline_html(ex: _Experiment, with_tl: set, store, plots: _Plots) -> str:
             xs, ys = series[rid][int(rep)]
             xs.append(float(t))
             ys.append(float(u) * 100)
-        n_rep = max((len(v) for v in series.values()), default=0)
+        replicas = sorted({rep for v in series.values() for rep in v})
+        n_rep = max(replicas, default=0) + 1
+        step = -(-len(replicas) // 16)  # many replicas: a sample of them in the legend
+        labels = [f"replica {rep}" for rep in replicas[::step]] + ["mean over replicas"]
         ncols = 2 if len(pols) > 1 else 1
         nrows = -(-len(pols) // ncols)
-        fig = plots.new_figure(11.5 if ncols == 2 else 8, 0.9 + 2.9 * nrows)
-        axes = fig.subplots(nrows, ncols, squeeze=False, sharey=True)
+        tag = ex.tag(s, point, 60)
+        fig, axes = plots.grid(nrows, ncols, 11.5 if ncols == 2 else 7.5, 2.3,
+                               f"Per-replica GPU utilisation · {_where(ex, s)}" + (f" · {tag}" if tag else ""),
+                               legend=labels, sharey=True)
         from matplotlib import colormaps
 
         cmap = colormaps["tab10" if n_rep <= 10 else "tab20" if n_rep <= 20 else "viridis"]
@@ -613,7 +736,7 @@ def _timeline_html(ex: _Experiment, with_tl: set, store, plots: _Plots) -> str:
                 t = np.array(next(iter(reps.values()))[0])
                 if all(len(v[0]) == len(t) for v in reps.values()):
                     mean = np.mean([v[1] for v in reps.values()], axis=0)
-                    (ln,) = ax.plot(t, mean, lw=2.2, color="black", ls="--")
+                    (ln,) = ax.plot(t, mean, lw=3, color="#444", alpha=0.45, ls="--", zorder=1)
                     handles.setdefault("mean over replicas", ln)
             ax.set_title(f"{ex.names[pol]} · seed {run['seed']}", fontsize=10)
             ax.set_xlabel("time (s)")
@@ -622,15 +745,8 @@ def _timeline_html(ex: _Experiment, with_tl: set, store, plots: _Plots) -> str:
             ax.grid(True, alpha=0.25)
         for idx in range(len(pols), nrows * ncols):
             axes[idx // ncols][idx % ncols].set_visible(False)
-        labels = list(handles)
-        if len(labels) > 21:  # many replicas: a sample of them in the legend
-            reps = [lab for lab in labels if lab.startswith("replica")]
-            step = -(-len(reps) // 16)
-            labels = reps[::step] + [lab for lab in labels if not lab.startswith("replica")]
-        fig.legend([handles[lab] for lab in labels], labels, loc="outside lower center",
-                   ncol=min(len(labels), 8), fontsize=8)
-        tag = _tag(point)
-        fig.suptitle(f"Per-replica GPU utilisation · {ex.name} · {s}" + (f" · {tag}" if tag else ""), fontsize=11)
+        labels = [lab for lab in labels if lab in handles]
+        plots.legend(fig, [handles[lab] for lab in labels], labels)
         parts.append(plots.html(
             fig, f"timeline-{ex.slug}-{s}", f"Per-replica GPU utilisation over time for scenario {s} of {ex.name}",
             f"Scenario {s}" + (f" at {tag}" + (" (the highest load)" if k else "") if tag else "") +
@@ -653,8 +769,7 @@ def _learning_html(data: dict, plots: _Plots, title_suffix: str) -> str:
     colors = {p: cmap(i % cmap.N) for i, p in enumerate(pols)}
     ncols = min(3, len(metrics))
     nrows = -(-len(metrics) // ncols)
-    fig = plots.new_figure(4.2 * ncols + 1.5, 0.8 + 3.2 * nrows)
-    axes = fig.subplots(nrows, ncols, squeeze=False)
+    fig, axes = plots.grid(nrows, ncols, min(11.5, 3.6 * ncols + 2.2), 2.6, "Learning curves" + title_suffix)
     for i, m in enumerate(metrics):
         ax = axes[i // ncols][i % ncols]
         for pol, runs in by[m].items():
@@ -683,9 +798,11 @@ def _learning_html(data: dict, plots: _Plots, title_suffix: str) -> str:
         ax.legend(fontsize=8, title="policy", title_fontsize=8)
     for idx in range(len(metrics), nrows * ncols):
         axes[idx // ncols][idx % ncols].set_visible(False)
-    fig.suptitle("Learning curves" + title_suffix, fontsize=11)
     return plots.html(fig, "learning", "Learning curves of the learned policies",
-                      f"{len(pols)} learned policies, {len(metrics)} metric(s): value against training step.")
+                      f"{len(pols)} learned {'policy' if len(pols) == 1 else 'policies'}, {len(metrics)} "
+                      f"metric{'' if len(metrics) == 1 else 's'}: value against training step"
+                      + (" (mean over runs where a policy has several)." if any(
+                          len(r) > 1 for m in by.values() for r in m.values()) else "."))
 
 
 # ---------------------------------------------------------------------------------------------------- the page

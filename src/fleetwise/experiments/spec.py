@@ -175,7 +175,8 @@ def _run_id(payload: dict) -> str:
 
 
 def expand(spec: ExperimentSpec, where: str = "experiment", records_dir: str | None = None) -> list[Run]:
-    """Every combination of scenario x grid point x router x batcher x seed, validated up front."""
+    """Every combination of scenario x grid point x router x batcher x seed, validated up front. A run's id
+    hashes the experiment name, its scenario (grid applied), policies, seed and request count."""
     runs: list[Run] = []
     keys = list(spec.grid)
     points = list(itertools.product(*(spec.grid[k] for k in keys))) or [()]
@@ -198,7 +199,7 @@ def expand(spec: ExperimentSpec, where: str = "experiment", records_dir: str | N
             for r in routers:
                 for b in batchers:
                     for seed in spec.seed_list:
-                        payload = {"scenario": sc, "router": r.model_dump(), "batcher": b.model_dump(),
+                        payload = {"experiment": spec.name, "scenario": sc, "router": r.model_dump(), "batcher": b.model_dump(),
                                    "seed": seed, "requests": spec.requests, "timeline": spec.timeline_bucket_s}
                         runs.append(Run(
                             run_id=_run_id(payload), experiment=spec.name, scenario_name=base.name, scenario=sc,

@@ -98,7 +98,7 @@ class PerfModel:
         "_lin", "_lm", "_moe", "_s0", "_s1", "_emb0", "_emb1",
         "_pa0", "_pa1", "_d0", "_d1", "_d2", "_ar0", "_ar1", "_sr0", "_sr1",
         "_cpu0", "_cpu1", "_L", "_Ls", "_kv_tok_gpu", "_w_gpu", "_reserve", "_ridge", "_mlp",
-        "_moe_coef", "_flops_per_tok", "_attn_flops_per_work",
+        "_moe_coef", "_flops_per_tok", "_attn_flops_per_work", "_Lpa1", "_Ld2", "_memo",
     )  # fmt: skip
 
     def __init__(
@@ -182,8 +182,12 @@ class PerfModel:
         n_mlp = (3 if model.gated_mlp else 2) * h * model.ffn_size
         active = model.num_params - model.num_layers * n_mlp * (model.num_experts - model.experts_per_token)
         self._flops_per_tok = 2.0 * active
+        self._Lpa1 = self._L * self._pa1
+        self._Ld2 = self._L * self._d2
+        self._memo: dict = {}  # _base_s per (prefill tokens, decode seqs)
 
     # ---------------------------------------------------------------- memory
+
     def weight_bytes_per_gpu(self) -> float:
         return self._w_gpu
 
@@ -234,14 +238,24 @@ class PerfModel:
         seqs = decode_seqs + (1 if prefill_tokens > 0 else 0)
         return (self._emb0 + self._emb1 * M) + gemm_time_s(self._lm, seqs) + self._cpu0 + self._cpu1 * seqs
 
+    def _base_s(self, prefill_tokens: int, decode_seqs: int) -> float:
+        """Iteration time without the terms linear in attention work and KV tokens (memoised per batch shape)."""
+        key = (prefill_tokens, decode_seqs)
+        t = self._memo.get(key)
+        if t is None:
+            t = self._L * self._layer_s(prefill_tokens, 0.0, decode_seqs, 0) + self._extras_s(prefill_tokens, decode_seqs)
+            if self.pp > 1:
+                t += (self.pp - 1) * (self._sr0 + self._sr1 * (prefill_tokens + decode_seqs))
+            if len(self._memo) > 200_000:
+                self._memo.clear()
+            self._memo[key] = t
+        return t
+
     def iteration_time_s(
         self, prefill_tokens: int, prefill_attn_work: float, decode_seqs: int, decode_kv_tokens: int
     ) -> float:
-        layer = self._layer_s(prefill_tokens, prefill_attn_work, decode_seqs, decode_kv_tokens)
-        t = self._L * layer + self._extras_s(prefill_tokens, decode_seqs)
-        if self.pp > 1:
-            t += (self.pp - 1) * (self._sr0 + self._sr1 * (prefill_tokens + decode_seqs))
-        return t
+        return (self._base_s(prefill_tokens, decode_seqs) + self._Lpa1 * prefill_attn_work
+                + self._Ld2 * decode_kv_tokens)
 
     def stage_time_s(self, prefill_tokens: int, prefill_attn_work: float, decode_seqs: int, decode_kv_tokens: int) -> float:
         if self.pp == 1:
@@ -257,8 +271,7 @@ class PerfModel:
     def decode_coeffs(self, decode_seqs: int) -> tuple[float, float]:
         if decode_seqs <= 0:
             return (0.0, 0.0)
-        c0 = self.iteration_time_s(0, 0.0, decode_seqs, 0)
-        return (c0, self._L * self._d2)
+        return (self._base_s(0, decode_seqs), self._Ld2)
 
     # ---------------------------------------------------------------- power, flops, misc
     def busy_power_w(self, prefill_tokens: int, decode_seqs: int) -> float:

@@ -1,0 +1,214 @@
+"""The HTML report: self-contained (no external reference, plots embedded), every section present, one PNG per
+plot, sentences instead of empty plots, and in a real headless Chromium every plot renders without errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from fleetwise.errors import InputError
+from fleetwise.experiments.report import SECTIONS, write_report
+from fleetwise.experiments.runner import run_sweep
+from fleetwise.experiments.spec import expand, parse_experiment
+from fleetwise.experiments.store import Store
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+REPO = Path(__file__).resolve().parents[1]
+SECTION_IDS = [k for k, _ in SECTIONS]
+
+IMG = re.compile(r"<img\b[^>]*>")
+PLOT_ID = re.compile(r'data-plot="([^"]+)"')
+
+
+def _tiny_sweep(db: Path) -> Store:
+    """2 routers x 2 rates x 2 seeds with a timeline, a run that fails (KV cache too small), a learning curve."""
+    store = Store(db)
+    spec = parse_experiment({
+        "name": "tiny", "scenarios": ["default"], "policies": {"router": ["round_robin", "least_outstanding_tokens"]},
+        "grid": {"workload.rate_rps": [12, 24]}, "seeds": 2, "requests": 200, "timeline_bucket_s": 2.0})
+    res = run_sweep(expand(spec), store, workers=2)
+    assert (res.ok, res.failed) == (8, 0)
+    failing = parse_experiment({
+        "name": "tiny", "scenarios": ["default"], "policies": {"router": ["round_robin"]},
+        "grid": {"deployments.0.gpu_memory_utilization": [0.1]}, "seeds": 1, "requests": 50})
+    assert run_sweep(expand(failing), store, workers=1).failed == 1
+    store.add_learning_curve("ppo_router", range(0, 100, 10), [-50 + 4 * i for i in range(10)], metric="return")
+    return store
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("report")
+    store = _tiny_sweep(tmp / "r.duckdb")
+    index = write_report(store, tmp / "out")
+    return index, index.read_text(encoding="utf-8")
+
+
+def _declared(page: str) -> int:
+    m = re.search(r'<main data-plots="(\d+)"', page)
+    assert m, "the page does not declare its number of plots"
+    return int(m.group(1))
+
+
+def test_report_is_self_contained_with_every_section(report):
+    index, page = report
+    assert index.name == "index.html" and index.exists()
+    # nothing the page loads or links to leaves the file: no http(s) src/href, no script, no CSS import
+    assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", page, re.I)
+    assert "<script" not in page.lower() and "@import" not in page and "url(" not in page
+    for key in SECTION_IDS:
+        assert f'<section id="{key}">' in page, key
+    imgs = IMG.findall(page)
+    assert imgs and len(imgs) == _declared(page)
+    ids = []
+    for tag in imgs:
+        assert 'class="plot"' in tag and re.search(r'alt="[^"]{10,}"', tag), tag[:200]
+        assert 'src="data:image/png;base64,' in tag
+        ids.append(PLOT_ID.search(tag).group(1))
+    assert len(set(ids)) == len(ids)
+    pngs = sorted(p.name for p in index.parent.glob("*.png"))
+    assert pngs == sorted(f"{i}.png" for i in ids)
+    for name in pngs:
+        assert (index.parent / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # one plot of each kind for this store: CDFs, load curves, Pareto, timeline, learning curves
+    for prefix in ("cdf-", "load-", "pareto-", "timeline-", "learning"):
+        assert any(i.startswith(prefix) for i in ids), (prefix, ids)
+
+
+def test_report_summary_baseline_and_failures(report):
+    _, page = report
+    summary = page.split('<section id="summary">')[1].split("</section>")[0]
+    assert "8 ok" in summary and "1 failed" in summary
+    assert "baseline router <b>round_robin</b>" in summary
+    assert "least_outstanding_tokens" in summary and "±" in summary
+    assert "does not fit" in summary  # the failed run's error is shown
+    for label in ("TTFT p50", "TTFT p99", "TPOT p50", "E2E p99", "Goodput", "Output tokens/s", "GPU util", "Load CV",
+                  "$/Mtok", "Slowdown p50"):
+        assert label in summary, label
+    assert re.search(r'class="chg[^"]*"[^>]*>[+−]\d', summary)  # paired changes against the baseline
+    timeline = page.split('<section id="timeline">')[1].split("</section>")[0]
+    assert "rate_rps=24" in timeline  # the highest load
+
+
+def test_report_says_so_when_data_is_missing(tmp_path):
+    """A store without grid, timeline or learning curves: sentences instead of empty plots."""
+    store = Store(None)
+    qs = [float(q) for q in range(101)]
+    results = []
+    for router in ("round_robin", "power_of_two"):
+        for seed in (0, 1, 2):
+            m = {"ttft_p50_s": 0.1 + 0.01 * seed, "ttft_p99_s": 0.9, "tpot_p50_s": 0.02, "e2e_p99_s": 10.0 + seed,
+                 "goodput_rps": 5.0, "tokens_per_s": 900.0 + seed, "gpu_util": 0.8, "load_cv": 0.05,
+                 "cost_per_mtok_usd": 0.4 + 0.01 * seed, "slowdown_p50": 1.3}
+            results.append({
+                "run_id": f"{router}-{seed}", "experiment": "flat", "scenario": "default", "params": "{}",
+                "router": router, "router_label": router, "batcher": "sarathi", "batcher_label": "sarathi",
+                "seed": seed, "status": "ok", "metrics": m,
+                "quantiles": {"ttft_s": (qs, [0.01 * (1 + q) for q in qs]),
+                              "e2e_s": (qs, [0.1 * (1 + q) for q in qs])}})
+    store.write(results)
+    index = write_report(store, tmp_path / "out")
+    page = index.read_text()
+    for key in SECTION_IDS:
+        assert f'<section id="{key}">' in page
+    assert "no numeric grid parameter" in page
+    assert "stored no utilisation timeline" in page
+    assert "No learned policies are in this store" in page
+    assert "(in memory)" in page
+    ids = PLOT_ID.findall(page)
+    assert sorted(ids) == sorted(["cdf-flat-default", "pareto-flat-default"]) == sorted(
+        p.stem for p in index.parent.glob("*.png"))
+    assert len(ids) == _declared(page)
+
+
+def test_experiment_filter_baseline_and_stale_pngs(tmp_path):
+    store = Store(None)
+    rows = []
+    for exp, rates in (("a", [1, 2]), ("b", [3])):
+        for rate in rates:
+            for router in ("x", "y"):
+                for seed in (0, 1):
+                    rows.append({
+                        "run_id": f"{exp}{rate}{router}{seed}", "experiment": exp, "scenario": "s",
+                        "params": json.dumps({"workload.rate_rps": rate}), "router": router, "router_label": router,
+                        "batcher": "b", "batcher_label": "b", "seed": seed, "status": "ok",
+                        "metrics": {"e2e_p99_s": rate + seed + (router == "y"), "ttft_p99_s": 0.5 + seed,
+                                    "cost_per_mtok_usd": 1.0 / rate + 0.1 * seed, "goodput_rps": float(rate),
+                                    "gpu_util": 0.5}})
+    store.write(rows)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "mine.png").write_bytes(b"not the report's")
+    page = write_report(store, out).read_text()
+    assert "Experiment a" in page and "Experiment b" in page
+    assert "No baseline policy" in page  # no round_robin in these groups
+    both = set(PLOT_ID.findall(page))
+    assert "load-a-s-rate_rps" in both and "load-b-s-rate_rps" not in both  # b has a single rate
+
+    page = write_report(store, out, experiment="b", baseline={"router": "y"}).read_text()
+    assert "Experiment a" not in page and "Experiment b" in page
+    assert "baseline router <b>y</b>" in page
+    only_b = set(PLOT_ID.findall(page))
+    assert only_b and all("-b-" in i for i in only_b)
+    # PNGs of the earlier report that this one did not write are gone; files the report never wrote stay
+    assert sorted(p.stem for p in out.glob("*.png")) == sorted(only_b | {"mine"})
+
+    with pytest.raises(InputError, match="'nope' is not in the store"):
+        write_report(store, out, experiment="nope")
+
+
+# ------------------------------------------------------------------------------------------------ real browser
+@pytest.mark.browser
+def test_report_renders_in_headless_chromium(report, tmp_path):
+    if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
+        pytest.skip(f"needs {CHROMIUM} and {CHROMEDRIVER} (apt-get install chromium chromium-driver)")
+    pytest.importorskip("selenium")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    index, page = report
+    profile = tempfile.mkdtemp(prefix="chromium-profile-", dir=tmp_path)
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = str(CHROMIUM)
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
+                 "--no-first-run", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", f"--user-data-dir={profile}", "--window-size=1280,900"):
+        opts.add_argument(flag)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=opts)  # no selenium-manager download
+    try:
+        driver.set_page_load_timeout(60)
+        driver.get(index.resolve().as_uri())
+        state = driver.execute_script(
+            "return {ready: document.readyState, title: document.title,"
+            " declared: Number(document.querySelector('main').dataset.plots),"
+            " sections: Array.from(document.querySelectorAll('section')).map(s => s.id),"
+            " imgs: Array.from(document.querySelectorAll('img.plot')).map(i => ({id: i.dataset.plot, alt: i.alt,"
+            "   complete: i.complete, w: i.naturalWidth, h: i.naturalHeight,"
+            "   shown: i.getBoundingClientRect().width}))}")
+        assert state["ready"] == "complete" and state["title"].startswith("fleetwise report")
+        assert state["sections"] == SECTION_IDS
+        assert state["imgs"] and len(state["imgs"]) == state["declared"] == _declared(page)
+        for img in state["imgs"]:
+            assert img["complete"] and img["w"] > 0 and img["h"] > 0 and img["shown"] > 0, img
+            assert img["alt"], img
+        severe = [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
+        assert not severe, severe
+        height = driver.execute_script("return document.documentElement.scrollHeight")
+        driver.set_window_size(1280, min(int(height) + 200, 16000))  # the whole page in one screenshot
+        shot = tmp_path / "report.png"
+        assert driver.save_screenshot(str(shot))
+    finally:
+        driver.quit()
+    assert shot.stat().st_size > 10_000
+    if os.environ.get("FLEETWISE_ARTIFACTS"):
+        dest = REPO / "results" / "test-artifacts"
+        dest.mkdir(parents=True, exist_ok=True)
+        shutil.copy(shot, dest / "report.png")
