@@ -125,21 +125,25 @@ def scenario_names() -> list[str]:
     return sorted(p.stem for p in SCENARIO_DIR.glob("*.yaml"))
 
 
-def load_scenario(path_or_name: str | Path | None = None) -> Scenario:
-    """Load a scenario file, or a built-in one by name (``vidur-parity``); None: the embedded default."""
-    if path_or_name is None:
-        path_or_name = "default"
+def read_yaml(path_or_name: str | Path, builtin_dir: Path, what: str) -> tuple[Path, Any]:
+    """Find a YAML file (a path, or a name in ``builtin_dir``) and parse it; one-line errors with the file."""
     p = Path(path_or_name)
-    if not p.exists() and (SCENARIO_DIR / f"{path_or_name}.yaml").exists():
-        p = SCENARIO_DIR / f"{path_or_name}.yaml"
+    if not p.exists() and (builtin_dir / f"{path_or_name}.yaml").exists():
+        p = builtin_dir / f"{path_or_name}.yaml"
     if not p.exists():
-        raise InputError(f"{path_or_name}: scenario file not found (built-in scenarios: {', '.join(scenario_names())})")
+        names = ", ".join(sorted(q.stem for q in builtin_dir.glob("*.yaml")))
+        raise InputError(f"{path_or_name}: {what} file not found (built-in: {names})")
     try:
-        data = yaml.safe_load(p.read_text())
+        return p, yaml.safe_load(p.read_text())
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f" line {mark.line + 1}" if mark is not None else ""
         raise InputError(f"{p}:{line} invalid YAML: {getattr(e, 'problem', e)}") from None
+
+
+def load_scenario(path_or_name: str | Path | None = None) -> Scenario:
+    """Load a scenario file, or a built-in one by name (``vidur-parity``); None: the embedded default."""
+    p, data = read_yaml("default" if path_or_name is None else path_or_name, SCENARIO_DIR, "scenario")
     return parse_scenario(data, where=str(p))
 
 

@@ -27,11 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from fleetwise.errors import InputError
-from fleetwise.scenario import PolicyRef, format_validation_error, load_scenario, parse_scenario
+from fleetwise.scenario import PolicyRef, format_validation_error, load_scenario, parse_scenario, read_yaml
 
 EXPERIMENT_DIR = Path(__file__).parent / "specs"
 LEVELS = ("router", "batcher")
@@ -135,17 +134,8 @@ def set_path(d: dict, path: str, value: Any, where: str) -> None:
 
 
 def load_experiment(path_or_name: str | Path) -> ExperimentSpec:
-    p = Path(path_or_name)
-    if not p.exists() and (EXPERIMENT_DIR / f"{path_or_name}.yaml").exists():
-        p = EXPERIMENT_DIR / f"{path_or_name}.yaml"
-    if not p.exists():
-        raise InputError(f"{path_or_name}: experiment file not found")
-    try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = f" line {mark.line + 1}" if mark is not None else ""
-        raise InputError(f"{p}:{line} invalid YAML: {getattr(e, 'problem', e)}") from None
+    """Load an experiment file, or a built-in one by name (``default``)."""
+    p, data = read_yaml(path_or_name, EXPERIMENT_DIR, "experiment")
     return parse_experiment(data, where=str(p))
 
 
