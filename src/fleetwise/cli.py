@@ -23,7 +23,9 @@ app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions
                   help="Decide and learn how an LLM inference fleet spends its GPUs.")
 perf_app = typer.Typer(add_completion=False, help="The GPU performance model.")
 bench_app = typer.Typer(add_completion=False, help="Benchmarks (commands whose output goes into the docs).")
+reproduce_app = typer.Typer(add_completion=False, help="Reproduce a paper's experiment (see docs/).")
 app.add_typer(perf_app, name="perf")
+app.add_typer(reproduce_app, name="reproduce")
 app.add_typer(bench_app, name="bench")
 
 console = Console(stderr=True)
@@ -333,6 +335,59 @@ def bench_sim_speed(
     for n, r in res.items():
         t.add_row(n, f"{r['requests_per_s']:.0f}", f"{r['wall_s']:.2f}", f"{r['peak_rss_mb']:.0f}", f"{r['events']}")
     out.print(t)
+
+
+def _reproduce(name: str, quick: bool, as_json: bool, eval_trace: Optional[str], seeds: Optional[int],
+               db: Optional[str]) -> None:
+    import importlib
+
+    mod = importlib.import_module(f"fleetwise.reproduce.{name}")
+    res = mod.run(quick=quick, seeds=seeds, eval_trace=eval_trace, db=db)
+    if as_json:
+        out.print_json(json.dumps(res))
+    else:
+        out.print(mod.render(res))
+
+
+_QUICK = typer.Option(False, "--quick", help="small budget (minutes on 2 cores)")
+_JSON = typer.Option(False, "--json", help="print one JSON object")
+_EVAL = typer.Option(None, "--eval-trace", help="evaluate on this trace file or folder instead of the held-out data")
+_SEEDS = typer.Option(None, min=1, help="seeds (default: the paper's protocol; fewer with --quick)")
+_DB = typer.Option(str(Path("results") / "fleetwise.duckdb"), help="results store for runs and learning curves")
+
+
+@reproduce_app.command("allocation")
+def reproduce_allocation(quick: bool = _QUICK, as_json: bool = _JSON, eval_trace: Optional[str] = _EVAL,
+                         seeds: Optional[int] = _SEEDS, db: str = _DB) -> None:
+    """Q-learning vs SARSA vs fixed policy for GPU count and parallelism, on real CPU-usage traces."""
+    _reproduce("allocation", quick, as_json, eval_trace, seeds, db)
+
+
+@reproduce_app.command("batching")
+def reproduce_batching(quick: bool = _QUICK, as_json: bool = _JSON, eval_trace: Optional[str] = _EVAL,
+                       seeds: Optional[int] = _SEEDS, db: str = _DB) -> None:
+    """DISPPO (semi-Markov PPO) vs batching baselines at edge nodes."""
+    _reproduce("batching", quick, as_json, eval_trace, seeds, db)
+
+
+@bench_app.command("env-steps")
+def bench_env_steps(
+    name: str = typer.Argument(..., help="allocation or batching"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Environment steps per second on one core (and training wall time where the paper needs it)."""
+    import importlib
+
+    from fleetwise.reproduce import PAPERS
+
+    if name not in PAPERS:
+        raise InputError(f"unknown environment {name!r}; expected one of: {', '.join(PAPERS)}")
+    res = importlib.import_module(f"fleetwise.reproduce.{name}").bench()
+    if as_json:
+        out.print_json(json.dumps(res))
+    else:
+        for k, v in res.items():
+            out.print(f"{k}: {v:.4g}" if isinstance(v, float) else f"{k}: {v}")
 
 
 @bench_app.command("sweep")
