@@ -46,6 +46,11 @@ def _load_builtins() -> None:
     import fleetwise.policies.batchers  # noqa: F401
     import fleetwise.policies.routers  # noqa: F401
 
+    try:  # allocators need gymnasium (the ``rl`` extra)
+        import fleetwise.policies.allocators  # noqa: F401
+    except ImportError:
+        pass
+
 
 def names(level: str) -> list[str]:
     _load_builtins()

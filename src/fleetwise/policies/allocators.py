@@ -1,0 +1,157 @@
+"""Allocator policies for fleetwise/Allocation-v0: ``allocate(obs) -> action`` (an index into ``ACTIONS``).
+
+Registered names: ``fixed`` (static CPU-threshold rule), ``constant``, ``oracle`` (one-step, noise off),
+``random``, and the trained ones loaded from a file: ``q_learning`` / ``sarsa`` (.npz), ``dqn`` (SB3 .zip).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from fleetwise.control.registry import register_allocator
+from fleetwise.envs.allocation import ACTIONS, CANON, GPU_COUNTS, N_ACTIONS, PARALLELISMS, AllocationConfig, \
+    AllocationCore
+from fleetwise.errors import InputError
+
+
+def action_of(num_gpus: int, parallelism: str) -> int:
+    try:
+        return ACTIONS.index((int(num_gpus), parallelism))
+    except ValueError:
+        raise InputError(f"action ({num_gpus} GPUs, {parallelism!r}): expected GPUs in {GPU_COUNTS} and "
+                         f"parallelism in {PARALLELISMS}") from None
+
+
+@register_allocator("fixed")
+class FixedThreshold:
+    """Static rule: GPU count from the CPU reading (obs[0]) by ``thresholds`` (ascending, one fewer than
+    ``gpu_counts``), one fixed ``parallelism``. ``fit`` picks thresholds and parallelism on training series."""
+
+    def __init__(self, thresholds: Sequence[float] = (0.25, 0.5, 0.75), parallelism: str = "model",
+                 gpu_counts: Sequence[int] = GPU_COUNTS) -> None:
+        th = [float(x) for x in thresholds]
+        if len(th) != len(gpu_counts) - 1 or th != sorted(th):
+            raise InputError(f"thresholds {list(thresholds)}: expected {len(gpu_counts) - 1} ascending values")
+        self.thresholds = np.asarray(th)
+        self.parallelism = parallelism
+        self.gpu_counts = tuple(int(n) for n in gpu_counts)
+        self._acts = np.array([action_of(n, parallelism) for n in self.gpu_counts])
+
+    def allocate(self, obs) -> int:
+        return int(self._acts[int(np.searchsorted(self.thresholds, float(obs[0]), side="right"))])
+
+    def allocate_batch(self, obs: np.ndarray) -> np.ndarray:
+        return self._acts[np.searchsorted(self.thresholds, np.asarray(obs)[:, 0], side="right")]
+
+    @classmethod
+    def fit(cls, core: AllocationCore, series: Sequence[np.ndarray], rng: np.random.Generator,
+            grid_step: float = 0.05) -> "FixedThreshold":
+        """The best static rule on ``series`` (mean expected reward): every parallelism and every ascending
+        triple of thresholds on a ``grid_step`` grid (an operator tuning a threshold rule on history)."""
+        eps = [core.episode(s, rng) for s in series]
+        cpu = np.concatenate([e.cpu[:e.T] for e in eps])
+        first = np.concatenate([np.arange(e.T) == 0 for e in eps])
+        base = np.concatenate([e.base_exp for e in eps])
+        sw = np.concatenate([e.served_w for e in eps])
+        lost = core.table.lost_frac
+        g = np.round(np.arange(grid_step, 1.0, grid_step), 6)
+        import itertools
+
+        best, best_r = None, -np.inf
+        rows = np.arange(len(cpu))
+        for par in PARALLELISMS:
+            acts = np.array([action_of(n, par) for n in GPU_COUNTS])
+            for th in itertools.combinations(g, 3):
+                a = acts[np.searchsorted(th, cpu, side="right")]
+                prev = np.where(first, a, np.roll(a, 1))
+                r = (base[rows, a] - sw[rows, a] * lost[prev, a]).mean()
+                if r > best_r + 1e-12:
+                    best, best_r = (th, par), r
+        assert best is not None
+        return cls(best[0], best[1])
+
+    def __repr__(self) -> str:
+        return f"FixedThreshold({self.thresholds.tolist()}, {self.parallelism!r})"
+
+
+@register_allocator("constant")
+class Constant:
+    """Always the same deployment."""
+
+    def __init__(self, num_gpus: int = 4, parallelism: str = "model") -> None:
+        self.action = action_of(num_gpus, parallelism)
+
+    def allocate(self, obs) -> int:
+        return self.action
+
+    def allocate_batch(self, obs: np.ndarray) -> np.ndarray:
+        return np.full(len(obs), self.action)
+
+
+@register_allocator("random")
+class RandomAllocator:
+    """Uniformly random action from its own seeded generator."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.rng = np.random.default_rng(seed)
+
+    def allocate(self, obs) -> int:
+        return int(self.rng.integers(N_ACTIONS))
+
+    def allocate_batch(self, obs: np.ndarray) -> np.ndarray:
+        return self.rng.integers(N_ACTIONS, size=len(obs))
+
+
+@register_allocator("oracle")
+class Oracle:
+    """One-step oracle: the action of highest expected immediate reward (noise off) in the observed state,
+    reconfiguration cost from the running deployment included. It reads the exact CPU and bandwidth values of
+    the observation, so its labels are what every learner is scored against."""
+
+    def __init__(self, config: AllocationConfig | None = None) -> None:
+        self.core = AllocationCore(config)
+
+    def allocate(self, obs) -> int:
+        return int(self.allocate_batch(np.asarray(obs)[None])[0])
+
+    def allocate_batch(self, obs: np.ndarray) -> np.ndarray:
+        obs = np.asarray(obs, float)
+        core, tab, cfg = self.core, self.core.table, self.core.cfg
+        nl, nb = len(tab.load_grid), len(tab.bw_grid)
+        li = np.rint(obs[:, 0] * (nl - 1)).astype(np.int64)
+        bi = np.rint((np.clip(obs[:, 2], cfg.bw_min, 1.0) - cfg.bw_min) / (1.0 - cfg.bw_min) * (nb - 1)).astype(
+            np.int64)
+        dep = obs[:, 6:6 + N_ACTIONS].argmax(axis=1)
+        sc = tab.scores[:, :, bi, li]  # (obj, A, n)
+        exp = np.einsum("o,oan->na", core.w, sc)
+        exp[:, ~tab.feasible] = -1.0
+        q = exp - core.w[1] * sc[1].T * tab.lost_frac[dep]
+        return q.argmax(axis=1)
+
+
+@register_allocator("q_learning")
+def load_q_learning(path: str):
+    from fleetwise.learn.tabular import TabularPolicy
+
+    return TabularPolicy.load(path)
+
+
+@register_allocator("sarsa")
+def load_sarsa(path: str):
+    from fleetwise.learn.tabular import TabularPolicy
+
+    return TabularPolicy.load(path)
+
+
+@register_allocator("dqn")
+def load_dqn(path: str):
+    from fleetwise.learn.dqn import DQNPolicy
+
+    return DQNPolicy.load(path)
+
+
+def canonical(actions: np.ndarray) -> np.ndarray:
+    """Actions naming the same deployment mapped to one id (1 GPU data / model / hybrid are one deployment)."""
+    return CANON[np.asarray(actions, np.int64)]

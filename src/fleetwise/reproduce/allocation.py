@@ -1,0 +1,335 @@
+"""Reproduction: Q-learning vs SARSA vs a fixed policy for GPU count × parallelism (docs/allocation.md).
+
+Protocol: PlanetLab VM-days (real CPU traces). Training: the first ``train_vms`` VMs (by name) of the first
+``train_days`` days. Evaluation: other VMs (held out: names after the training ones) on the remaining days, or
+the user's traces (``--eval-trace``). Per seed every learner is trained from scratch; labels are the one-step
+oracle's action in each visited state; metrics per seed, then mean and bootstrap 95% CI over seeds.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from fleetwise.envs.allocation import N_ACTIONS, AllocationConfig, AllocationCore
+from fleetwise.errors import InputError
+
+POLICIES = ("q_learning", "sarsa", "fixed", "oracle", "dqn", "random")
+METRICS = ("accuracy", "precision", "recall", "f1", "mean_total_reward")
+PAPER = {  # the paper's reported figures (abstract)
+    "q_learning": {"accuracy": 0.85, "precision": 0.83, "f1": 0.84, "mean_total_reward": 26.7},
+    "sarsa": {"accuracy": 0.79, "precision": 0.76, "f1": 0.77, "mean_total_reward": 22.4},
+    "fixed": {"accuracy": 0.74, "precision": 0.71, "f1": 0.72, "mean_total_reward": 19.6},
+}
+
+
+@dataclass(frozen=True)
+class Protocol:
+    seeds: int = 10
+    train_days: int = 5
+    train_vms: int = 40  # per training day
+    eval_vms: int = 40  # per evaluation day (held-out VMs)
+    q_steps: int = 600_000
+    dqn_steps: int = 30_000
+    fixed_grid: float = 0.05
+    episode_steps: int | None = None
+
+
+FULL = Protocol()
+QUICK = Protocol(seeds=3, train_days=5, train_vms=20, eval_vms=10, q_steps=300_000, dqn_steps=8_000, fixed_grid=0.1)
+
+
+# ------------------------------------------------------------------------------------------ metrics
+def classification_metrics(y_true: np.ndarray, y_pred: np.ndarray) -> dict[str, float]:
+    """Accuracy and support-weighted precision, recall and F1 (sklearn's ``average="weighted"``,
+    zero_division=0), over the classes present in either array."""
+    y_true, y_pred = np.asarray(y_true), np.asarray(y_pred)
+    if len(y_true) == 0:
+        raise ValueError("no labels")
+    classes = np.union1d(y_true, y_pred)
+    support = np.array([(y_true == c).sum() for c in classes], float)
+    tp = np.array([((y_true == c) & (y_pred == c)).sum() for c in classes], float)
+    pred_n = np.array([(y_pred == c).sum() for c in classes], float)
+    prec = np.divide(tp, pred_n, out=np.zeros_like(tp), where=pred_n > 0)
+    rec = np.divide(tp, support, out=np.zeros_like(tp), where=support > 0)
+    f1 = np.divide(2 * prec * rec, prec + rec, out=np.zeros_like(tp), where=(prec + rec) > 0)
+    w = support / support.sum()
+    return {"accuracy": float((y_true == y_pred).mean()), "precision": float((w * prec).sum()),
+            "recall": float((w * rec).sum()), "f1": float((w * f1).sum())}
+
+
+def confusion(y_true: np.ndarray, y_pred: np.ndarray) -> np.ndarray:
+    m = np.zeros((N_ACTIONS, N_ACTIONS), np.int64)
+    np.add.at(m, (np.asarray(y_true), np.asarray(y_pred)), 1)
+    return m
+
+
+# ------------------------------------------------------------------------------------------ evaluation
+def evaluate(policy, core: AllocationCore, series: Sequence[np.ndarray], seed: int) -> dict[str, Any]:
+    """Run ``policy`` on every series (one episode each, in lockstep so batch policies predict once per step).
+    Returns labels (oracle, canonical), actions (canonical) and the total reward of each episode."""
+    from fleetwise.policies.allocators import canonical
+
+    rng = np.random.default_rng(seed)
+    eps = [core.episode(s, rng) for s in series]
+    feas = np.flatnonzero(core.table.feasible)
+    dep = feas[rng.integers(len(feas), size=len(eps))]
+    T = max(e.T for e in eps)
+    totals = np.zeros(len(eps))
+    y_true, y_pred = [], []
+    batch = hasattr(policy, "allocate_batch")
+    for t in range(T):
+        live = [i for i, e in enumerate(eps) if t < e.T]
+        obs = np.stack([core.observation(eps[i], t, int(dep[i])) for i in live])
+        acts = policy.allocate_batch(obs) if batch else np.array([policy.allocate(o) for o in obs])
+        for k, i in enumerate(live):
+            a = int(acts[k])
+            y_true.append(core.oracle_action_at(eps[i], t, int(dep[i])))
+            y_pred.append(a)
+            totals[i] += core.reward(eps[i], t, int(dep[i]), a)
+            dep[i] = a
+    yt, yp = canonical(np.array(y_true)), canonical(np.array(y_pred))
+    return {"y_true": yt, "y_pred": yp, "episode_rewards": totals}
+
+
+# ------------------------------------------------------------------------------------------ data
+def _split(proto: Protocol) -> tuple[list[np.ndarray], list[np.ndarray], dict[str, Any]]:
+    from fleetwise.workload.cpu import planetlab_days
+
+    days = planetlab_days()
+    names = sorted(days)
+    train_days, eval_days = names[:proto.train_days], names[proto.train_days:]
+    train = [s for d in train_days for _, s in sorted(days[d].items())[:proto.train_vms]]
+    train_names = {vm for d in train_days for vm in sorted(days[d])[:proto.train_vms]}
+    ev = []
+    for d in eval_days:
+        held = [s for vm, s in sorted(days[d].items()) if vm not in train_names]
+        # spread the held-out picks over the day's VMs (deterministic)
+        idx = np.linspace(0, len(held) - 1, min(proto.eval_vms, len(held))).astype(int)
+        ev += [held[i] for i in idx]
+    return train, ev, {"train_days": train_days, "eval_days": eval_days, "train_series": len(train),
+                       "eval_series": len(ev)}
+
+
+def _progress():
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                    TimeElapsedColumn(), TimeRemainingColumn(), console=Console(file=sys.stderr), transient=False)
+
+
+def _ci(values: Sequence[float]) -> tuple[float, list[float]]:
+    from fleetwise.experiments.stats import bootstrap_ci
+
+    c = bootstrap_ci(values)
+    return c.mean, [c.lo, c.hi]
+
+
+def run_protocol(proto: Protocol, cfg: AllocationConfig | None = None, eval_series: Sequence[np.ndarray] | None = None,
+                 train_series: Sequence[np.ndarray] | None = None, policies: Sequence[str] = POLICIES,
+                 progress: bool = True) -> dict[str, Any]:
+    """Train and evaluate every policy for ``proto.seeds`` seeds. Returns per-policy per-seed metrics,
+    summed confusion matrices and learning curves."""
+    from fleetwise.envs.allocation import AllocationEnv
+    from fleetwise.learn import tabular
+    from fleetwise.policies.allocators import FixedThreshold, Oracle, RandomAllocator
+
+    cfg = cfg or AllocationConfig(episode_steps=proto.episode_steps)
+    meta: dict[str, Any] = {}
+    if train_series is None or eval_series is None:
+        tr, ev, meta = _split(proto)
+        train_series = train_series if train_series is not None else tr
+        eval_series = eval_series if eval_series is not None else ev
+    core = AllocationCore(cfg)
+    per: dict[str, dict[str, list[float]]] = {p: {m: [] for m in METRICS} for p in policies}
+    conf = {p: np.zeros((N_ACTIONS, N_ACTIONS), np.int64) for p in policies}
+    curves: dict[str, list[list[tuple[int, float]]]] = {p: [] for p in policies}
+    walls: dict[str, float] = {p: 0.0 for p in policies}
+    fixed_rules = []
+    prog = _progress() if progress else None
+    task = prog.add_task("allocation: train + evaluate", total=proto.seeds * len(policies)) if prog else None
+    if prog:
+        prog.start()
+    try:
+        for seed in range(proto.seeds):
+            env = AllocationEnv(cfg, list(train_series))
+            for name in policies:
+                t0 = time.perf_counter()
+                if name in ("q_learning", "sarsa"):
+                    pol = tabular.train(env, tabular.TabularArgs(total_steps=proto.q_steps, seed=seed,
+                                                                 log_every=proto.q_steps // 20), algo=name)
+                    curves[name].append(pol.curve)
+                elif name == "dqn":
+                    from fleetwise.learn import dqn
+
+                    env.reset(seed=seed)
+                    pol = dqn.train(env, dqn.DQNArgs(total_timesteps=proto.dqn_steps, seed=seed,
+                                                     log_every=max(1000, proto.dqn_steps // 10)))
+                    curves[name].append(pol.curve)
+                elif name == "fixed":
+                    pol = FixedThreshold.fit(core, train_series, np.random.default_rng(seed), proto.fixed_grid)
+                    fixed_rules.append(repr(pol))
+                elif name == "oracle":
+                    pol = Oracle(cfg)
+                elif name == "random":
+                    pol = RandomAllocator(seed)
+                else:
+                    raise InputError(f"unknown allocator {name!r}; expected one of {', '.join(POLICIES)}")
+                res = evaluate(pol, core, eval_series, seed=10_000 + seed)
+                walls[name] += time.perf_counter() - t0
+                m = classification_metrics(res["y_true"], res["y_pred"])
+                m["mean_total_reward"] = float(res["episode_rewards"].mean())
+                for k in METRICS:
+                    per[name][k].append(m[k])
+                conf[name] += confusion(res["y_true"], res["y_pred"])
+                if prog:
+                    prog.advance(task)
+    finally:
+        if prog:
+            prog.stop()
+    return {"per_seed": per, "confusion": conf, "curves": curves, "wall_s": walls, "meta": meta,
+            "fixed_rules": fixed_rules, "config": cfg}
+
+
+def summarize(raw: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, ms in raw["per_seed"].items():
+        row: dict[str, Any] = {}
+        for k, vals in ms.items():
+            mean, ci = _ci(vals)
+            row[k] = mean
+            row[f"{k}_ci95"] = ci
+        row["seeds"] = len(ms["accuracy"])
+        out[name] = row
+    return out
+
+
+def _write_outputs(raw: dict[str, Any], db: str | None, tag: str) -> dict[str, str]:
+    """Learning curves into the results store, confusion matrices as PNGs beside it."""
+    written: dict[str, str] = {}
+    out_dir = (Path(db).parent if db else Path("results")) / "allocation"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if db:
+        from fleetwise.experiments.store import Store
+
+        store = Store(db)
+        for name, runs in raw["curves"].items():
+            for seed, curve in enumerate(runs):
+                if curve:
+                    steps, vals = zip(*curve)
+                    store.add_learning_curve(name, steps, vals, metric="episode_return",
+                                             run_id=f"allocation-{tag}-{name}-seed{seed}")
+        written["db"] = str(db)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from fleetwise.envs.allocation import ACTIONS, CANON
+
+    keep = sorted(set(CANON.tolist()))
+    labels = [f"{n}{p[0]}" if n > 1 else "1" for n, p in (ACTIONS[i] for i in keep)]
+    for name, m in raw["confusion"].items():
+        sub = m[np.ix_(keep, keep)].astype(float)
+        rown = sub / np.maximum(sub.sum(axis=1, keepdims=True), 1)
+        fig, ax = plt.subplots(figsize=(5.2, 4.6))
+        im = ax.imshow(rown, cmap="Blues", vmin=0, vmax=1)
+        ax.set_xticks(range(len(keep)), labels, rotation=45)
+        ax.set_yticks(range(len(keep)), labels)
+        ax.set_xlabel("policy action")
+        ax.set_ylabel("oracle label")
+        ax.set_title(f"{name}: confusion vs oracle (row-normalised)", fontsize=9)
+        fig.colorbar(im, ax=ax, fraction=0.046)
+        fig.tight_layout()
+        p = out_dir / f"confusion_{name}{'_' + tag if tag != 'full' else ''}.png"
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        written[f"confusion_{name}"] = str(p)
+    return written
+
+
+def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = None,
+        db: str | None = None) -> dict[str, Any]:
+    proto = QUICK if quick else FULL
+    if seeds is not None:
+        proto = replace(proto, seeds=int(seeds))
+    eval_series = None
+    if eval_trace is not None:
+        from fleetwise.workload.cpu import read_cpu_traces
+
+        eval_series = list(read_cpu_traces(eval_trace).values())
+    t0 = time.perf_counter()
+    raw = run_protocol(proto, eval_series=eval_series)
+    result = summarize(raw)
+    files = _write_outputs(raw, db, "quick" if quick else "full")
+    result["_meta"] = {
+        "seeds": proto.seeds, "quick": quick, "eval": eval_trace or "held-out PlanetLab VMs and days",
+        **{k: v for k, v in raw["meta"].items()}, "q_steps": proto.q_steps, "dqn_steps": proto.dqn_steps,
+        "fixed_rules": sorted(set(raw["fixed_rules"])), "wall_s": round(time.perf_counter() - t0, 1),
+        "model": raw["config"].model, "gpu": raw["config"].gpu, "files": files,
+    }
+    return result
+
+
+def render(result: dict[str, Any]):
+    from rich.table import Table
+
+    meta = result.get("_meta", {})
+    t = Table(title=f"GPU-count x parallelism allocation ({meta.get('model')} on {meta.get('gpu')}; "
+                    f"{meta.get('seeds')} seeds; eval: {meta.get('eval')}); mean [95% CI], paper in ()")
+    t.add_column("policy")
+    for m in METRICS:
+        t.add_column(m, justify="right")
+    for name in POLICIES:
+        if name not in result:
+            continue
+        row = result[name]
+        cells = []
+        for m in METRICS:
+            lo, hi = row[f"{m}_ci95"]
+            fmt = "{:.1f}" if m == "mean_total_reward" else "{:.3f}"
+            s = f"{fmt.format(row[m])} [{fmt.format(lo)}, {fmt.format(hi)}]"
+            if name in PAPER and m in PAPER[name]:
+                s += f" ({PAPER[name][m]})"
+            cells.append(s)
+        t.add_row(name, *cells)
+    return t
+
+
+def bench() -> dict[str, float]:
+    """Environment steps per second of the tabular trainer's lean path (one core), and of gymnasium's step."""
+    from fleetwise.envs.allocation import AllocationEnv, _synthetic_series
+    from fleetwise.learn import tabular
+
+    rng = np.random.default_rng(0)
+    series = [_synthetic_series(rng) for _ in range(20)]
+    try:
+        from fleetwise.workload.cpu import planetlab_days
+
+        series = [s for d in planetlab_days(days=["20110303"], max_vms=20).values() for s in d.values()]
+    except InputError:
+        pass
+    env = AllocationEnv(AllocationConfig(), series)
+    tabular.train(env, tabular.TabularArgs(total_steps=5_000))  # warm-up (table built, caches)
+    n = 300_000
+    t0 = time.perf_counter()
+    tabular.train(env, tabular.TabularArgs(total_steps=n, seed=1), algo="q_learning")
+    q_rate = n / (time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    tabular.train(env, tabular.TabularArgs(total_steps=n, seed=1), algo="sarsa")
+    s_rate = n / (time.perf_counter() - t0)
+    env.reset(seed=0)
+    m = 20_000
+    t0 = time.perf_counter()
+    for i in range(m):
+        _, _, term, trunc, _ = env.step(i % N_ACTIONS)
+        if term or trunc:
+            env.reset()
+    g_rate = m / (time.perf_counter() - t0)
+    return {"q_learning_steps_per_s": q_rate, "sarsa_steps_per_s": s_rate, "gym_env_steps_per_s": g_rate}
