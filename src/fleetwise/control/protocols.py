@@ -20,11 +20,16 @@ class BatchPlan:
 
     ``decode``: include one decode token for every running (decoding) sequence of the lane.
     ``prefill``: (request id, chunk tokens) pairs; a request still waiting is admitted (KV allocated for its prompt).
-    An empty plan (no decode, no prefill) means: wait until something changes (an arrival or a completion).
+    ``offload``: waiting requests sent to another replica's queue (over the network between their regions);
+    each request may be offloaded once. After an offload-only plan the lane is asked again at once.
+    An empty plan (no decode, no prefill) means: wait until something changes (an arrival or a completion), or
+    for ``wait_s`` seconds when that is > 0.
     """
 
     decode: bool = False
     prefill: tuple[tuple[int, int], ...] = ()
+    offload: tuple[tuple[int, int], ...] = ()  # (request id, replica index): move a waiting request elsewhere
+    wait_s: float = 0.0  # with nothing to run: idle this long (or until the queue changes), then decide again
 
     @property
     def empty(self) -> bool:

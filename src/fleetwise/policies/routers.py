@@ -137,3 +137,4 @@ class LatencyAware:
             return row[r.region] + r.outstanding_tokens(now) / tps[i] + max(0.0, r.ready_s - now)
 
         return min(_cands(dp), key=est)
+

@@ -38,6 +38,7 @@ class Lane:
     kv_tokens: int = 0  # tokens held in this lane's KV cache
     busy: bool = False
     awaiting: bool = False  # a batch decision for this lane is pending
+    idle_wait: bool = False  # idling for a plan's wait_s (a wake-up event is scheduled)
     version: int = 0  # bumps when the scheduled end event is replaced
     # the iteration or decode run in flight
     t0: float = 0.0

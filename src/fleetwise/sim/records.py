@@ -7,7 +7,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 REJECT_REASONS = ("", "no_replica", "exceeds_context", "exceeds_kv_capacity", "queue_full", "rate_limited",
-                  "quota_exceeded", "admission_control")
+                  "quota_exceeded", "admission_control", "horizon")  # horizon: unfinished at SimOptions.max_time_s
 STATUS = ("pending", "completed", "rejected")
 
 

@@ -46,10 +46,12 @@ class SimOptions:
     prefix_caching: bool = True
     check_invariants: bool = False  # assert KV usage <= capacity after every event (tests)
     timeline_bucket_s: float | None = None  # record each replica's GPU-busy time per bucket (utilisation over time)
+    max_time_s: float | None = None  # stop here; requests not finished by then end as rejected ("horizon")
 
 
 class Simulator:
     def __init__(self, replicas: Sequence[Replica], workload: "Workload", *, rtt_s: np.ndarray | None = None,
+                 bandwidth_gbps: np.ndarray | None = None,
                  model_index: Sequence[int] | None = None, max_context: Sequence[int] | None = None,
                  seed: int = 0, options: SimOptions | None = None):
         self.replicas = list(replicas)
@@ -77,6 +79,7 @@ class Simulator:
         nreg = 1 + max([r.region for r in self.replicas] + [int(workload.origin.max(initial=0))])
         self.rtt_s = rtt_s if rtt_s is not None else np.zeros((nreg, nreg))
         self._rtt = self.rtt_s.tolist()
+        self._bw = np.asarray(bandwidth_gbps, dtype=float).tolist() if bandwidth_gbps is not None else None
         # per-request mutable state: lists where the hot loop reads, typed arrays (8 bytes or less per entry,
         # no Python objects) where it mostly writes, so a million requests stay well under a few hundred MB
         self.ctx = array("q", self.prompt)  # tokens the current attempt must prefill
@@ -98,6 +101,8 @@ class Simulator:
         self.hit_tokens = array("q", bytes(8 * n))
         self.preempts = array("i", bytes(4 * n))
         self.net_s = array("d", bytes(8 * n))
+        self.hops = array("b", bytes(n))  # times offloaded
+        self.completions: list[int] | None = None  # set to [] to log request ids as they end (RL rewards)
         # event machinery
         self.now = 0.0
         self._heap: list = []
@@ -110,6 +115,7 @@ class Simulator:
         self.ended = 0
         self.prefix_block_tokens = workload.block_tokens
         self._bucket = self.options.timeline_bucket_s
+        self._horizon = self.options.max_time_s
         self._has_prefix = workload.has_prefix and self.options.prefix_caching
         if self._has_prefix:
             self._pofs = workload.prefix_offsets.tolist()
@@ -133,13 +139,19 @@ class Simulator:
                 self._dp = dp = self._pending.pop()
                 return dp
             t_arr = arrival[self._next] if self._next < n else INF
+            if self._horizon is not None and min(t_arr, heap[0][0] if heap else INF) > self._horizon:
+                self._stop_at_horizon()
+                return None
             if heap and heap[0][0] <= t_arr:
                 t, kind, _, x, y = heapq.heappop(heap)
                 self.now = t
                 self.events += 1
                 if kind == LANE_DONE:
                     if y == x.version:
-                        self._finish(x)
+                        if x.idle_wait:
+                            x.idle_wait = False
+                        else:
+                            self._finish(x)
                         self._ask(x)
                 elif kind == ENQUEUE:
                     self._enqueue(x, y)
@@ -197,14 +209,20 @@ class Simulator:
         total = self.prompt[rid] + self.output[rid]
         if total > self.max_context[m]:
             return "exceeds_context"
-        lane = self.replicas[self.candidates[m][0]].lanes[0]
-        if -(-total // lane.block_tokens) > lane.cap_blocks:
+        if not any(self.fits(rid, i) for i in self.candidates[m]):
             return "exceeds_kv_capacity"
         return ""
+
+    def fits(self, rid: int, replica: int) -> bool:
+        """Whether request ``rid`` (prompt + all its output) fits in one lane of ``replica``'s KV cache."""
+        lane = self.replicas[replica].lanes[0]
+        return -(-(self.prompt[rid] + self.output[rid]) // lane.block_tokens) <= lane.cap_blocks
 
     def _reject(self, rid: int, why: str) -> None:
         self.status[rid] = REJECTED
         self.reason[rid] = REJECT_REASONS.index(why)
+        if self.completions is not None:
+            self.completions.append(rid)
         self.ended += 1
 
     def _route(self, rid: int, ri: int) -> None:
@@ -213,6 +231,9 @@ class Simulator:
                              f"{self.candidates[self.model_of[rid]]}")
         rep = self.replicas[ri]
         self.replica_of[rid] = ri
+        if not self.fits(rid, ri):
+            self._reject(rid, "exceeds_kv_capacity")
+            return
         opts = self.options
         if opts.max_waiting is not None and len(rep.waiting) >= opts.max_waiting:
             self._reject(rid, "queue_full")
@@ -242,6 +263,10 @@ class Simulator:
         """The lane's waiting queue changed: an idle lane replans now; a decode run stops at its next step."""
         if lane.awaiting or self.now < lane.replica.ready_s:
             return
+        if lane.idle_wait:  # cut the wait short: the queue changed
+            lane.idle_wait = False
+            lane.busy = False
+            lane.version += 1
         if not lane.busy:
             self._ask(lane)
         elif lane.run_k > 1:
@@ -269,6 +294,12 @@ class Simulator:
         lane.awaiting = False
         rep = lane.replica
         bs = lane.block_tokens
+        if plan.offload:
+            for rid, to in plan.offload:
+                self._offload(rep, int(rid), int(to))
+            if not plan.decode and not plan.prefill and not plan.wait_s:
+                self._ask(lane)  # still free: decide again
+                return
         preempted = False
         reserve = 0  # blocks the decode part of this iteration needs
         if plan.decode and lane.running:
@@ -340,14 +371,54 @@ class Simulator:
             lane.run_a = dt
             lane.run_c1B = 0.0
         else:
-            lane.busy = False
             lane.run_k = 0
+            lane.run_B = 0
+            lane.run_prefill = ()
+            lane.run_pf_tokens = 0
+            if plan.wait_s > 0.0:
+                lane.busy = True
+                lane.idle_wait = True
+                lane.t0 = self.now
+                lane.t_end = self.now + plan.wait_s
+                lane.version += 1
+                self._push(lane.t_end, LANE_DONE, lane, lane.version)
+            else:
+                lane.busy = False
             return
         lane.run_time_s = dt
         lane.busy = True
         lane.t_end = self.now + dt
         lane.version += 1
         self._push(lane.t_end, LANE_DONE, lane, lane.version)
+
+    def _offload(self, rep: Replica, rid: int, to: int) -> None:
+        """Move a waiting request to replica ``to``: it arrives there after half the round trip between the two
+        regions plus its prompt's transfer time over their link."""
+        if rid not in rep.waiting:
+            raise ValueError(f"offload: request {rid} is not waiting at replica {rep.index}")
+        if not (0 <= to < len(self.replicas)) or to == rep.index or to not in self.candidates[self.model_of[rid]]:
+            raise ValueError(f"offload: replica {to} cannot serve request {rid}")
+        if self.hops[rid]:
+            raise ValueError(f"offload: request {rid} was offloaded already")
+        if not self.fits(rid, to):
+            raise ValueError(f"offload: request {rid} does not fit replica {to}'s KV cache")
+        rep.waiting.remove(rid)
+        rep.outstanding -= 1
+        rep.pending_tokens -= self.ctx[rid] - self.pf[rid] + self.output[rid] - self.gen[rid]
+        dst = self.replicas[to]
+        self.hops[rid] += 1
+        self.replica_of[rid] = to
+        rtt = self._rtt[rep.region][dst.region]
+        bw = self._bw[rep.region][dst.region] if self._bw is not None else 0.0
+        delay = rtt / 2.0 + (self.prompt[rid] * 4.0 / (bw * 1e9 / 8.0) if bw > 0 else 0.0)
+        self.net_s[rid] = self._rtt[self.origin[rid]][dst.region]
+        dst.outstanding += 1
+        dst.pending_tokens += self.ctx[rid] - self.pf[rid] + self.output[rid] - self.gen[rid]
+        self.enqueue_s[rid] = math.nan
+        if delay > 0.0:
+            self._push(self.now + delay, ENQUEUE, dst, rid)
+        else:
+            self._enqueue(dst, rid)
 
     def _admit(self, lane: Lane, rid: int) -> None:
         rep = lane.replica
@@ -469,6 +540,8 @@ class Simulator:
         self.lane_of[rid] = None
         self.completion_s[rid] = self.now
         self.status[rid] = COMPLETED
+        if self.completions is not None:
+            self.completions.append(rid)
         rep.outstanding -= 1
         rep.served += 1
         self.ended += 1
@@ -499,6 +572,20 @@ class Simulator:
         self.preempts[rid] += 1
         rep.preemptions += 1
         self._enqueue(rep, rid, front=True, skip=lane)
+
+    def _stop_at_horizon(self) -> None:
+        """End of the simulated horizon: whatever has not finished ends as rejected with reason "horizon"."""
+        self.now = self._horizon
+        self._heap.clear()
+        self._next = self.n
+        for rid in range(self.n):
+            if self.status[rid] == PENDING:
+                self._reject(rid, "horizon")
+        for rep in self.replicas:
+            rep.waiting.clear()
+            for lane in rep.lanes:
+                lane.busy = lane.awaiting = lane.idle_wait = False
+        self._pending.clear()
 
     def _add_busy(self, rep: Replica, t0: float, t1: float, scale: float) -> None:
         w = self._bucket

@@ -1,0 +1,178 @@
+"""DISPPO: PPO with action masking on a semi-Markov decision process (prefill/decode batching at edge nodes).
+
+What is library code and what is written here:
+- PPO itself, the masked categorical policy and the rollout loop are sb3-contrib's ``MaskablePPO``.
+- Written here: ``SMDPRolloutBuffer``, which stores each step's sojourn time ``tau`` (seconds until the next
+  decision, from the environment's ``info``) and computes returns and GAE with the discount ``gamma ** tau``
+  instead of a fixed per-step ``gamma``:
+
+      delta_t = r_t + gamma^tau_t * V(s_{t+1}) - V(s_t)
+      A_t     = delta_t + (gamma^tau_t * gae_lambda^tau_t) * A_{t+1}
+
+  ``gamma`` and ``gae_lambda`` are then per second of simulated time. ``TauCallback`` hands ``tau`` to the buffer: SB3
+  calls callbacks after ``env.step`` and before ``rollout_buffer.add``, and passes no info to ``add``.
+- With ``time_aware=False`` (the ablation) the same code discounts every step by a fixed per-step
+  ``gamma ** mean_tau`` (and ``gae_lambda ** mean_tau``), matched to the mean sojourn time: PPO that ignores
+  how long each action takes.
+
+The reward of a step arrives at its end (a lump sum for the requests that ended during the sojourn).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+
+@dataclass
+class DISPPOArgs:
+    total_timesteps: int = 200_000
+    gamma: float = 0.9  # per second of simulated time (time-aware); per step when time_aware=False
+    gae_lambda: float = 0.8  # per second of simulated time (time-aware); per step when time_aware=False
+    learning_rate: float = 3e-4
+    n_steps: int = 512  # per environment, per rollout
+    batch_size: int = 256
+    n_epochs: int = 10
+    clip_coef: float = 0.2
+    ent_coef: float = 0.01
+    vf_coef: float = 0.5
+    n_envs: int = 4
+    net_arch: tuple[int, ...] = (64, 64)
+    time_aware: bool = True
+    mean_tau_s: float = 0.025  # for the ablation's per-step discount gamma ** mean_tau_s
+    seed: int = 0
+
+
+def _buffer_class():
+    from sb3_contrib.common.maskable.buffers import MaskableRolloutBuffer
+
+    class SMDPRolloutBuffer(MaskableRolloutBuffer):
+        """Maskable rollout buffer whose discounting uses each step's elapsed time."""
+
+        def __init__(self, *args, time_aware: bool = True, **kwargs):
+            self.time_aware = time_aware
+            self.next_tau = None
+            super().__init__(*args, **kwargs)
+
+        def reset(self) -> None:
+            self.taus = np.zeros((self.buffer_size, self.n_envs), dtype=np.float32)
+            super().reset()
+
+        def add(self, *args, **kwargs) -> None:
+            if self.next_tau is not None:
+                self.taus[self.pos] = self.next_tau
+            super().add(*args, **kwargs)
+
+        def compute_returns_and_advantage(self, last_values, dones) -> None:
+            last_values = last_values.clone().cpu().numpy().flatten()
+            if self.time_aware:  # both per second of simulated time
+                disc = self.gamma ** self.taus
+                lam = self.gae_lambda ** self.taus
+            else:
+                disc = np.full_like(self.taus, self.gamma)
+                lam = np.full_like(self.taus, self.gae_lambda)
+            last_gae_lam = 0.0
+            for step in reversed(range(self.buffer_size)):
+                if step == self.buffer_size - 1:
+                    next_non_terminal = 1.0 - dones.astype(np.float32)
+                    next_values = last_values
+                else:
+                    next_non_terminal = 1.0 - self.episode_starts[step + 1]
+                    next_values = self.values[step + 1]
+                delta = self.rewards[step] + disc[step] * next_values * next_non_terminal - self.values[step]
+                last_gae_lam = delta + disc[step] * lam[step] * next_non_terminal * last_gae_lam
+                self.advantages[step] = last_gae_lam
+            self.returns = self.advantages + self.values
+
+    return SMDPRolloutBuffer
+
+
+def _tau_callback(curve: list):
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class TauCallback(BaseCallback):
+        """Passes each step's sojourn time to the buffer; records episode returns for the learning curve."""
+
+        def _on_step(self) -> bool:
+            infos = self.locals["infos"]
+            self.model.rollout_buffer.next_tau = np.array([i.get("tau", 0.0) for i in infos], dtype=np.float32)
+            for i in infos:
+                ep = i.get("episode")
+                if ep is not None:
+                    curve.append((self.num_timesteps, float(ep["r"])))
+            return True
+
+    return TauCallback()
+
+
+def train(make_env: Callable[[], object], args: DISPPOArgs, progress: Callable[[int], None] | None = None):
+    """Train DISPPO (or its time-unaware ablation) on environments from ``make_env``.
+    Returns (model, learning curve [(timesteps, episode return)], wall seconds)."""
+    import torch
+    from sb3_contrib import MaskablePPO
+    from stable_baselines3.common.callbacks import BaseCallback, CallbackList
+    from stable_baselines3.common.monitor import Monitor
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    torch.set_num_threads(1)
+    venv = DummyVecEnv([lambda: Monitor(make_env()) for _ in range(args.n_envs)])
+    venv.seed(args.seed)
+    gamma = args.gamma if args.time_aware else args.gamma ** args.mean_tau_s
+    lam = args.gae_lambda if args.time_aware else args.gae_lambda ** args.mean_tau_s
+    curve: list = []
+    model = MaskablePPO(
+        "MlpPolicy", venv, learning_rate=args.learning_rate, n_steps=args.n_steps, batch_size=args.batch_size,
+        n_epochs=args.n_epochs, gamma=gamma, gae_lambda=lam, clip_range=args.clip_coef,
+        ent_coef=args.ent_coef, vf_coef=args.vf_coef, seed=args.seed, device="cpu",
+        policy_kwargs={"net_arch": list(args.net_arch)},
+        rollout_buffer_class=_buffer_class(), rollout_buffer_kwargs={"time_aware": args.time_aware},
+    )
+
+    class Progress(BaseCallback):
+        def _on_rollout_end(self) -> None:
+            if progress is not None:
+                progress(self.num_timesteps)
+
+        def _on_step(self) -> bool:
+            return True
+
+    t0 = time.perf_counter()
+    model.learn(total_timesteps=args.total_timesteps, callback=CallbackList([_tau_callback(curve), Progress()]))
+    return model, curve, time.perf_counter() - t0
+
+
+class NumpyPolicy:
+    """A trained MaskablePPO's deterministic policy evaluated in numpy (same argmax of masked logits as
+    ``model.predict(obs, action_masks=m, deterministic=True)``, without torch's per-call overhead)."""
+
+    def __init__(self, model):
+        import torch
+
+        pol = model.policy
+        layers = []
+        act = None
+        for m in pol.mlp_extractor.policy_net:
+            if isinstance(m, torch.nn.Linear):
+                layers.append((m.weight.detach().cpu().numpy().astype(np.float64),
+                               m.bias.detach().cpu().numpy().astype(np.float64)))
+            else:
+                act = type(m).__name__
+        if act not in (None, "Tanh", "ReLU"):
+            raise ValueError(f"unsupported activation {act}")
+        self._relu = act == "ReLU"
+        self.layers = layers
+        self.head = (pol.action_net.weight.detach().cpu().numpy().astype(np.float64),
+                     pol.action_net.bias.detach().cpu().numpy().astype(np.float64))
+
+    def predict(self, obs, action_masks=None, deterministic=True):
+        h = np.asarray(obs, dtype=np.float64)
+        for w, b in self.layers:
+            h = w @ h + b
+            h = np.maximum(h, 0.0) if self._relu else np.tanh(h)
+        logits = self.head[0] @ h + self.head[1]
+        if action_masks is not None:
+            logits = np.where(action_masks, logits, -np.inf)
+        return int(np.argmax(logits)), None
