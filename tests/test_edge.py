@@ -59,14 +59,17 @@ def test_masked_random_rollout_times_and_rewards():
         env.step(0)
 
 
-def test_masked_action_raises():
+def test_masked_action_runs_the_default_and_is_flagged():
     env = EdgeBatchingEnv(SMALL)
     env.reset(seed=0)
-    m = env.action_masks()
-    bad = int(np.flatnonzero(~m)[0]) if (~m).any() else None
-    if bad is not None and bad < len(SMALL.prefill_sizes):
-        with pytest.raises(ValueError):
-            env.step(bad)
+    for _ in range(500):
+        m = env.action_masks()
+        if (~m).any():
+            _, _, term, _, info = env.step(int(np.flatnonzero(~m)[0]))
+            assert info["invalid_action"]
+            return
+        env.step(int(np.flatnonzero(m)[0]))
+    pytest.skip("no masked action met")
 
 
 def test_time_aware_returns_discount_by_tau():

@@ -32,7 +32,8 @@ Action
     until the queue changes). ``action_masks()`` marks the feasible ones: a prefill batch needs enough waiting
     requests, KV blocks for their prompts and room under ``max_running``; decode needs a decoding sequence;
     offload needs a waiting request that was not offloaded before and a neighbour whose KV cache can hold it;
-    wait is allowed only when nothing is decoding (idling then only delays the decoding sequences).
+    wait is allowed only when nothing is decoding (idling then only delays the decoding sequences). A masked
+    action is not an error: it runs decode (or wait when nothing decodes) and sets ``info["invalid_action"]``.
 
 Reward
     Per request that ended since the last decision: ``+1`` when it completed within its end-to-end deadline
@@ -410,8 +411,14 @@ class EdgeBatchingEnv(gym.Env):
         sim = self.view.sim
         if self._lane is None:
             raise RuntimeError("episode is over; call reset()")
-        sim.apply(self.view.plan(self._lane, int(action)))
+        action = int(action)
+        m = self.view.mask(self._lane)
+        invalid = not (0 <= action < len(m) and m[action])
+        if invalid:  # a masked action runs the default instead: decode if anything decodes, else wait
+            action = len(self.cfg.prefill_sizes) + (0 if m[len(self.cfg.prefill_sizes)] else 2)
+        sim.apply(self.view.plan(self._lane, action))
         reward, info = self._next()
+        info["invalid_action"] = invalid
         tau = sim.now - self._last_t
         self._last_t = sim.now
         info.update(tau=tau, time_s=sim.now, node=self._lane.replica.index if self._lane else -1)
