@@ -370,6 +370,20 @@ def reproduce_batching(quick: bool = _QUICK, as_json: bool = _JSON, eval_trace: 
     _reproduce("batching", quick, as_json, eval_trace, seeds, db)
 
 
+@reproduce_app.command("torta")
+def reproduce_torta(quick: bool = _QUICK, as_json: bool = _JSON, eval_trace: Optional[str] = _EVAL,
+                    seeds: Optional[int] = _SEEDS, db: str = _DB) -> None:
+    """TORTA: RL + optimal transport across regions, switching-aware allocation within them."""
+    _reproduce("torta", quick, as_json, eval_trace, seeds, db)
+
+
+@reproduce_app.command("graph-marl")
+def reproduce_graph_marl(quick: bool = _QUICK, as_json: bool = _JSON, eval_trace: Optional[str] = _EVAL,
+                         seeds: Optional[int] = _SEEDS, db: str = _DB) -> None:
+    """Graph-MARL-CloudLLM: a heterogeneous GNN + MAPPO across clouds."""
+    _reproduce("graph_marl", quick, as_json, eval_trace, seeds, db)
+
+
 @bench_app.command("env-steps")
 def bench_env_steps(
     name: str = typer.Argument(..., help="allocation or batching"),
@@ -382,7 +396,7 @@ def bench_env_steps(
 
     if name not in PAPERS:
         raise InputError(f"unknown environment {name!r}; expected one of: {', '.join(PAPERS)}")
-    res = importlib.import_module(f"fleetwise.reproduce.{name}").bench()
+    res = importlib.import_module(f"fleetwise.reproduce.{name.replace('-', '_')}").bench()
     if as_json:
         out.print_json(json.dumps(res))
     else:

@@ -10,4 +10,6 @@ and stores its runs, learning curves and plots through ``fleetwise.experiments``
 PAPERS = {
     "allocation": "Q-learning vs SARSA vs fixed policy for GPU count and parallelism (planetlab CPU traces)",
     "batching": "DISPPO: semi-Markov PPO for prefill/decode batching at edge nodes",
+    "torta": "TORTA: RL + optimal transport across regions, switching-aware micro allocation",
+    "graph-marl": "Graph-MARL-CloudLLM: heterogeneous GNN + MAPPO across clouds",
 }
