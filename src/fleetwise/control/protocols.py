@@ -6,7 +6,7 @@ Heuristic and learned policies go through the same code path (`Simulator.advance
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -50,7 +50,6 @@ class DecisionPoint:
     sim: "Simulator"
     request: int = -1
     lane: "Lane | None" = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @runtime_checkable

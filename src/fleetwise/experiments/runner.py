@@ -23,6 +23,7 @@ from fleetwise.experiments.spec import Run
 
 QUANTILES = np.linspace(0.0, 100.0, 101)
 MAX_TIMELINE_BUCKETS = 240
+POLL_S = 0.5  # how often a waiting sweep flushes finished results to the store
 
 
 def code_version() -> str:
@@ -168,7 +169,7 @@ def _run_local(todo: list[Run], workers: int | None, collect) -> None:
         futures = {pool.submit(execute_run, r) for r in todo}
         try:
             while futures:
-                finished, futures = wait(futures, timeout=batch_timeout(), return_when=FIRST_COMPLETED)
+                finished, futures = wait(futures, timeout=POLL_S, return_when=FIRST_COMPLETED)
                 for f in finished:
                     collect(f.result())
                 if not finished:
@@ -177,10 +178,6 @@ def _run_local(todo: list[Run], workers: int | None, collect) -> None:
             for f in futures:
                 f.cancel()
             raise
-
-
-def batch_timeout() -> float:
-    return 0.5
 
 
 def _probe(address: str, timeout_s: float = 5.0) -> None:
@@ -219,7 +216,7 @@ def _run_ray(todo: list[Run], workers: int | None, address: str | None, collect)
     refs = [task.remote(r) for r in todo]
     try:
         while refs:
-            ready, refs = ray.wait(refs, num_returns=1, timeout=batch_timeout())
+            ready, refs = ray.wait(refs, num_returns=1, timeout=POLL_S)
             for ref in ready:
                 collect(ray.get(ref))
             if not ready:

@@ -1,6 +1,5 @@
-"""Summaries of simulation runs and their spread across seeds."""
+"""Summaries of simulation runs (spread across seeds: fleetwise.experiments.stats)."""
 
-from fleetwise.metrics.stats import mean_ci
 from fleetwise.metrics.summary import balance, ideal_latency, summarize
 
-__all__ = ["balance", "ideal_latency", "mean_ci", "summarize"]
+__all__ = ["balance", "ideal_latency", "summarize"]
