@@ -115,6 +115,16 @@ def test_sweep_stores_one_row_per_run_and_resumes(tmp_path):
     assert pq.read_table(files[0]).num_rows == len(runs)
 
 
+def test_per_request_records_as_parquet(tmp_path):
+    import pyarrow.parquet as pq
+
+    runs = expand(parse_experiment(small(records=True, seeds=1, policies={"router": ["round_robin"]},
+                                         grid={})), records_dir=str(tmp_path / "records"))
+    run_sweep(runs, Store(tmp_path / "r.duckdb"), workers=1)
+    t = pq.read_table(tmp_path / "records" / f"{runs[0].run_id}.parquet")
+    assert t.num_rows == 150 and "first_token_s" in t.column_names
+
+
 def test_failing_run_is_recorded_and_does_not_stop_the_sweep(tmp_path):
     store = Store(tmp_path / "r.duckdb")
     spec = parse_experiment(small(grid={"deployments.0.gpu_memory_utilization": [0.9, 0.1]}, seeds=1,
