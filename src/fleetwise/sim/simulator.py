@@ -270,20 +270,24 @@ class Simulator:
         if not lane.busy:
             self._ask(lane)
         elif lane.run_k > 1:
-            dt = self.now - lane.t0
-            j = lane.steps_done(self.now) + 1  # smallest j with t0 + elapsed(j) > now
-            while j > 1 and lane.run_elapsed(j - 1) > dt:
-                j -= 1
-            if j < lane.run_k:
-                lane.run_k = j
-                lane.t_end = lane.t0 + lane.run_elapsed(j)
-                lane.version += 1
-                self._push(lane.t_end, LANE_DONE, lane, lane.version)
+            self._cut_run(lane)
+
+    def _cut_run(self, lane: Lane) -> None:
+        """End the decode run in flight at its next step boundary (where per-iteration stepping would replan)."""
+        dt = self.now - lane.t0
+        j = lane.steps_done(self.now) + 1  # smallest j with t0 + elapsed(j) > now
+        while j > 1 and lane.run_elapsed(j - 1) > dt:
+            j -= 1
+        if j < lane.run_k:
+            lane.run_k = j
+            lane.t_end = lane.t0 + lane.run_elapsed(j)
+            lane.version += 1
+            self._push(lane.t_end, LANE_DONE, lane, lane.version)
 
     def _ask(self, lane: Lane) -> None:
         lane.busy = False
-        if lane.awaiting:
-            return
+        if lane.awaiting or self.now < lane.replica.ready_s:
+            return  # (not ready: loading weights; its READY event wakes the lane)
         if not lane.running and not lane.prefilling and not lane.replica.waiting:
             return  # nothing to decide; woken by the next enqueue
         lane.awaiting = True
@@ -390,6 +394,19 @@ class Simulator:
         lane.t_end = self.now + dt
         lane.version += 1
         self._push(lane.t_end, LANE_DONE, lane, lane.version)
+
+    def stall(self, replica: int, seconds: float) -> float:
+        """Make ``replica`` load other weights for ``seconds`` (a model switch): from now until the reload ends
+        it starts no iteration; a decode run in flight stops at its next step boundary, and the sequences it holds
+        (KV kept) resume, with the queue, when the reload ends. Returns when it serves again."""
+        rep = self.replicas[replica]
+        t = max(rep.ready_s, self.now) + float(seconds)
+        rep.ready_s = t
+        self._push(t, READY, rep.index, 0)
+        for lane in rep.lanes:
+            if lane.busy and not lane.idle_wait and lane.run_k > 1:
+                self._cut_run(lane)
+        return t
 
     def _offload(self, rep: Replica, rid: int, to: int) -> None:
         """Move a waiting request to replica ``to``: it arrives there after half the round trip between the two

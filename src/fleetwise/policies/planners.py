@@ -1,0 +1,251 @@
+"""Planner policies (which region serves the demand of each origin, every planning slot) and TORTA's micro
+allocators (which server inside the chosen region serves a request). docs/torta.md.
+
+A planner has ``plan(obs: SlotObs)`` (at the start of each slot) and ``region(origin, day) -> int`` (per
+request); OT planners also expose the slot's transport plan as ``matrix`` (origins x regions, sums to 1).
+A micro allocator has ``plan(day, obs)`` (at the start of each slot) and ``pick(region, request, day) -> replica``.
+Both see the ``Day`` read-only (backlogs, which model each server holds) and never change the simulator.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fleetwise.control.registry import register_planner, register_router
+
+
+def softmax(x: np.ndarray) -> np.ndarray:
+    z = np.exp(x - x.max())
+    return z / z.sum()
+
+
+# --------------------------------------------------------------------------------------------- planners
+@register_planner("round_robin")
+class RoundRobinPlanner:
+    def __init__(self, cfg=None):
+        self.k = 0
+        self.matrix = None
+
+    def plan(self, obs) -> None:
+        pass
+
+    def region(self, origin: int, day) -> int:
+        self.k += 1
+        return (self.k - 1) % day.n
+
+
+@register_planner("nearest")
+class NearestPlanner(RoundRobinPlanner):
+    def region(self, origin: int, day) -> int:
+        return int(origin)
+
+
+@register_planner("least_loaded")
+class LeastLoadedPlanner(RoundRobinPlanner):
+    """The region whose servers have the least outstanding work per unit of service speed, now."""
+
+    def region(self, origin: int, day) -> int:
+        b = day.backlog_s()
+        reg = day.srv.region
+        per = np.bincount(reg, b * day.srv.speed_tps, day.n) / day.srv.region_speed
+        return int(np.argmin(per))
+
+
+@register_planner("ot")
+class OTPlanner:
+    """Requests follow an optimal transport plan from origin demand to target supply weights.
+
+    ``weights``: "action" (set by ``set_action``: the RL agent; a = 0 gives capacity-proportional weights) or
+    "free_capacity" (no RL: capacity x (1 - current utilisation), the reactive OT baseline). Cost per pair
+    (each term scaled to [0, 1]): network RTT + migration (egress USD per GB of the pair, 0 at home) + congestion
+    (the target's backlog in slots)."""
+
+    def __init__(self, cfg=None, weights: str = "action"):
+        from fleetwise.envs.torta import TortaConfig
+
+        self.cfg = cfg or TortaConfig()
+        self.weights = weights
+        self.action = None
+        self.matrix = None
+        self._sent = None
+        self._route = None
+
+    def set_action(self, a: np.ndarray) -> None:
+        self.action = np.clip(np.asarray(a, float), -1.0, 1.0)
+
+    def target(self, obs) -> np.ndarray:
+        cap = obs.capacity_rps / obs.capacity_rps.sum()
+        if self.weights == "free_capacity":
+            w = cap * np.clip(1.0 - obs.util, 0.05, 1.0) / (1.0 + obs.backlog_s / obs.slot_s)
+            return w / w.sum()
+        a = np.zeros(len(cap)) if self.action is None else self.action
+        return softmax(np.log(cap) + 2.0 * a)
+
+    def cost(self, obs) -> np.ndarray:
+        cfg = self.cfg
+        rtt = obs.rtt_s / max(float(obs.rtt_s.max()), 1e-9)
+        eg = obs.egress_usd_per_gb / max(float(obs.egress_usd_per_gb.max()), 1e-9)
+        cong = np.clip(obs.backlog_s / obs.slot_s, 0, 5)[None, :] / 5.0
+        return cfg.w_latency * rtt + cfg.w_migration * eg + cfg.w_congestion * np.broadcast_to(cong, rtt.shape)
+
+    def plan(self, obs) -> None:
+        from fleetwise.envs.torta import transport_plan
+
+        d = obs.demand[0] + 1.0  # forecast of the origin marginal: last slot's demand (+1: no empty row)
+        a = d / d.sum()
+        b = self.target(obs)
+        self.matrix = transport_plan(a, b, self.cost(obs), reg=self.cfg.reg, exact=self.cfg.exact_ot)
+        self._route = self.matrix / self.matrix.sum(1, keepdims=True)
+        self._sent = np.zeros_like(self.matrix)
+
+    def region(self, origin: int, day) -> int:
+        # deterministic stride: the region furthest behind its planned share of this origin's requests
+        sent = self._sent[origin]
+        k = sent.sum() + 1.0
+        j = int(np.argmax(self._route[origin] * k - sent))
+        sent[j] += 1.0
+        return j
+
+
+@register_planner("ot_capacity")
+def ot_capacity(cfg=None):
+    return OTPlanner(cfg, weights="free_capacity")
+
+
+class PolicyPlanner(OTPlanner):
+    """An OT planner whose weights come from a trained policy (``predict(obs_vector) -> action``)."""
+
+    def __init__(self, cfg, policy, temporal: bool):
+        super().__init__(cfg, "action")
+        self.policy = policy
+        self.temporal = temporal
+
+    def plan(self, obs) -> None:
+        v = np.clip(obs.vector(self.temporal), -1.0, 5.0)
+        a, _ = self.policy.predict(v, deterministic=True)
+        self.set_action(np.asarray(a, float))
+        super().plan(obs)
+
+
+# --------------------------------------------------------------------------------------------- micro layer
+@register_router("least_loaded_server")
+class LeastLoadedServer:
+    """Within the region: the server that would finish the request first (backlog + its own service time)."""
+
+    def __init__(self, cfg=None):
+        self.cfg = cfg
+
+    def plan(self, day, obs) -> None:
+        pass
+
+    def _eta(self, ix, rid, day):
+        return day.backlog_s()[ix] + day.tokens[rid] / day.srv.speed_tps[ix]
+
+    def pick(self, region: int, rid: int, day) -> int:
+        ix = day.srv.by_region[region]
+        return int(ix[np.argmin(self._eta(ix, rid, day))])
+
+
+@register_router("affinity_greedy")
+class AffinityGreedy(LeastLoadedServer):
+    """Greedy affinity-then-least-loaded: the least-loaded server already holding the request's model, unless a
+    server of another model would finish it more than ``slack x reload`` sooner; then that one (a switch)."""
+
+    def __init__(self, cfg=None, slack: float = 2.0):
+        super().__init__(cfg)
+        self.slack = slack
+
+    def pick(self, region: int, rid: int, day) -> int:
+        ix = day.srv.by_region[region]
+        eta = self._eta(ix, rid, day)
+        same = day.held[ix] == day.model_of[rid]
+        best = int(np.argmin(eta))
+        if same.any():
+            j = int(np.flatnonzero(same)[np.argmin(eta[same])])
+            if eta[j] <= eta[best] + self.slack * day.cfg.reload_s:
+                return int(ix[j])
+        return int(ix[best])
+
+
+def switch_cost(day, ix: np.ndarray, model: int) -> np.ndarray:
+    """Expected delay a switch adds: the reload, paid by the request and by everything queued at the server."""
+    out = np.array([day.sim.replicas[i].outstanding for i in ix], float)
+    return (day.held[ix] != model) * day.cfg.reload_s * (1.0 + out)
+
+
+def match(cost: np.ndarray) -> np.ndarray:
+    """Minimum-cost matching of rows (tasks) to columns (servers) with SciPy's ``linear_sum_assignment``;
+    returns the column of each row (-1 when there are more rows than columns and the row is left out)."""
+    from scipy.optimize import linear_sum_assignment
+
+    r, c = linear_sum_assignment(cost)
+    out = np.full(cost.shape[0], -1)
+    out[r] = c
+    return out
+
+
+@register_router("torta_match")
+class MatchingAllocator(LeastLoadedServer):
+    """TORTA's micro layer. At every slot start, a minimum-cost matching of the region's expected demand (one
+    task per server, split among the models by last slot's mix) to its servers, with cost = expected completion
+    time + switching penalty: each server gets a designated model. Per request: the server minimising expected
+    completion + switch cost, where a server designated to the request's model has no switch penalty beyond
+    its actual reload."""
+
+    def __init__(self, cfg=None):
+        super().__init__(cfg)
+        self.designated = None
+        self._mix = None
+
+    def plan(self, day, obs) -> None:
+        nm = len(day.cfg.types)
+        if self._mix is None:
+            self._mix = np.tile(np.array([t.share for t in day.cfg.types], float), (day.n, 1))
+        self.designated = day.held.copy()
+        back = day.backlog_s()
+        for r, ix in enumerate(day.srv.by_region):
+            k = len(ix)
+            share = self._mix[r] / self._mix[r].sum()
+            # tasks: k units of demand split by model share (largest remainder), the busiest model first
+            units = np.floor(share * k).astype(int)
+            rem = k - units.sum()
+            units[np.argsort(-(share * k - units))[:rem]] += 1
+            tasks = np.repeat(np.arange(nm), units)
+            mean_tok = 1400.0
+            cost = np.empty((k, k))
+            for t, m in enumerate(tasks):
+                eta = back[ix] + mean_tok * max(share[m] * k, 1.0) / day.srv.speed_tps[ix]
+                cost[t] = eta + (day.held[ix] != m) * day.cfg.reload_s * 4.0
+            col = match(cost)
+            for t, c in enumerate(col):
+                if c >= 0:
+                    self.designated[ix[c]] = tasks[t]
+        self._mix = 0.5 * self._mix + 0.5 * self._region_mix(day) + 1e-3
+
+    def _region_mix(self, day) -> np.ndarray:
+        nm = len(day.cfg.types)
+        out = np.zeros((day.n, nm))
+        sim = day.sim
+        lo = max(sim._next - 2000, 0)
+        if sim._next > lo:
+            np.add.at(out, (day.origin[lo:sim._next], day.model_of[lo:sim._next]), 1.0)
+        return out / np.maximum(out.sum(1, keepdims=True), 1.0)
+
+    def pick(self, region: int, rid: int, day) -> int:
+        ix = day.srv.by_region[region]
+        m = day.model_of[rid]
+        eta = self._eta(ix, rid, day) + switch_cost(day, ix, m)
+        eta = eta + (self.designated[ix] != m) * 0.25 * day.cfg.reload_s  # keep to the slot's model plan
+        return int(ix[np.argmin(eta)])
+
+
+MICRO = {"least_loaded_server": LeastLoadedServer, "affinity_greedy": AffinityGreedy, "match": MatchingAllocator,
+         "torta_match": MatchingAllocator}
+
+
+def make_micro(name: str, cfg=None):
+    from fleetwise.errors import InputError
+
+    if name not in MICRO:
+        raise InputError(f"unknown micro allocator {name!r}; expected one of: {', '.join(MICRO)}")
+    return MICRO[name](cfg)

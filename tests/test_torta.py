@@ -1,0 +1,150 @@
+"""TORTA (issue 6): OT marginals, switching in the simulator, planners, micro layer, env, a tiny training run."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from fleetwise.errors import InputError
+
+
+def test_transport_plan_respects_marginals():
+    from fleetwise.envs.torta import transport_plan
+
+    rng = np.random.default_rng(0)
+    for exact in (False, True):
+        for n in (3, 6, 9):
+            a, b = rng.random(n) + 0.01, rng.random(n) + 0.01
+            cost = rng.random((n, n))
+            P = transport_plan(a, b, cost, reg=0.01, exact=exact)
+            assert (P >= 0).all()
+            np.testing.assert_allclose(P.sum(1), a / a.sum(), atol=1e-6)
+            np.testing.assert_allclose(P.sum(0), b / b.sum(), atol=1e-6)
+    # low cost on the diagonal: the exact plan keeps mass at home when marginals agree
+    P = transport_plan(np.ones(4), np.ones(4), 1 - np.eye(4), exact=True)
+    np.testing.assert_allclose(P, np.eye(4) / 4, atol=1e-9)
+    with pytest.raises(InputError):
+        transport_plan(np.ones(3), np.ones(3), np.ones((3, 2)))
+
+
+def test_bad_topology_file_gives_one_line_error(tmp_path):
+    from fleetwise.envs.torta import TortaConfig, make_fleet
+
+    p = tmp_path / "topo.yaml"
+    p.write_text("fleet: {topology: backbone, regions: [us-east-1, mars-1]}\n")
+    with pytest.raises(InputError) as e:
+        make_fleet(TortaConfig(topology=str(p)))
+    assert str(p) in str(e.value) and "mars-1" in str(e.value) and "\n" not in str(e.value)
+    p.write_text("fleet: [unclosed\n")
+    with pytest.raises(InputError, match="cannot parse"):
+        make_fleet(TortaConfig(topology=str(p)))
+    with pytest.raises(InputError, match="no such file"):
+        make_fleet(TortaConfig(topology=str(tmp_path / "missing.yaml")))
+    good = tmp_path / "good.yaml"
+    good.write_text("fleet: {topology: ring, n: 4, spacing_km: 1000}\n")
+    assert len(make_fleet(TortaConfig(topology=str(good))).names) == 4
+
+
+def test_stall_delays_service_and_keeps_records_sane():
+    """A model switch (Simulator.stall) delays the replica's work by the reload time; nothing is lost."""
+    from fleetwise.catalog import get_gpu, get_model
+    from fleetwise.control.controller import Controller
+    from fleetwise.control.registry import make
+    from fleetwise.perf import PerfModel
+    from fleetwise.sim.build import make_replica
+    from fleetwise.sim.simulator import Simulator
+    from fleetwise.workload.request import Workload
+
+    perf = PerfModel(get_gpu("L4"), get_model("Llama-3-8B"))
+    w = Workload(arrival_s=[0.0, 0.1, 0.2], prompt_tokens=[500, 500, 500], output_tokens=[50, 50, 50])
+
+    def run(stall):
+        sim = Simulator([make_replica(0, perf, prefix_caching=False)], w, seed=0)
+        batcher = make("batcher", "sarathi")
+        while (dp := sim.advance()) is not None:
+            if dp.kind == "route":
+                if stall and dp.request == 1:
+                    sim.stall(0, 5.0)
+                sim.apply(0)
+            else:
+                sim.apply(batcher.plan(dp.lane, sim))
+        return sim.records()
+
+    a, b = run(False), run(True)
+    assert (a.status == 1).all() and (b.status == 1).all()
+    assert b.completion_s.max() >= a.completion_s.max() + 4.0
+    assert b.first_token_s[1] >= 0.1 + 5.0
+
+
+def test_planners_and_micro_layer_on_one_day():
+    from fleetwise.envs.torta import TortaConfig, evaluate
+    from fleetwise.policies.planners import NearestPlanner, OTPlanner
+
+    cfg = TortaConfig(topology="ring")
+    near = evaluate(cfg, NearestPlanner, "affinity_greedy", [3])[0]
+    assert near["migrations"] == 0 and near["cost_egress_usd"] == 0.0
+    ot = evaluate(cfg, OTPlanner, "torta_match", [3], keep_day=True)[0]
+    assert ot["migrations"] > 0 and ot["completed"] + ot["rejected"] == ot["requests"]
+    P = np.asarray(ot["plans"][5])
+    assert abs(P.sum() - 1) < 1e-6
+    # switching-aware allocation switches far less than the switch-unaware least-loaded server choice
+    unaware = evaluate(cfg, OTPlanner, "least_loaded_server", [3])[0]
+    assert ot["switches"] < 0.5 * unaware["switches"]
+    # same seed, same numbers
+    again = evaluate(cfg, OTPlanner, "torta_match", [3])[0]
+    assert again["response_time_mean_s"] == ot["response_time_mean_s"] and again["switches"] == ot["switches"]
+
+
+def test_micro_match_is_min_cost():
+    from itertools import permutations
+
+    from fleetwise.policies.planners import match
+
+    rng = np.random.default_rng(1)
+    c = rng.random((4, 4))
+    col = match(c)
+    best = min(sum(c[i, p[i]] for i in range(4)) for p in permutations(range(4)))
+    assert abs(sum(c[i, col[i]] for i in range(4)) - best) < 1e-12
+
+
+def test_env_checker_and_temporal_observation():
+    import gymnasium as gym
+    from gymnasium.utils.env_checker import check_env
+
+    import fleetwise.envs  # noqa: F401
+    from fleetwise.envs.torta import TortaConfig, TortaEnv
+
+    env = gym.make("fleetwise/Torta-v0", config=TortaConfig(topology="ring")).unwrapped
+    check_env(env, skip_render_check=True)
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (6 * 3 + 6 * 3 + 2,)
+    reactive = TortaEnv(replace(TortaConfig(topology="ring"), temporal=False))
+    assert reactive.reset(seed=0)[0].shape == (18,)
+    steps, term = 0, False
+    while not term:
+        obs, r, term, trunc, info = env.step(np.zeros(6, np.float32))
+        steps += 1
+        assert np.isfinite(r)
+    assert steps == 24
+
+
+def test_tiny_training_beats_a_bad_fixed_plan():
+    """A few hundred slots of PPO: the learned planner beats one that piles all demand on one region."""
+    from fleetwise.envs.torta import TortaConfig, TortaEnv, evaluate
+    from fleetwise.learn.torta import TortaArgs, train
+    from fleetwise.policies.planners import OTPlanner, PolicyPlanner
+
+    cfg = TortaConfig(topology="ring")
+    model, curve, _ = train(lambda: TortaEnv(cfg), TortaArgs(total_timesteps=240, n_steps=120, seed=0))
+    assert curve
+
+    def skewed(c):
+        p = OTPlanner(c)
+        p.set_action(np.array([1, -1, -1, -1, -1, -1], float))
+        return p
+
+    learned = evaluate(cfg, lambda c: PolicyPlanner(c, model, True), "torta_match", [5])[0]
+    bad = evaluate(cfg, skewed, "torta_match", [5])[0]
+    assert learned["response_time_mean_s"] < bad["response_time_mean_s"]
