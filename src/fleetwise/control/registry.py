@@ -44,6 +44,7 @@ def register_allocator(name: str):
 def _load_builtins() -> None:
     # Importing the modules runs their @register decorators.
     import fleetwise.policies.batchers  # noqa: F401
+    import fleetwise.policies.planners  # noqa: F401
     import fleetwise.policies.routers  # noqa: F401
 
     try:  # allocators need gymnasium (the ``rl`` extra)

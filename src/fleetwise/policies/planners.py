@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fleetwise.control.registry import register_planner, register_router
+from fleetwise.control.registry import register_planner
 
 
 def softmax(x: np.ndarray) -> np.ndarray:
@@ -128,7 +128,6 @@ class PolicyPlanner(OTPlanner):
 
 
 # --------------------------------------------------------------------------------------------- micro layer
-@register_router("least_loaded_server")
 class LeastLoadedServer:
     """Within the region: the server that would finish the request first (backlog + its own service time)."""
 
@@ -146,7 +145,6 @@ class LeastLoadedServer:
         return int(ix[np.argmin(self._eta(ix, rid, day))])
 
 
-@register_router("affinity_greedy")
 class AffinityGreedy(LeastLoadedServer):
     """Greedy affinity-then-least-loaded: the least-loaded server already holding the request's model, unless a
     server of another model would finish it more than ``slack x reload`` sooner; then that one (a switch)."""
@@ -184,7 +182,6 @@ def match(cost: np.ndarray) -> np.ndarray:
     return out
 
 
-@register_router("torta_match")
 class MatchingAllocator(LeastLoadedServer):
     """TORTA's micro layer. At every slot start, a minimum-cost matching of the region's expected demand (one
     task per server, split among the models by last slot's mix) to its servers, with cost = expected completion
