@@ -1,6 +1,5 @@
 """Issue 4: GPU-count × parallelism allocation env, tabular learners, allocator policies, CPU reader."""
 
-import json
 import subprocess
 import sys
 
@@ -10,7 +9,7 @@ import pytest
 gym = pytest.importorskip("gymnasium")
 
 from fleetwise.envs.allocation import (  # noqa: E402
-    ACTIONS, CANON, N_ACTIONS, AllocationConfig, AllocationCore, AllocationEnv, Discretizer, _synthetic_series,
+    ACTIONS, CANON, N_ACTIONS, AllocationConfig, AllocationEnv, Discretizer, _synthetic_series,
     deployment, perf_table,
 )
 from fleetwise.errors import InputError  # noqa: E402

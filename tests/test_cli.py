@@ -6,7 +6,6 @@ import json
 import subprocess
 import sys
 
-import pytest
 
 KEYS = ["requests", "completed", "rejected", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "e2e_p99_s", "goodput_rps",
         "tokens_per_s", "gpu_util", "cost_usd", "energy_kwh", "load_cv"]

@@ -50,7 +50,6 @@ def test_bad_topology_file_gives_one_line_error(tmp_path):
 def test_stall_delays_service_and_keeps_records_sane():
     """A model switch (Simulator.stall) delays the replica's work by the reload time; nothing is lost."""
     from fleetwise.catalog import get_gpu, get_model
-    from fleetwise.control.controller import Controller
     from fleetwise.control.registry import make
     from fleetwise.perf import PerfModel
     from fleetwise.sim.build import make_replica

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import math
-import time
 from pathlib import Path
 
 import numpy as np
@@ -72,11 +71,8 @@ def _basic(w: Workload, n: int) -> None:
 
 def test_azure_conv_real():
     p = _data(*CONV)
-    t0 = time.perf_counter()
     w = read_azure(p)
-    elapsed = time.perf_counter() - t0
     _basic(w, 19_366)
-    assert elapsed < 0.5, f"azure conv load took {elapsed:.2f} s"
     assert w.prompt_tokens.mean() == pytest.approx(1154.7, abs=0.05)
     assert w.output_tokens.mean() == pytest.approx(211.1, abs=0.05)
     assert np.median(w.prompt_tokens) == 1020 and np.median(w.output_tokens) == 129

@@ -750,7 +750,7 @@ def _timeline_html(ex: _Experiment, with_tl: set, store, plots: _Plots) -> str:
         parts.append(plots.html(
             fig, f"timeline-{ex.slug}-{s}", f"Per-replica GPU utilisation over time for scenario {s} of {ex.name}",
             f"Scenario {s}" + (f" at {tag}" + (" (the highest load)" if k else "") if tag else "") +
-            f": one panel per policy (its lowest seed), one line per replica; the GPU-busy fraction per time bucket."))
+            ": one panel per policy (its lowest seed), one line per replica; the GPU-busy fraction per time bucket."))
     return "".join(parts)
 
 
