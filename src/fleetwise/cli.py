@@ -386,7 +386,7 @@ def reproduce_graph_marl(quick: bool = _QUICK, as_json: bool = _JSON, eval_trace
 
 @bench_app.command("env-steps")
 def bench_env_steps(
-    name: str = typer.Argument(..., help="allocation or batching"),
+    name: str = typer.Argument(..., help="allocation, batching, torta or graph-marl"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Environment steps per second on one core (and training wall time where the paper needs it)."""
