@@ -243,3 +243,18 @@ def test_ray_backend_matches_local(tmp_path, local_ray):
     for rid, ra in a.items():
         for k in ("ttft_p99_s", "e2e_p99_s", "goodput_rps", "cost_usd", "completed"):
             assert ra[k] == b[rid][k], (rid, k)
+
+
+def test_reproduction_rows_land_in_the_store(tmp_path):
+    from fleetwise.reproduce.common import store_rows, summarize_rows
+
+    rows = [{"seed": s, "requests": 10, "deadline_rps": 1.0 + s, "offloaded": 2} for s in range(3)]
+    s = summarize_rows(rows, ["deadline_rps"])
+    assert s["deadline_rps"] == pytest.approx(2.0) and s["seeds"] == 3
+    assert s["deadline_rps_ci95"][0] <= 2.0 <= s["deadline_rps_ci95"][1]
+    db = str(tmp_path / "r.duckdb")
+    store_rows(db, "reproduce-x", "edge", "disppo", rows, level="batcher")
+    store_rows(db, "reproduce-x", "edge", "disppo", rows, level="batcher")  # idempotent
+    got = Store(db).runs()
+    assert len(got) == 3 and {r["batcher_label"] for r in got} == {"disppo"}
+    assert sorted(r["deadline_rps"] for r in got) == [1.0, 2.0, 3.0]

@@ -118,7 +118,13 @@ def _split(proto: Protocol) -> tuple[list[np.ndarray], list[np.ndarray], dict[st
 
 def _progress():
     from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     return Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                     TimeElapsedColumn(), TimeRemainingColumn(), console=Console(file=sys.stderr), transient=False)

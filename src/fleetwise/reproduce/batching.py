@@ -9,7 +9,6 @@ baseline, and a sweep across batch-size limits.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from dataclasses import replace
@@ -46,35 +45,11 @@ def _batcher(name: str, params: dict, b: int | None = None):
 
 
 def _summ(rows: list[dict]) -> dict:
-    from fleetwise.experiments.stats import bootstrap_ci
+    from fleetwise.reproduce.common import summarize_rows
 
-    out = {}
-    for key in ("deadline_rps", "goodput_rps", "ttft_p99_s", "e2e_p99_s"):
-        ci = bootstrap_ci([r[key] for r in rows])
-        out[key] = ci.mean
-        out[f"{key}_ci95"] = [ci.lo, ci.hi]
-    out["seeds"] = len(rows)
+    out = summarize_rows(rows, ("deadline_rps", "goodput_rps", "ttft_p99_s", "e2e_p99_s"))
     out["offloaded_per_segment"] = float(np.mean([r["offloaded"] for r in rows]))
     return out
-
-
-def _store_rows(db: str | None, policy: str, rows: list[dict], scenario: str) -> None:
-    if not db:
-        return
-    from fleetwise.experiments.runner import code_version
-    from fleetwise.experiments.store import Store
-
-    store = Store(db)
-    res = []
-    for r in rows:
-        rid = hashlib.sha256(f"reproduce-batching|{scenario}|{policy}|{r['seed']}".encode()).hexdigest()[:20]
-        res.append({"run_id": rid, "experiment": "reproduce-batching", "scenario": scenario, "scenario_hash": "",
-                    "params": "{}", "router": "nearest_region", "router_params": "{}", "batcher": policy,
-                    "batcher_params": "{}", "router_label": "nearest_region", "batcher_label": policy,
-                    "seed": r["seed"], "requests": r["requests"], "code_version": code_version(), "wall_s": 0.0,
-                    "status": "ok", "finished_at": time.time(),
-                    "metrics": {k: v for k, v in r.items() if isinstance(v, (int, float)) and k != "seed"}})
-    store.write(res)
 
 
 def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = None, db: str | None = None,
@@ -82,9 +57,16 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from fleetwise.envs.edge import EdgeBatchingEnv, EdgeConfig, EdgePolicyBatcher, evaluate, with_batch_limit
+    from fleetwise.envs.edge import (
+        EdgeBatchingEnv,
+        EdgeConfig,
+        EdgePolicyBatcher,
+        evaluate,
+        with_batch_limit,
+    )
     from fleetwise.experiments.stats import paired_change
     from fleetwise.learn.disppo import DISPPOArgs, NumpyPolicy, train
+    from fleetwise.reproduce.common import store_rows
 
     bud = _budget(quick)
     n_seeds = seeds or bud["seeds"]
@@ -127,7 +109,7 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
             prog.advance(task)
         for name, r in rows.items():
             result.setdefault(name, {}).update(_summ(r))
-            _store_rows(db, name, r, scenario)
+            store_rows(db, "reproduce-batching", scenario, name, r, level="batcher")
         best = max(BASELINES, key=lambda n: result[n]["deadline_rps"])
         for name in models:
             ch = paired_change({r["seed"]: r["deadline_rps"] for r in rows[best]},

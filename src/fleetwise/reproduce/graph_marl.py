@@ -10,12 +10,13 @@ change of Graph-MARL against the flat-MARL baseline (the paper's comparison).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from pathlib import Path
 
 import numpy as np
+
+from fleetwise.reproduce.common import store_rows
 
 PAPER = {"latency_p99_s": (0.271, 0.194), "cost_change": -0.177, "gpu_util": 0.869}
 PAPER_NOTE = "paper (vs MARL baseline): P99 271 -> 194 ms, cost -17.7%, GPU utilization 86.9%"
@@ -31,34 +32,11 @@ def _budget(quick: bool) -> dict:
 
 
 def _summ(rows: list[dict]) -> dict:
-    from fleetwise.experiments.stats import bootstrap_ci
+    from fleetwise.reproduce.common import summarize_rows
 
-    out = {}
-    for k in METRICS:
-        ci = bootstrap_ci([r[k] for r in rows])
-        out[k] = ci.mean
-        out[f"{k}_ci95"] = [ci.lo, ci.hi]
-    out["seeds"] = len(rows)
+    out = summarize_rows(rows, METRICS)
     out["dropped_per_segment"] = float(np.mean([r["dropped"] for r in rows]))
     return out
-
-
-def _store_rows(db: str | None, policy: str, rows: list[dict], scenario: str) -> None:
-    if not db:
-        return
-    from fleetwise.experiments.runner import code_version
-    from fleetwise.experiments.store import Store
-
-    res = []
-    for r in rows:
-        rid = hashlib.sha256(f"reproduce-graph-marl|{scenario}|{policy}|{r['seed']}".encode()).hexdigest()[:20]
-        res.append({"run_id": rid, "experiment": "reproduce-graph-marl", "scenario": scenario, "scenario_hash": "",
-                    "params": "{}", "router": policy, "router_params": "{}", "batcher": "sarathi",
-                    "batcher_params": "{}", "router_label": policy, "batcher_label": "sarathi",
-                    "seed": r["seed"], "requests": r["requests"], "code_version": code_version(), "wall_s": 0.0,
-                    "status": "ok", "finished_at": time.time(),
-                    "metrics": {k: v for k, v in r.items() if isinstance(v, (int, float)) and k != "seed"}})
-    Store(db).write(res)
 
 
 def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = None, db: str | None = None,
@@ -66,7 +44,12 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from fleetwise.envs.graph_marl import HEURISTICS, GraphMARLConfig, evaluate, make_env
+    from fleetwise.envs.graph_marl import (
+        HEURISTICS,
+        GraphMARLConfig,
+        evaluate,
+        make_env,
+    )
     from fleetwise.experiments.stats import paired_change
     from fleetwise.learn.graph_marl import MAPPOArgs, train
 
@@ -109,7 +92,7 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
             prog.advance(task)
     for name, r in rows.items():
         result.setdefault(name, {}).update(_summ(r))
-        _store_rows(db, name, r, scenario)
+        store_rows(db, "reproduce-graph-marl", scenario, name, r)
     base = {r["seed"]: r for r in rows["flat_marl"]}
     for name in rows:
         if name == "flat_marl":

@@ -9,13 +9,14 @@ held-out days (one day per seed); report mean / P95 / P99 response time, load CV
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+
+from fleetwise.reproduce.common import store_rows
 
 PAPER = {"response_time": "-15% (up to)", "load_balance": "+4-5%", "cost": "-10% to -20%"}
 METRICS = ("response_time_mean_s", "response_time_p95_s", "response_time_p99_s", "load_cv", "load_std",
@@ -30,39 +31,20 @@ def _budget(quick: bool) -> dict:
 
 
 def _summ(rows: list[dict]) -> dict:
-    from fleetwise.experiments.stats import bootstrap_ci
+    from fleetwise.reproduce.common import summarize_rows
 
-    out = {}
-    for k in METRICS:
-        ci = bootstrap_ci([r[k] for r in rows])
-        out[k] = ci.mean
-        out[f"{k}_ci95"] = [ci.lo, ci.hi]
-    out["seeds"] = len(rows)
-    return out
-
-
-def _store(db, topo, policy, rows, scenario):
-    if not db:
-        return
-    from fleetwise.experiments.runner import code_version
-    from fleetwise.experiments.store import Store
-
-    res = []
-    for r in rows:
-        rid = hashlib.sha256(f"reproduce-torta|{scenario}|{policy}|{r['seed']}".encode()).hexdigest()[:20]
-        res.append({"run_id": rid, "experiment": "reproduce-torta", "scenario": scenario, "scenario_hash": "",
-                    "params": json.dumps({"topology": topo}), "router": policy, "router_params": "{}",
-                    "batcher": "sarathi", "batcher_params": "{}", "router_label": policy, "batcher_label": "sarathi",
-                    "seed": r["seed"], "requests": r["requests"], "code_version": code_version(), "wall_s": 0.0,
-                    "status": "ok", "finished_at": time.time(),
-                    "metrics": {k: v for k, v in r.items() if isinstance(v, (int, float)) and k != "seed"}})
-    Store(db).write(res)
+    return summarize_rows(rows, METRICS)
 
 
 def policies(models: dict) -> dict:
     """name -> (planner factory, micro allocator)."""
-    from fleetwise.policies.planners import (LeastLoadedPlanner, NearestPlanner, PolicyPlanner, RoundRobinPlanner,
-                                             ot_capacity)
+    from fleetwise.policies.planners import (
+        LeastLoadedPlanner,
+        NearestPlanner,
+        PolicyPlanner,
+        RoundRobinPlanner,
+        ot_capacity,
+    )
 
     out = {"round_robin": (RoundRobinPlanner, "affinity_greedy"), "nearest": (NearestPlanner, "affinity_greedy"),
            "least_loaded": (LeastLoadedPlanner, "affinity_greedy"), "ot_capacity": (ot_capacity, "affinity_greedy")}
@@ -117,7 +99,8 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
         for name, (mk, micro) in policies(models).items():
             rows[name] = evaluate(cfg, mk, micro, eval_seeds, held_out=True, trace=trace,
                                   keep_day=name in ("torta", "nearest", "least_loaded"))
-            _store(db, topo, name, rows[name], f"torta-{topo}{tag}")
+            store_rows(db, "reproduce-torta", f"torta-{topo}{tag}", name, rows[name], level="router",
+                       params={"topology": topo})
         res = {name: _summ(r) for name, r in rows.items()}
         for name in info:
             res[name].update(info[name])
