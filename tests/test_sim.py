@@ -170,3 +170,43 @@ def test_every_registered_policy_runs():
         for b in names("batcher"):
             rec, _ = run(w, router=r, batcher=b, check=False)
             assert rec.completed.all(), (r, b)
+
+
+def test_horizon_ends_every_request():
+    w = poisson_workload(400, rate=50.0, seed=2)  # far more than 2 replicas serve in 5 s
+    reps = [make_replica(i, LinearPerf()) for i in range(2)]
+    sim = Simulator(reps, w, options=SimOptions(max_time_s=5.0))
+    rec = sim.run(Controller.from_names())
+    assert np.all(rec.status > 0)
+    assert rec.reject_reasons().get("horizon", 0) > 0
+    assert np.all(rec.completion_s[rec.completed] <= 5.0 + 1e-9)
+
+
+def test_stall_delays_service_on_that_replica():
+    w = Workload(arrival_s=np.array([0.0, 0.0]), prompt_tokens=np.array([100, 100]), output_tokens=np.array([5, 5]))
+    reps = [make_replica(i, LinearPerf()) for i in range(2)]
+    sim = Simulator(reps, w)
+    sim.stall(0, 7.0)
+    rec = sim.run(Controller.from_names("round_robin", "sarathi"))
+    assert rec.replica.tolist() == [0, 1]
+    assert rec.first_token_s[0] >= 7.0 and rec.first_token_s[1] < 1.0
+
+
+def test_offload_moves_a_waiting_request_over_the_link():
+    from fleetwise.control.protocols import BatchPlan
+
+    w = Workload(arrival_s=np.array([0.0]), prompt_tokens=np.array([100]), output_tokens=np.array([3]))
+    reps = [make_replica(i, LinearPerf(), region=i) for i in range(2)]
+    sim = Simulator(reps, w, rtt_s=np.array([[0.0, 0.2], [0.2, 0.0]]))
+    dp = sim.advance()
+    sim.apply(0)  # route to replica 0
+    dp = sim.advance()
+    assert dp.kind == "batch" and dp.lane.replica.index == 0
+    sim.apply(BatchPlan(offload=((0, 1),)))
+    sim.batcher_stationary = True
+    ctl = Controller.from_names("round_robin", "sarathi")
+    while (dp := sim.advance()) is not None:
+        sim.apply(ctl.decide(dp))
+    rec = sim.records()
+    assert rec.replica[0] == 1 and rec.completed[0]
+    assert rec.first_token_s[0] >= 0.1  # half the round trip to get there
