@@ -29,7 +29,7 @@ class TabularArgs:
     alpha_omega: float = 0.6  # step size max(alpha, 1 / n(s,a)^omega) (polynomial, Even-Dar & Mansour 2003); 0: constant alpha
     gamma: float = 0.3
     epsilon_start: float = 1.0
-    epsilon_end: float = 0.05
+    epsilon_end: float = 0.3  # exploration kept through training (see docs/allocation.md)
     exploration_fraction: float = 0.5
     cpu_bins: int = 20
     bw_bins: int = 3
