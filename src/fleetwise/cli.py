@@ -337,12 +337,29 @@ def bench_sim_speed(
     out.print(t)
 
 
-def _reproduce(name: str, quick: bool, as_json: bool, eval_trace: Optional[str], seeds: Optional[int],
-               db: Optional[str]) -> None:
+def _missing_rl(e: ModuleNotFoundError) -> str:
+    return (f"this command needs the rl extra (missing module {e.name!r}): "
+            "pip install -c constraints.txt 'fleetwise[rl]'")
+
+
+def _paper_module(name: str):
     import importlib
 
-    mod = importlib.import_module(f"fleetwise.reproduce.{name}")
-    res = mod.run(quick=quick, seeds=seeds, eval_trace=eval_trace, db=db)
+    try:
+        return importlib.import_module(f"fleetwise.reproduce.{name.replace('-', '_')}")
+    except ModuleNotFoundError as e:
+        if e.name and e.name.startswith("fleetwise"):
+            raise
+        raise InputError(_missing_rl(e)) from None
+
+
+def _reproduce(name: str, quick: bool, as_json: bool, eval_trace: Optional[str], seeds: Optional[int],
+               db: Optional[str]) -> None:
+    mod = _paper_module(name)
+    try:
+        res = mod.run(quick=quick, seeds=seeds, eval_trace=eval_trace, db=db)
+    except ModuleNotFoundError as e:
+        raise InputError(_missing_rl(e)) from None
     if as_json:
         out.print_json(json.dumps(res))
     else:
@@ -390,13 +407,15 @@ def bench_env_steps(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Environment steps per second on one core (and training wall time where the paper needs it)."""
-    import importlib
 
     from fleetwise.reproduce import PAPERS
 
     if name not in PAPERS:
         raise InputError(f"unknown environment {name!r}; expected one of: {', '.join(PAPERS)}")
-    res = importlib.import_module(f"fleetwise.reproduce.{name.replace('-', '_')}").bench()
+    try:
+        res = _paper_module(name).bench()
+    except ModuleNotFoundError as e:
+        raise InputError(_missing_rl(e)) from None
     if as_json:
         out.print_json(json.dumps(res))
     else:
@@ -426,7 +445,8 @@ def main() -> None:
     try:
         app(standalone_mode=False)
     except InputError as e:
-        console.print(f"[red]error:[/red] {e}", soft_wrap=True, highlight=False)
+        console.print("[red]error:[/red] ", end="", soft_wrap=True)
+        console.print(str(e), soft_wrap=True, highlight=False, markup=False)
         sys.exit(2)
     except SystemExit:
         raise
