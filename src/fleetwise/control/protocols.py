@@ -87,8 +87,48 @@ class Planner(Protocol):
     def plan(self, obs: Any) -> Any: ...
 
 
+@dataclass(slots=True)
+class GroupState:
+    """What a scaler sees of one scaling group (a deployment: one model on one GPU type, in one region and
+    zone, from one pool) at the start of a scaling epoch. Rates and percentiles cover the last epoch."""
+
+    key: str  # unique group name, e.g. "llama-8b/A100-80GB/us-east-1a/spot"
+    model: str
+    gpu: str
+    region: str
+    zone: str
+    pool: str  # "on_demand" | "spot"
+    ready: int  # replicas serving
+    starting: int  # replicas provisioning / loading weights
+    draining: int  # replicas finishing their requests before they stop
+    min_replicas: int
+    max_replicas: int
+    waiting: int  # requests queued at the group's replicas, plus requests held for a replica (cold start)
+    running: int  # requests admitted to the group's engines
+    kv_used: float  # mean KV-cache fraction in use over ready replicas (0 with none)
+    busy: float  # mean GPU-busy fraction of ready replicas over the last epoch
+    arrivals_rps: float  # requests for this group's model per second over the last epoch (model demand)
+    history_rps: tuple[float, ...] = ()  # arrivals_rps of earlier epochs, oldest first
+    ttft_p90_s: float = float("nan")  # of requests that got their first token in the last epoch
+    tpot_p90_s: float = float("nan")  # time per output token of requests completed in the last epoch
+    slo_ttft_s: float = float("nan")
+    slo_tpot_s: float = float("nan")
+    capacity_rps: float = 0.0  # requests/s one replica sustains within the SLO (performance model estimate)
+    price_usd_per_hour: float = 0.0  # per replica, from the pool's price list
+    cold_start_s: float = 0.0  # expected node provisioning + model load of one new replica
+    available: int | None = None  # replicas the pool can give now (spot capacity); None: unlimited
+
+
+@dataclass(slots=True)
+class ScaleObs:
+    time_s: float
+    epoch_s: float
+    groups: list[GroupState]
+
+
 @runtime_checkable
 class Scaler(Protocol):
-    """Sets replicas per model, GPU type and pool every scaling epoch (issue 8)."""
+    """Sets the target number of replicas of every scaling group at the start of each scaling epoch
+    (issue 8): ``scale(obs) -> {group key: target replicas}``; groups left out keep their target."""
 
-    def scale(self, obs: Any) -> Any: ...
+    def scale(self, obs: ScaleObs) -> dict[str, int]: ...
