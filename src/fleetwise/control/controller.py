@@ -28,4 +28,6 @@ class Controller:
             return self.router.route(dp)
         if dp.kind == "batch":
             return self.batcher.plan(dp.lane, dp.sim)
+        if dp.kind == "scale" and self.scaler is not None:
+            return self.scaler.scale(dp.payload)
         raise ValueError(f"unknown decision kind {dp.kind!r}")

@@ -28,6 +28,7 @@ class BatchPlan:
 
     decode: bool = False
     prefill: tuple[tuple[int, int], ...] = ()
+    preempt: tuple[int, ...] = ()  # admitted requests of this lane to evict first (recompute), e.g. low priority
     offload: tuple[tuple[int, int], ...] = ()  # (request id, replica index): move a waiting request elsewhere
     wait_s: float = 0.0  # with nothing to run: idle this long (or until the queue changes), then decide again
 
@@ -42,14 +43,17 @@ DECODE = BatchPlan(decode=True)
 
 @dataclass(slots=True)
 class DecisionPoint:
-    """Something a policy must decide. ``kind`` is "route" (which replica serves request ``request``) or
-    "batch" (what lane ``lane`` runs next). ``sim`` is the read-only view the policy may inspect."""
+    """Something a policy must decide. ``kind`` is "route" (which replica serves request ``request``),
+    "batch" (what lane ``lane`` runs next) or one a platform layer adds with ``Simulator.at`` (e.g. "scale",
+    with the observation as ``payload``). ``sim`` is the read-only view the policy may inspect."""
 
     kind: str
     time_s: float
     sim: "Simulator"
     request: int = -1
     lane: "Lane | None" = None
+    payload: Any = None  # other kinds (e.g. "scale"): the observation; ``handler(action)`` applies the answer
+    handler: Any = None
 
 
 @runtime_checkable

@@ -114,6 +114,13 @@ class Replica:
     ready_s: float = 0.0  # model loaded, serving
     stop_s: float | None = None
     model_index: int = 0  # index of the model among the scenario's deployments
+    # platform lifecycle (issue 8): a replica added at run time joins its model's candidates when ready
+    zone: str = ""
+    pool: str = "on_demand"
+    group: int = -1  # scaling group (platform), -1: none
+    routable: bool = True  # in its model's candidate list (the routers may pick it)
+    draining: bool = False  # takes no new requests; stops when its outstanding requests are done
+    failed: bool = False  # died (fault or spot preemption); requests sent to it fail and are retried
     waiting: deque = field(default_factory=deque)
     prefix_cache: OrderedDict | None = None  # block id -> None, LRU order
     prefix_cap_blocks: int = 0

@@ -19,8 +19,9 @@ from __future__ import annotations
 import heapq
 import math
 from array import array
+from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -33,7 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from fleetwise.workload.request import Workload
 
 # event kinds, and their priority at equal times (lower first)
-LANE_DONE, READY, ENQUEUE = 0, 1, 2
+LANE_DONE, READY, ENQUEUE, RETRY, TIMER = 0, 1, 2, 3, 4
 INF = float("inf")
 
 PENDING, COMPLETED, REJECTED = 0, 1, 2
@@ -47,6 +48,10 @@ class SimOptions:
     check_invariants: bool = False  # assert KV usage <= capacity after every event (tests)
     timeline_bucket_s: float | None = None  # record each replica's GPU-busy time per bucket (utilisation over time)
     max_time_s: float | None = None  # stop here; requests not finished by then end as rejected ("horizon")
+    hold_unroutable: bool = False  # no replica of the model can take it now: hold it (cold start) instead of
+    # rejecting it ("no_replica"); held requests are routed when a replica of their model becomes ready
+    retry_backoff_s: float = 0.5  # first retry after a failed attempt (replica died); doubles up to the cap
+    retry_backoff_max_s: float = 30.0
 
 
 class Simulator:
@@ -102,7 +107,14 @@ class Simulator:
         self.preempts = array("i", bytes(4 * n))
         self.net_s = array("d", bytes(8 * n))
         self.hops = array("b", bytes(n))  # times offloaded
+        self.retries = array("i", bytes(4 * n))  # attempts that failed (replica died) and were retried
+        self.moved_from = array("i", [-1]) * n  # retry: replica whose region the request leaves from
+        self.kv_moved = array("b", bytes(n))  # retry carries its KV cache (migration): no prefill again
+        self.held: list[deque] = [deque() for _ in range(len(self.candidates))]  # waiting for a replica
+        self.arrived = [0] * len(self.candidates)  # arrivals per model so far (scalers' demand signal)
+        self.admission: Callable[[int], str] | None = None  # extra admission control: rid -> reject reason or ""
         self.completions: list[int] | None = None  # set to [] to log request ids as they end (RL rewards)
+        self.migrated_bytes = 0.0  # KV bytes moved between replicas (spot preemption with migration)
         # event machinery
         self.now = 0.0
         self._heap: list = []
@@ -117,6 +129,8 @@ class Simulator:
         self._bucket = self.options.timeline_bucket_s
         self._horizon = self.options.max_time_s
         self._has_prefix = workload.has_prefix and self.options.prefix_caching
+        pr = workload.priority
+        self._prio = pr.tolist() if pr is not None and n and int(pr.min()) != int(pr.max()) else None
         if self._has_prefix:
             self._pofs = workload.prefix_offsets.tolist()
             self._pblk = workload.prefix_blocks
@@ -155,9 +169,23 @@ class Simulator:
                         self._ask(x)
                 elif kind == ENQUEUE:
                     self._enqueue(x, y)
-                else:  # READY
-                    for lane in self.replicas[x].lanes:
-                        self._wake(lane)
+                elif kind == READY:
+                    r = self.replicas[x]
+                    if r.stop_s is None:
+                        if not r.routable and not r.draining and not r.failed and t >= r.ready_s:
+                            self._make_routable(r)
+                        for lane in r.lanes:
+                            self._wake(lane)
+                elif kind == RETRY:
+                    dp = self._dispatch(x)
+                    if dp is not None:
+                        self._dp = dp
+                        return dp
+                else:  # TIMER: a platform callback; it may return a decision point
+                    dp = x(self)
+                    if dp is not None:
+                        self._dp = dp
+                        return dp
                 if self.options.check_invariants:
                     self._check()
                 continue
@@ -168,8 +196,16 @@ class Simulator:
             self._next += 1
             self.now = t_arr
             self.events += 1
+            m = self.model_of[rid]
+            if m < len(self.arrived):
+                self.arrived[m] += 1
             why = self._admissible(rid)
+            if not why and self.admission is not None:
+                why = self.admission(rid)
             if why:
+                if why == "no_replica" and self.options.hold_unroutable and m < len(self.held):
+                    self.held[m].append(rid)
+                    continue
                 self._reject(rid, why)
                 continue
             self._dp = dp = DecisionPoint("route", t_arr, self, request=rid)
@@ -182,8 +218,10 @@ class Simulator:
         self._dp = None
         if dp.kind == "route":
             self._route(dp.request, int(action))
-        else:
+        elif dp.kind == "batch":
             self._start(dp.lane, action)
+        else:
+            dp.handler(action)
 
     def run(self, controller: "Controller", progress=None) -> Records:
         """Run to the end with ``controller`` answering every decision; return the per-request records."""
@@ -192,8 +230,10 @@ class Simulator:
         plan = controller.batcher.plan
         advance, apply = self.advance, self.apply
         last = 0
+        decide = controller.decide
         while (dp := advance()) is not None:
-            apply(route(dp) if dp.kind == "route" else plan(dp.lane, self))
+            k = dp.kind
+            apply(route(dp) if k == "route" else plan(dp.lane, self) if k == "batch" else decide(dp))
             if progress is not None and self._next - last >= 2000:
                 progress(self._next - last)
                 last = self._next
@@ -231,6 +271,9 @@ class Simulator:
                              f"{self.candidates[self.model_of[rid]]}")
         rep = self.replicas[ri]
         self.replica_of[rid] = ri
+        if rep.failed:  # died, not yet found out by the health checks: this attempt fails
+            self._attempt_failed(rid)
+            return
         if not self.fits(rid, ri):
             self._reject(rid, "exceeds_kv_capacity")
             return
@@ -241,13 +284,30 @@ class Simulator:
         rtt = self._rtt[self.origin[rid]][rep.region]
         self.net_s[rid] = rtt
         rep.outstanding += 1
-        rep.pending_tokens += self.prompt[rid] + self.output[rid]
-        if rtt > 0.0:
+        rep.pending_tokens += self.ctx[rid] - self.pf[rid] + self.output[rid] - self.gen[rid]
+        src = self.moved_from[rid]
+        if src >= 0:  # a retry or migration leaves from the replica it was at
+            self.moved_from[rid] = -1
+            sreg = self.replicas[src].region
+            delay = self._rtt[sreg][rep.region] / 2.0
+            if self.kv_moved[rid]:
+                bw = self._bw[sreg][rep.region] if self._bw is not None else 0.0
+                kv_bytes = self.ctx[rid] * self.replicas[src].perf.model.kv_bytes_per_token()
+                delay += kv_bytes / (bw * 1e9 / 8.0) if bw > 0 else 0.0
+                self.migrated_bytes += kv_bytes
+            if delay > 0.0:
+                self._push(self.now + delay, ENQUEUE, rep, rid)
+            else:
+                self._enqueue(rep, rid)
+        elif rtt > 0.0:
             self._push(self.now + rtt / 2.0, ENQUEUE, rep, rid)
         else:
             self._enqueue(rep, rid)
 
     def _enqueue(self, rep: Replica, rid: int, front: bool = False, skip: Lane | None = None) -> None:
+        if rep.failed:  # it died while the request was on its way (its counters were reset then)
+            self._attempt_failed(rid)
+            return
         self.enqueue_s[rid] = self.now if math.isnan(self.enqueue_s[rid]) else self.enqueue_s[rid]
         if front:
             rep.waiting.appendleft(rid)
@@ -305,12 +365,16 @@ class Simulator:
                 self._ask(lane)  # still free: decide again
                 return
         preempted = False
+        for rid in plan.preempt:
+            if rid not in lane.running and rid not in lane.prefilling:
+                raise ValueError(f"batch plan: cannot preempt request {rid}: not admitted to this lane")
+            self._preempt(lane, int(rid))
         reserve = 0  # blocks the decode part of this iteration needs
         if plan.decode and lane.running:
             hist = lane.phase_hist
             reserve = hist[(-lane.steps) % bs]
             while reserve > lane.cap_blocks - lane.used_blocks and lane.running:
-                self._preempt(lane, next(reversed(lane.running)))
+                self._preempt(lane, self._victim(lane))
                 preempted = True
                 reserve = hist[(-lane.steps) % bs] if lane.running else 0
         prefill = []
@@ -459,6 +523,11 @@ class Simulator:
                 self.pf[rid] = hit
                 rep.pending_tokens -= hit
                 self.hit_tokens[rid] += hit
+        if self.kv_moved[rid]:  # migrated with its KV cache: only the last token is computed again
+            self.kv_moved[rid] = 0
+            if ctx - 1 > self.pf[rid]:
+                rep.pending_tokens -= ctx - 1 - self.pf[rid]
+                self.pf[rid] = ctx - 1
 
     def _finish(self, lane: Lane) -> None:
         rep = lane.replica
@@ -562,6 +631,21 @@ class Simulator:
         rep.outstanding -= 1
         rep.served += 1
         self.ended += 1
+        if rep.draining and rep.outstanding == 0 and not rep.failed:
+            self._stop(rep)
+
+    def _victim(self, lane: Lane) -> int:
+        """The running sequence to preempt under KV pressure: the lowest priority, newest first (vLLM's rule
+        when all priorities are equal)."""
+        prio = self._prio
+        if prio is None:
+            return next(reversed(lane.running))
+        best, bp = -1, None
+        for rid in reversed(lane.running):
+            p = prio[rid]
+            if bp is None or p < bp:
+                best, bp = rid, p
+        return best
 
     def _preempt(self, lane: Lane, rid: int) -> None:
         """Recompute preemption (vLLM): free the sequence's KV and send it back to the head of the queue."""
@@ -590,11 +674,167 @@ class Simulator:
         rep.preemptions += 1
         self._enqueue(rep, rid, front=True, skip=lane)
 
+    # ------------------------------------------------------------------ platform: timers, lifecycle, failures
+    def at(self, t: float, fn: Callable[["Simulator"], DecisionPoint | None]) -> None:
+        """Call ``fn(sim)`` at simulated time ``t`` (after the other events of that instant). A platform layer
+        uses it for scaling epochs, faults and preemptions; ``fn`` may return a decision point (e.g. kind
+        "scale" with a ``handler``), which ``advance`` then returns."""
+        self._push(max(float(t), self.now), TIMER, fn, None)
+
+    def add_replica(self, rep: Replica) -> int:
+        """Add a replica at run time (scale-up). It is billed from ``rep.start_s`` and joins its model's candidates
+        at ``rep.ready_s`` (node provisioning + weight loading). Returns its index."""
+        rep.index = len(self.replicas)
+        self.replicas.append(rep)
+        m = rep.model_index
+        while m >= len(self.candidates):
+            self.candidates.append([])
+            self.held.append(deque())
+            self.arrived.append(0)
+            self.max_context.append(1 << 60)
+        rep.routable = False
+        self._push(max(rep.ready_s, self.now), READY, rep.index, 0)
+        return rep.index
+
+    def _make_routable(self, rep: Replica) -> None:
+        cands = self.candidates[rep.model_index]
+        if rep.index not in cands:
+            cands.append(rep.index)
+            cands.sort()
+        rep.routable = True
+        held = self.held[rep.model_index]
+        if held:  # requests held for a replica of this model: route them now, in arrival order
+            for rid in reversed(held):
+                self._pending.append(DecisionPoint("route", self.now, self, request=rid))
+            held.clear()
+
+    def _unroutable(self, rep: Replica) -> None:
+        cands = self.candidates[rep.model_index]
+        if rep.index in cands:
+            cands.remove(rep.index)
+        rep.routable = False
+
+    def drain(self, replica: int) -> None:
+        """Scale-down: the replica takes no new requests, finishes those it has (none is dropped), then stops
+        (billing ends). A replica still starting with nothing routed to it stops at once."""
+        rep = self.replicas[replica]
+        if rep.stop_s is not None or rep.draining:
+            return
+        self._unroutable(rep)
+        rep.draining = True
+        if rep.outstanding == 0:
+            self._stop(rep)
+
+    def _stop(self, rep: Replica) -> None:
+        rep.stop_s = self.now
+        rep.routable = False
+        for lane in rep.lanes:
+            lane.version += 1
+            lane.busy = lane.awaiting = lane.idle_wait = False
+        self._pending = [d for d in self._pending if d.lane is None or d.lane.replica is not rep]
+
+    def preemption_notice(self, replica: int, notice_s: float, migrate: bool = True) -> float:
+        """Spot interruption: the replica stops taking requests now; its queued (not admitted) requests go back
+        to the router at once; what is still running when ``notice_s`` is over is migrated with its KV cache
+        (``migrate``; transfer time = KV bytes / link bandwidth) or recomputed elsewhere. Returns the kill time."""
+        rep = self.replicas[replica]
+        if rep.stop_s is not None:
+            return self.now
+        self._unroutable(rep)
+        rep.draining = True
+        while rep.waiting:
+            rid = rep.waiting.popleft()
+            rep.outstanding -= 1
+            rep.pending_tokens -= self.ctx[rid] - self.pf[rid] + self.output[rid] - self.gen[rid]
+            self.moved_from[rid] = rep.index
+            self._push(self.now, RETRY, rid, 0)
+        if rep.outstanding == 0:
+            self._stop(rep)
+            return self.now
+        t = self.now + max(0.0, float(notice_s))
+        self.at(t, lambda sim: sim.fail(replica, migrate=migrate))
+        return t
+
+    def fail(self, replica: int, detect_s: float = 0.0, migrate: bool = False) -> int:
+        """The replica dies now (GPU, node, zone or region fault; the end of a spot notice). Every request at it —
+        queued, prefilling, decoding, or on its way there — is retried on another replica (with exponential
+        backoff), keeping the tokens it has generated; with ``migrate`` running sequences keep their KV cache.
+        Routers may still pick it until the health checks notice, ``detect_s`` later; those attempts fail and are
+        retried too. No request is lost. Returns the number of requests it held."""
+        rep = self.replicas[replica]
+        if rep.failed or (rep.stop_s is not None and not rep.draining):
+            return 0
+        if rep.stop_s is not None:  # drained to the end already
+            return 0
+        rep.failed = True
+        rep.stop_s = self.now
+        if detect_s > 0.0:
+            self.at(self.now + detect_s, lambda sim: sim._unroutable(rep))
+        else:
+            self._unroutable(rep)
+        victims: list[tuple[int, bool]] = [(rid, False) for rid in rep.waiting]
+        pp = len(rep.lanes)
+        for lane in rep.lanes:
+            j = lane.steps_done(self.now) if lane.busy and lane.run_k and not lane.idle_wait else 0
+            if lane.busy and not lane.idle_wait:
+                rep.busy_s += (self.now - lane.t0) / pp  # the iteration in flight is lost, its GPU time is not
+            for rid in lane.running:
+                g = min(self.gen_join[rid] + lane.steps + j - self.join_step[rid], self.output[rid] - 1)
+                self.gen[rid] = g
+                victims.append((rid, migrate))
+            for rid in lane.prefilling:
+                victims.append((rid, False))
+            lane.running.clear()
+            lane.prefilling.clear()
+            lane.finish_heap.clear()
+            lane.phase_hist = [0] * lane.block_tokens
+            lane.used_blocks = lane.kv_tokens = lane.dec_kv = 0
+            lane.run_prefill = ()
+            lane.run_k = lane.run_B = lane.run_pf_tokens = 0
+            lane.version += 1
+            lane.busy = lane.awaiting = lane.idle_wait = False
+        rep.waiting.clear()
+        rep.outstanding = 0
+        rep.pending_tokens = 0
+        self._pending = [d for d in self._pending if d.lane is None or d.lane.replica is not rep]
+        for rid, keep_kv in victims:
+            self.epoch[rid] += 1
+            self.ctx[rid] = self.prompt[rid] + self.gen[rid]
+            self.pf[rid] = 0
+            self.lane_of[rid] = None
+            self.moved_from[rid] = rep.index
+            if keep_kv:
+                self.kv_moved[rid] = 1
+                self._push(self.now, RETRY, rid, 0)  # migration: no backoff, the KV is on its way
+            else:
+                self._attempt_failed(rid)
+        return len(victims)
+
+    def _attempt_failed(self, rid: int) -> None:
+        """An attempt to serve ``rid`` failed (its replica died): try again after an exponential backoff."""
+        k = self.retries[rid]
+        self.retries[rid] = k + 1
+        o = self.options
+        self.kv_moved[rid] = 0
+        self._push(self.now + min(o.retry_backoff_s * (2.0 ** k), o.retry_backoff_max_s), RETRY, rid, 0)
+
+    def _dispatch(self, rid: int) -> DecisionPoint | None:
+        """Route ``rid`` again (a retry or migration); held until a replica is ready when its model has none."""
+        m = self.model_of[rid]
+        if not self.candidates[m]:
+            self.moved_from[rid] = -1
+            self.kv_moved[rid] = 0
+            self.held[m].append(rid)
+            return None
+        return DecisionPoint("route", self.now, self, request=rid)
+
     def _stop_at_horizon(self) -> None:
         """End of the simulated horizon: whatever has not finished ends as rejected with reason "horizon"."""
         self.now = self._horizon
         self._heap.clear()
         self._next = self.n
+        for h in self.held:
+            h.clear()
         for rid in range(self.n):
             if self.status[rid] == PENDING:
                 self._reject(rid, "horizon")

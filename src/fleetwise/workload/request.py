@@ -121,6 +121,43 @@ class Workload:
         return self if np.all(order == np.arange(len(self))) else self.take(order)
 
     @classmethod
+    def concat(cls, parts: Sequence["Workload"], name: str = "mix") -> "Workload":
+        """One workload with the requests of all ``parts``, sorted by arrival (stable: ties keep part order).
+        Categorical names are merged; prefix block ids are kept when every part has them."""
+        parts = list(parts)
+        if not parts:
+            raise ValueError("concat: no workloads")
+        cols: dict[str, list] = {}
+        names: dict[str, list[str]] = {"origin": [], "model": [], "slo_class": [], "tenant": []}
+        lists = {"origin": "origins", "model": "models", "slo_class": "slo_classes", "tenant": "tenants"}
+        for k, attr in lists.items():
+            codes = []
+            for w in parts:
+                remap = []
+                for nm in getattr(w, attr):
+                    if nm not in names[k]:
+                        names[k].append(nm)
+                    remap.append(names[k].index(nm))
+                codes.append(np.asarray(remap, dtype=np.int16)[getattr(w, k)] if len(w) else np.zeros(0, np.int16))
+            cols[k] = np.concatenate(codes)
+        po = pb = None
+        if all(w.has_prefix for w in parts):
+            lens = np.concatenate([np.diff(w.prefix_offsets) for w in parts])
+            po = np.zeros(len(lens) + 1, dtype=np.int64)
+            np.cumsum(lens, out=po[1:])
+            pb = np.concatenate([w.prefix_blocks for w in parts])
+        w = cls(
+            arrival_s=np.concatenate([w.arrival_s for w in parts]),
+            prompt_tokens=np.concatenate([w.prompt_tokens for w in parts]),
+            output_tokens=np.concatenate([w.output_tokens for w in parts]),
+            origin=cols["origin"], model=cols["model"], slo_class=cols["slo_class"],
+            priority=np.concatenate([w.priority for w in parts]), tenant=cols["tenant"],
+            origins=names["origin"], models=names["model"], slo_classes=names["slo_class"], tenants=names["tenant"],
+            prefix_offsets=po, prefix_blocks=pb, block_tokens=parts[0].block_tokens, name=name,
+        )
+        return w.sorted()
+
+    @classmethod
     def from_requests(cls, requests: Iterable[Request], name: str = "requests", block_tokens: int = 512) -> "Workload":
         reqs = list(requests)
         cats: dict[str, list[str]] = {"origin": [], "model": [], "slo_class": [], "tenant": []}

@@ -11,6 +11,8 @@ Examples (YAML under ``workload:``)::
      origin: [{region: us-east, weight: 2, utc_offset_h: -5}, {region: eu-west, weight: 1, utc_offset_h: 1}]}
     {kind: trace, format: azure, path: azure-conv, time_scale: 0.5}
     {kind: servegen, servegen_model: deepseek-r1, start_s: 0, end_s: 3600}
+    {kind: mix, parts: [{tenant: chat, workload: {kind: poisson, rate_rps: 4, slo_class: interactive}},
+                        {tenant: batch, workload: {kind: poisson, rate_rps: 1, slo_class: batch}}]}
 
 Every model forbids unknown fields. Generated kinds take either ``num_requests`` (exact count) or
 ``duration_s`` (all arrivals in ``[0, duration_s)``), not both; with neither, 1,000 requests.
@@ -57,6 +59,7 @@ __all__ = [
     "DiurnalSpec",
     "TraceSpec",
     "ServeGenSpec",
+    "MixSpec",
     "WorkloadSpec",
     "parse_workload_spec",
     "build_workload",
@@ -296,8 +299,36 @@ class ServeGenSpec(_Common):
         return self
 
 
-WorkloadSpec = Annotated[
+_PartSpec = Annotated[
     Union[DefaultWorkloadSpec, PoissonSpec, GammaSpec, MMPPSpec, DiurnalSpec, TraceSpec, ServeGenSpec],
+    Field(discriminator="kind"),
+]
+
+
+class MixPart(_Model):
+    tenant: str = Field(default="default", min_length=1)
+    workload: _PartSpec
+
+
+class MixSpec(_Model):
+    """Several tenants' workloads merged by arrival time; each part keeps its own model, SLO class (and so
+    priority) and origins, and all its requests carry the part's tenant name."""
+
+    kind: Literal["mix"]
+    parts: list[MixPart] = Field(min_length=1)
+    max_total_tokens: int | None = Field(default=None, ge=2)
+
+    @field_validator("parts")
+    @classmethod
+    def _unique_tenants(cls, v):
+        names = [p.tenant for p in v]
+        if len(set(names)) != len(names):
+            raise ValueError("tenant names must be unique across parts")
+        return v
+
+
+WorkloadSpec = Annotated[
+    Union[DefaultWorkloadSpec, PoissonSpec, GammaSpec, MMPPSpec, DiurnalSpec, TraceSpec, ServeGenSpec, MixSpec],
     Field(discriminator="kind"),
 ]
 _ADAPTER: TypeAdapter = TypeAdapter(WorkloadSpec)
@@ -335,6 +366,16 @@ def build_workload(spec, rng: np.random.Generator) -> Workload:
     """
     if isinstance(spec, dict):
         spec = parse_workload_spec(spec)
+    if isinstance(spec, MixSpec):
+        parts = []
+        for part in spec.parts:
+            w = build_workload(part.workload, rng)
+            w.tenant, w.tenants = np.zeros(len(w), np.int16), [part.tenant]
+            parts.append(w)
+        w = Workload.concat(parts, name="mix")
+        if spec.max_total_tokens is not None:
+            w.prompt_tokens, w.output_tokens = clip_total_tokens(w.prompt_tokens, w.output_tokens, spec.max_total_tokens)
+        return w
     origins, weights = _origins(spec)
     origin_codes: np.ndarray | None = None
 
