@@ -62,11 +62,73 @@ class Deployment(_Model):
     cold_start: bool = False  # replicas load their weights at t=0 before serving
     storage: Literal["local_nvme", "nfs", "object_store"] = "local_nvme"
     provision_s: float = Field(default=0.0, ge=0)  # node start-up before the model load, when cold
+    # platform (autoscaling, issue 8): this deployment is one scaling group
+    zone: str | None = None  # availability zone (e.g. us-east-1a); default: "<region>-a"
+    min_replicas: int = Field(default=0, ge=0)
+    max_replicas: int | None = Field(default=None, ge=0)  # default: max(replicas, 1) * 4
+    spot_trace: str | None = None  # spot capacity trace (platform.spot names, or "auto" by zone); spot pools only
+    spot_offset_s: float = Field(default=0.0, ge=0)  # where in the trace the simulation starts
+
+    @model_validator(mode="after")
+    def _check_limits(self) -> "Deployment":
+        if self.max_replicas is not None and self.max_replicas < self.min_replicas:
+            raise ValueError(f"max_replicas ({self.max_replicas}) < min_replicas ({self.min_replicas})")
+        if self.spot_trace is not None and self.pool != "spot":
+            raise ValueError("spot_trace is only for pool: spot")
+        return self
 
 
 class Options(_Model):
     prefix_caching: bool = True
     max_waiting: int | None = Field(default=None, ge=0)
+    kv_offload: bool = False  # preempted sequences swap their KV to host memory (PCIe) instead of recomputing
+
+
+class TenantSpec(_Model):
+    """Per-tenant admission: a token-bucket rate limit and a quota of requests in flight."""
+
+    name: str = Field(min_length=1)
+    rate_limit_rps: float | None = Field(default=None, gt=0)
+    burst: int = Field(default=20, ge=1)
+    max_outstanding: int | None = Field(default=None, ge=1)
+
+
+class AdmissionSpec(_Model):
+    """Overload admission control: with more than ``max_queue_per_replica`` requests waiting per ready replica
+    of the model, requests below ``protect_priority`` are rejected ("admission_control")."""
+
+    max_queue_per_replica: float | None = Field(default=None, gt=0)
+    protect_priority: int = 1
+
+
+class FaultSpec(_Model):
+    """A fault in the schedule. ``target``: gpu -> a replica index or a group (deployment) index, node -> a group
+    index, zone -> a zone name, region -> a region name, link -> "regionA,regionB"; empty: chosen at random."""
+
+    at_s: float = Field(ge=0)
+    kind: Literal["gpu", "node", "zone", "region", "link"]
+    target: str = ""
+    duration_s: float | None = Field(default=None, gt=0)  # zone/region outage and link degradation length
+    factor: float = Field(default=10.0, ge=1)  # link degradation: round trip x factor, bandwidth / factor
+
+
+class PlatformSpec(_Model):
+    """How the platform layer runs: scaling epochs, health checks, spot notices, faults, tenants, monitoring."""
+
+    epoch_s: float = Field(default=30.0, gt=0)
+    monitor_s: float = Field(default=60.0, gt=0)
+    health_check_s: float = Field(default=5.0, ge=0)  # a dead replica is routed to until the next failed check
+    notice_s: float | None = Field(default=None, ge=0)  # spot interruption notice; default: by cloud (AWS 120 s)
+    migrate: bool = True  # spot: running sequences move with their KV cache at the end of the notice
+    node_cache: bool = True  # replicas packed on a node share one host copy of the weights (fast reload)
+    host_load_gbps: float = Field(default=25.0, gt=0)  # host memory -> GPU weight load bandwidth (node cache hit)
+    duration_s: float | None = Field(default=None, gt=0)  # billing window; default: last arrival + drain
+    drain_s: float = Field(default=1800.0, ge=0)  # after the last arrival, to let requests finish
+    retry_backoff_s: float = Field(default=0.5, gt=0)
+    retry_backoff_max_s: float = Field(default=30.0, gt=0)
+    tenants: list[TenantSpec] = Field(default_factory=list)
+    admission: AdmissionSpec = Field(default_factory=AdmissionSpec)
+    faults: list[FaultSpec] = Field(default_factory=list)
 
 
 class Scenario(_Model):
@@ -78,6 +140,8 @@ class Scenario(_Model):
     workload: dict[str, Any] = Field(default_factory=lambda: {"kind": "default", "rate_rps": 4.0})
     router: PolicyRef = Field(default_factory=lambda: PolicyRef(name="round_robin"))
     batcher: PolicyRef = Field(default_factory=lambda: PolicyRef(name="sarathi"))
+    scaler: PolicyRef | None = None  # autoscaling (issue 8): run with the platform layer
+    platform: PlatformSpec | None = None
     options: Options = Field(default_factory=Options)
 
     @model_validator(mode="after")
@@ -157,6 +221,8 @@ class Built:
     workload: Any
     slo_classes: list
     chunk_tokens: int | None = None
+    templates: list | None = None  # per deployment: make_replica keyword arguments (platform scale-up)
+    models: list | None = None  # model names by model index
 
     def controller(self, router: PolicyRef | str | None = None, batcher: PolicyRef | str | None = None):
         from fleetwise.control.controller import Controller
@@ -210,6 +276,7 @@ def build(scenario: Scenario, seed: int | None = None, *, workload=None, num_req
     models: list[str] = []
     max_ctx: list[int] = []
     replicas = []
+    templates: list[dict] = []  # per deployment: how to make one more replica (the platform's scale-up)
     for di, d in enumerate(scenario.deployments):
         where = f"deployments[{di}]"
         try:
@@ -239,14 +306,18 @@ def build(scenario: Scenario, seed: int | None = None, *, workload=None, num_req
             raise InputError(f"{where}: {model.name} does not fit on {d.tp * d.pp} x {gpu.name} (tp={d.tp}, pp={d.pp}) "
                              f"at gpu_memory_utilization={d.gpu_memory_utilization}")
         ready = (d.provision_s + perf.load_time_s(STORAGE_GBPS[d.storage])) if d.cold_start else 0.0
+        tmpl = dict(perf=perf, region=region, model_index=models.index(model.name), block_tokens=d.block_tokens,
+                    gpu_memory_utilization=d.gpu_memory_utilization, price_usd_per_gpu_hour=usd,
+                    electricity_usd_per_kwh=float(reg.electricity_usd_per_kwh),
+                    prefix_block_tokens=workload.block_tokens, prefix_caching=scenario.options.prefix_caching)
+        templates.append(tmpl)
         for _ in range(d.replicas):
-            replicas.append(make_replica(
-                len(replicas), perf, region=region, name=f"{model.name}@{gpu.name}#{len(replicas)}",
-                model_index=models.index(model.name), block_tokens=d.block_tokens,
-                gpu_memory_utilization=d.gpu_memory_utilization, ready_s=ready,
-                price_usd_per_gpu_hour=usd, electricity_usd_per_kwh=float(reg.electricity_usd_per_kwh),
-                prefix_block_tokens=workload.block_tokens, prefix_caching=scenario.options.prefix_caching))
-    if not replicas:
+            replicas.append(make_replica(len(replicas), name=f"{model.name}@{gpu.name}#{len(replicas)}",
+                                         ready_s=ready, **tmpl))
+            replicas[-1].group = di
+            replicas[-1].pool = d.pool
+            replicas[-1].zone = d.zone or f"{reg.name}-a"
+    if not replicas and scenario.scaler is None:
         raise InputError("deployments: no replicas (every deployment has replicas: 0)")
 
     # workload names -> indices: models ("default" = first deployment's model), origins ("default" = region 0)
@@ -265,11 +336,14 @@ def build(scenario: Scenario, seed: int | None = None, *, workload=None, num_req
     workload.origin = np.asarray(ocode, dtype=np.int16)[workload.origin] if len(workload) else workload.origin
     workload.origins = [fleet.regions[i].name for i in ocode]
 
-    opts = options or SimOptions(prefix_caching=scenario.options.prefix_caching, max_waiting=scenario.options.max_waiting)
+    opts = options or SimOptions(prefix_caching=scenario.options.prefix_caching, max_waiting=scenario.options.max_waiting,
+                                 kv_offload=scenario.options.kv_offload)
     sim = Simulator(replicas, workload, rtt_s=np.asarray(fleet.rtt_s, dtype=float), model_index=model_index,
-                    max_context=max_ctx, seed=int(sim_seed), options=opts)
+                    max_context=max_ctx, seed=int(sim_seed), options=opts,
+                    bandwidth_gbps=np.asarray(fleet.bandwidth_gbps, dtype=float) if hasattr(fleet, "bandwidth_gbps") else None)
     slo = [get_slo(n) for n in workload.slo_classes]
-    return Built(scenario=scenario, sim=sim, fleet=fleet, workload=workload, slo_classes=slo)
+    return Built(scenario=scenario, sim=sim, fleet=fleet, workload=workload, slo_classes=slo, templates=templates,
+                 models=models)
 
 
 def simulate(scenario: Scenario, seed: int | None = None, *, router=None, batcher=None, workload=None,

@@ -52,6 +52,8 @@ class SimOptions:
     # rejecting it ("no_replica"); held requests are routed when a replica of their model becomes ready
     retry_backoff_s: float = 0.5  # first retry after a failed attempt (replica died); doubles up to the cap
     retry_backoff_max_s: float = 30.0
+    kv_offload: bool = False  # a preempted sequence swaps its KV to host memory over PCIe (out and back in)
+    # instead of recomputing it; it rejoins the head of the queue when the copy is back
 
 
 class Simulator:
@@ -110,6 +112,8 @@ class Simulator:
         self.retries = array("i", bytes(4 * n))  # attempts that failed (replica died) and were retried
         self.moved_from = array("i", [-1]) * n  # retry: replica whose region the request leaves from
         self.kv_moved = array("b", bytes(n))  # retry carries its KV cache (migration): no prefill again
+        self.swapped = array("b", bytes(n))  # preempted with its KV swapped to host memory (kv_offload)
+        self.swapped_bytes = 0.0
         self.held: list[deque] = [deque() for _ in range(len(self.candidates))]  # waiting for a replica
         self.arrived = [0] * len(self.candidates)  # arrivals per model so far (scalers' demand signal)
         self.admission: Callable[[int], str] | None = None  # extra admission control: rid -> reject reason or ""
@@ -168,7 +172,7 @@ class Simulator:
                             self._finish(x)
                         self._ask(x)
                 elif kind == ENQUEUE:
-                    self._enqueue(x, y)
+                    self._enqueue(x, y, front=bool(self.swapped[y]))
                 elif kind == READY:
                     r = self.replicas[x]
                     if r.stop_s is None:
@@ -183,7 +187,7 @@ class Simulator:
                         return dp
                 else:  # TIMER: a platform callback; it may return a decision point
                     dp = x(self)
-                    if dp is not None:
+                    if dp.__class__ is DecisionPoint:
                         self._dp = dp
                         return dp
                 if self.options.check_invariants:
@@ -523,8 +527,9 @@ class Simulator:
                 self.pf[rid] = hit
                 rep.pending_tokens -= hit
                 self.hit_tokens[rid] += hit
-        if self.kv_moved[rid]:  # migrated with its KV cache: only the last token is computed again
+        if self.kv_moved[rid] or self.swapped[rid]:  # its KV came back (migration, swap-in): no recompute
             self.kv_moved[rid] = 0
+            self.swapped[rid] = 0
             if ctx - 1 > self.pf[rid]:
                 rep.pending_tokens -= ctx - 1 - self.pf[rid]
                 self.pf[rid] = ctx - 1
@@ -651,7 +656,8 @@ class Simulator:
         """Recompute preemption (vLLM): free the sequence's KV and send it back to the head of the queue."""
         rep = lane.replica
         bs = lane.block_tokens
-        if rid in lane.running:
+        was_running = rid in lane.running
+        if was_running:
             g = self.gen_join[rid] + lane.steps - self.join_step[rid]
             seq = self.prompt[rid] + g
             del lane.running[rid]
@@ -672,6 +678,13 @@ class Simulator:
         self.lane_of[rid] = None
         self.preempts[rid] += 1
         rep.preemptions += 1
+        if self.options.kv_offload and was_running:
+            # swap out now and back in before it runs again: 2 x KV bytes over the replica's PCIe links
+            nbytes = held * rep.perf.model.kv_bytes_per_token()
+            self.swapped[rid] = 1
+            self.swapped_bytes += nbytes
+            self._push(self.now + 2.0 * nbytes / (rep.perf.gpu.pcie_gbps * 1e9 * rep.num_gpus), ENQUEUE, rep, rid)
+            return
         self._enqueue(rep, rid, front=True, skip=lane)
 
     # ------------------------------------------------------------------ platform: timers, lifecycle, failures

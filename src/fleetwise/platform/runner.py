@@ -1,0 +1,688 @@
+"""The platform layer on top of the simulator: scaling groups, cold starts with a node-local model cache,
+spot capacity from real traces with preemption notices, a fault schedule with health-checked failover, tenants'
+rate limits and quotas, overload admission control, cost accounting and monitoring. docs/platform.md.
+
+It only uses the simulator's public run-time API (``at``, ``add_replica``, ``drain``, ``preemption_notice``,
+``fail``) and answers nothing itself: every ``epoch_s`` it returns a "scale" decision point whose payload is a
+:class:`~fleetwise.control.protocols.ScaleObs`; a heuristic scaler (through the Controller) or the RL
+environment ``fleetwise/Autoscaling-v0`` answers it with target replicas per group.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fleetwise.control.protocols import DecisionPoint, GroupState, ScaleObs
+from fleetwise.errors import InputError
+from fleetwise.scenario import STORAGE_GBPS, Built, PlatformSpec
+
+COMPLETED, REJECTED = 1, 2
+
+
+@dataclass
+class Group:
+    """One scaling group: a deployment (model x GPU x region/zone x pool) whose replica count the scaler sets."""
+
+    index: int
+    key: str
+    model: str
+    model_index: int
+    gpu: str
+    region: int
+    region_name: str
+    zone: str
+    pool: str
+    cloud: str
+    template: dict
+    min_replicas: int
+    max_replicas: int
+    target: int
+    new_node_s: float  # node provisioning + weight load from the storage tier
+    cached_s: float  # weight load from the node's host-memory copy (node-local model cache)
+    slots_per_node: int
+    price_usd_per_hour: float  # per replica
+    capacity_rps: float = 0.0
+    slo_ttft_s: float = math.nan
+    slo_tpot_s: float = math.nan
+    spot: Any = None  # SpotTrace
+    spot_capacity: int = 0
+    spot_offset_s: float = 0.0
+    available: int | None = None
+    notice_s: float = 0.0
+    replicas: list[int] = field(default_factory=list)
+    last_dir: int = 0
+    flaps: int = 0
+    scale_events: int = 0
+    cold_starts: int = 0
+    cache_starts: int = 0
+    preemptions: int = 0
+
+
+@dataclass
+class FaultRecord:
+    time_s: float
+    kind: str
+    target: str
+    replicas: int  # replicas it killed
+    requests: int  # requests they held (retried elsewhere)
+    models: tuple[int, ...] = ()
+    ready_before: int = 0
+    recovered_s: float | None = None  # time until the affected models had as many ready replicas again
+
+
+class Admission:
+    """Per-tenant token-bucket rate limits and in-flight quotas, and overload admission control by priority.
+    Called by the simulator for every arriving request; returns "" (admit) or the rejection reason."""
+
+    def __init__(self, platform: "Platform", spec: PlatformSpec):
+        sim = platform.sim
+        w = sim.workload
+        self.platform = platform
+        self.sim = sim
+        self.tenant = w.tenant.tolist()
+        self.prio = w.priority.tolist()
+        by_name = {t.name: t for t in spec.tenants}
+        unknown = [t for t in by_name if t not in w.tenants]
+        if unknown:
+            raise InputError(f"platform.tenants: tenant {unknown[0]!r} is not in the workload (tenants: "
+                             f"{', '.join(w.tenants)})")
+        self.rate = [by_name[t].rate_limit_rps if t in by_name else None for t in w.tenants]
+        self.burst = [float(by_name[t].burst) if t in by_name else 0.0 for t in w.tenants]
+        self.quota = [by_name[t].max_outstanding if t in by_name else None for t in w.tenants]
+        self.tokens = list(self.burst)
+        self.t_last = [0.0] * len(w.tenants)
+        self.inflight = [0] * len(w.tenants)
+        self.admitted = bytearray(sim.n)
+        self._seen = 0
+        self.max_q = spec.admission.max_queue_per_replica
+        self.protect = spec.admission.protect_priority
+        self.active = any(r is not None for r in self.rate) or any(q is not None for q in self.quota) or \
+            self.max_q is not None
+
+    def _sync(self) -> None:
+        log = self.sim.completions
+        for rid in log[self._seen:]:
+            if self.admitted[rid]:
+                self.admitted[rid] = 0
+                self.inflight[self.tenant[rid]] -= 1
+        self._seen = len(log)
+
+    def __call__(self, rid: int) -> str:
+        t = self.tenant[rid]
+        now = self.sim.now
+        r = self.rate[t]
+        if r is not None:
+            tok = min(self.burst[t], self.tokens[t] + (now - self.t_last[t]) * r)
+            self.t_last[t] = now
+            if tok < 1.0:
+                self.tokens[t] = tok
+                return "rate_limited"
+            self.tokens[t] = tok - 1.0
+        q = self.quota[t]
+        if q is not None:
+            self._sync()
+            if self.inflight[t] >= q:
+                return "quota_exceeded"
+        if self.max_q is not None and self.prio[rid] < self.protect:
+            m = self.sim.model_of[rid]
+            ready, waiting = self.platform.model_queue(m)
+            if waiting > self.max_q * max(ready, 1):
+                return "admission_control"
+        if q is not None:
+            self.admitted[rid] = 1
+            self.inflight[t] += 1
+        return ""
+
+
+class Platform:
+    """Attach the platform layer to a built scenario (``fleetwise.scenario.build``) and run it.
+
+    ``scaler``: a Scaler (``scale(ScaleObs) -> {group key: replicas}``), or None when someone else answers the
+    "scale" decision points (the RL environment)."""
+
+    def __init__(self, built: Built, scaler=None, *, spec: PlatformSpec | None = None, seed: int = 0,
+                 monitor: bool = True):
+        from fleetwise.catalog import get_gpu
+        from fleetwise.platform import spot as spotmod
+        from fleetwise.policies.capacity import capacity_rps
+        from fleetwise.workload.slo import get_slo
+
+        sc = built.scenario
+        self.built = built
+        self.spec = spec = spec or sc.platform or PlatformSpec()
+        self.scaler = scaler
+        self.sim = sim = built.sim
+        o = sim.options
+        o.hold_unroutable = True
+        o.retry_backoff_s = spec.retry_backoff_s
+        o.retry_backoff_max_s = spec.retry_backoff_max_s
+        if sim.completions is None:
+            sim.completions = []
+        self.rng = np.random.default_rng(np.random.SeedSequence([int(seed), 8]))
+        w = sim.workload
+        n = sim.n
+        last = float(w.arrival_s[-1]) if n else 0.0
+        self.end_s = float(spec.duration_s) if spec.duration_s is not None else last
+        self.horizon_s = self.end_s + spec.drain_s
+        o.max_time_s = self.horizon_s
+        fleet = built.fleet
+        models = built.models or []
+        # per model: typical request (means) and its dominant SLO class, for capacity estimates
+        model_of = np.frombuffer(sim.model_of, dtype=np.int64)
+        self.groups: list[Group] = []
+        for di, d in enumerate(sc.deployments):
+            tm = built.templates[di]
+            perf = tm["perf"]
+            mi = tm["model_index"]
+            reg = fleet.regions[tm["region"]]
+            cloud = d.cloud or reg.cloud
+            gpu = get_gpu(d.gpu)
+            zone = d.zone or f"{reg.name}-a"
+            key = f"{models[mi]}/{gpu.name}/{zone}/{d.pool}"
+            if any(g.key == key for g in self.groups):
+                key = f"{key}#{di}"
+            mask = model_of == mi
+            ptok = float(w.prompt_tokens[mask].mean()) if mask.any() else 512.0
+            otok = float(w.output_tokens[mask].mean()) if mask.any() else 128.0
+            if mask.any():
+                cls = np.bincount(w.slo_class[mask], minlength=len(w.slo_classes))
+                slo = get_slo(w.slo_classes[int(np.argmax(cls))])
+            else:
+                slo = get_slo("standard")
+            maxr = d.max_replicas if d.max_replicas is not None else max(d.replicas, 1) * 4
+            g = Group(
+                index=di, key=key, model=models[mi], model_index=mi, gpu=gpu.name, region=tm["region"],
+                region_name=reg.name, zone=zone, pool=d.pool, cloud=cloud, template=tm,
+                min_replicas=d.min_replicas, max_replicas=maxr, target=d.replicas,
+                new_node_s=d.provision_s + perf.load_time_s(STORAGE_GBPS[d.storage]),
+                cached_s=perf.load_time_s(spec.host_load_gbps),
+                slots_per_node=max(1, gpu.gpus_per_node // perf.num_gpus),
+                price_usd_per_hour=tm["price_usd_per_gpu_hour"] * perf.num_gpus,
+                slo_ttft_s=slo.ttft_s, slo_tpot_s=slo.tpot_s,
+            )
+            g.capacity_rps = capacity_rps(perf, ptok, otok, slo.ttft_s, slo.tpot_s,
+                                          gpu_memory_utilization=tm["gpu_memory_utilization"])
+            if d.pool == "spot":
+                name = d.spot_trace
+                if name == "auto":
+                    name = spotmod.spot_trace_for_zone(zone)
+                    if name is None:
+                        raise InputError(f"deployments[{di}]: no spot trace for zone {zone!r}; name one in spot_trace")
+                if name is not None:
+                    g.spot = spotmod.load_spot_trace(name)
+                    g.spot_capacity = maxr
+                    g.spot_offset_s = d.spot_offset_s
+                    g.available = g.spot.available(0.0, maxr, d.spot_offset_s)
+                notice = spec.notice_s
+                g.notice_s = float(notice) if notice is not None else spotmod.PREEMPTION_NOTICE_S.get(cloud, 30.0)
+            self.groups.append(g)
+        self.by_key = {g.key: g for g in self.groups}
+        self.model_groups: dict[int, list[Group]] = {}
+        for g in self.groups:
+            self.model_groups.setdefault(g.model_index, []).append(g)
+        # nodes: replicas of a group packed gpus_per_node / gpus-per-replica to a node; the node keeps one host
+        # copy of the weights while any replica lives on it
+        self.nodes: dict[int, list[int]] = {}
+        self.node_of: dict[int, int] = {}
+        self._next_node = 0
+        for rep in sim.replicas:
+            g = self.groups[rep.group]
+            g.replicas.append(rep.index)
+            self._place(g, rep.index)
+        self.down_zones: set[str] = set()
+        self.down_regions: set[str] = set()
+        self.faults: list[FaultRecord] = []
+        self.events: list[tuple[float, str]] = []
+        self.flaps = 0
+        self.spot_preemptions = 0
+        self.peak_host_copies = 0
+        # epoch bookkeeping
+        self._busy_prev: dict[int, float] = {}
+        self._arr_prev = list(sim.arrived)
+        self._hist: dict[int, deque] = {m: deque(maxlen=240) for m in self.model_groups}
+        self._seen = 0
+        self._mon_seen = 0
+        self._mon_arr = list(sim.arrived)
+        self._mon_t = 0.0
+        self.admission = Admission(self, spec)
+        if self.admission.active:
+            sim.admission = self.admission
+        self.monitor = None
+        if monitor:
+            from fleetwise.platform.monitor import Monitor
+
+            self.monitor = Monitor(interval_s=spec.monitor_s)
+            for g in self.groups:
+                self.monitor.register(g.key, model=g.model, region=g.region_name, zone=g.zone, pool=g.pool)
+        # timers: scaling epochs, monitoring, faults, spot capacity changes
+        sim.at(spec.epoch_s, self._epoch)
+        sim.at(0.0, self._sample)
+        for k, f in enumerate(spec.faults):
+            if f.at_s < self.horizon_s:
+                sim.at(f.at_s, lambda s, f=f, k=k: self._fault(f, k))
+        for g in self.groups:
+            if g.spot is not None:
+                for t, avail in g.spot.changes(0.0, self.horizon_s, g.spot_capacity, g.spot_offset_s):
+                    sim.at(t, lambda s, g=g, a=avail: self._spot_change(g, a))
+        if any(g.available is not None and g.available < len(g.replicas) for g in self.groups):
+            sim.at(0.0, lambda s: self._reconcile())
+
+    # ------------------------------------------------------------------ replica lifecycle
+    def _alive(self, i: int) -> bool:
+        r = self.sim.replicas[i]
+        return r.stop_s is None and not r.failed
+
+    def _place(self, g: Group, i: int) -> bool:
+        """Put replica ``i`` on a node of its group with a free slot (True: that node holds the weights)."""
+        for nid, members in self.nodes.items():
+            if self.nodes_group[nid] == g.index:
+                live = [j for j in members if self._alive(j)]
+                self.nodes[nid] = live
+                if len(live) < g.slots_per_node and live:
+                    live.append(i)
+                    self.node_of[i] = nid
+                    return True
+        nid = self._next_node
+        self._next_node += 1
+        self.nodes[nid] = [i]
+        self.nodes_group[nid] = g.index
+        self.node_of[i] = nid
+        return False
+
+    @property
+    def nodes_group(self) -> dict[int, int]:
+        if not hasattr(self, "_nodes_group"):
+            self._nodes_group: dict[int, int] = {}
+        return self._nodes_group
+
+    def _start_replica(self, g: Group) -> int:
+        from fleetwise.sim.build import make_replica
+
+        sim = self.sim
+        now = sim.now
+        idx = len(sim.replicas)
+        # a node of the group with a free slot and the weights in host memory: load from there (no provisioning)
+        cached = self._place(g, idx) and self.spec.node_cache
+        load = g.cached_s if cached else g.new_node_s
+        if cached:
+            g.cache_starts += 1
+        else:
+            g.cold_starts += 1
+        rep = make_replica(idx, name=f"{g.key}#{idx}", start_s=now, ready_s=now + load, **g.template)
+        rep.group, rep.zone, rep.pool = g.index, g.zone, g.pool
+        sim.add_replica(rep)
+        g.replicas.append(idx)
+        return idx
+
+    def _live(self, g: Group) -> list[int]:
+        reps = self.sim.replicas
+        return [i for i in g.replicas if reps[i].stop_s is None and not reps[i].failed and not reps[i].draining]
+
+    def _usable(self, g: Group) -> bool:
+        return g.zone not in self.down_zones and g.region_name not in self.down_regions
+
+    def _reconcile(self) -> None:
+        """Bring every group to its target: start replicas (where the zone is up and spot capacity allows) or
+        drain the surplus (starting ones first, then the ready ones with the fewest requests: consolidation)."""
+        sim = self.sim
+        reps = sim.replicas
+        now = sim.now
+        for g in self.groups:
+            want = min(max(g.target, g.min_replicas), g.max_replicas)
+            if g.available is not None:
+                want = min(want, g.available)
+            live = self._live(g)
+            if len(live) < want and self._usable(g):
+                for _ in range(want - len(live)):
+                    self._start_replica(g)
+            elif len(live) > want:
+                order = sorted(live, key=lambda i: (now >= reps[i].ready_s, reps[i].outstanding, -i))
+                for i in order[: len(live) - want]:
+                    sim.drain(i)
+        copies = sum(1 for m in self.nodes.values() if any(self._alive(j) for j in m))
+        self.peak_host_copies = max(self.peak_host_copies, copies)
+
+    def set_targets(self, targets: dict[str, int] | None) -> None:
+        """Apply a scaler's answer: new targets (clamped to the group's limits), then reconcile."""
+        for key, v in (targets or {}).items():
+            g = self.by_key.get(key)
+            if g is None:
+                raise InputError(f"scaler answered for unknown group {key!r}; groups: {', '.join(self.by_key)}")
+            v = int(v)
+            if v < 0:
+                raise InputError(f"scaler answered {v} replicas for group {key!r}; expected >= 0")
+            v = min(max(v, g.min_replicas), g.max_replicas)
+            if v != g.target:
+                d = 1 if v > g.target else -1
+                if g.last_dir and d != g.last_dir:
+                    g.flaps += 1
+                    self.flaps += 1
+                g.last_dir = d
+                g.scale_events += 1
+                g.target = v
+        self._reconcile()
+
+    # ------------------------------------------------------------------ observation
+    def model_queue(self, m: int) -> tuple[int, int]:
+        """(ready replicas, waiting + held requests) of model ``m``."""
+        reps = self.sim.replicas
+        ready = waiting = 0
+        for i in self.sim.candidates[m] if m < len(self.sim.candidates) else ():
+            ready += 1
+            waiting += len(reps[i].waiting)
+        if m < len(self.sim.held):
+            waiting += len(self.sim.held[m])
+        return ready, waiting
+
+    def observe(self) -> ScaleObs:
+        sim = self.sim
+        reps = sim.replicas
+        now = sim.now
+        ep = self.spec.epoch_s
+        # percentiles of the last epoch's completions, per group
+        new = sim.completions[self._seen:]
+        self._seen = len(sim.completions)
+        ttft: dict[int, list[float]] = {}
+        tpot: dict[int, list[float]] = {}
+        for rid in new:
+            if sim.status[rid] != COMPLETED:
+                continue
+            gi = reps[sim.replica_of[rid]].group
+            ttft.setdefault(gi, []).append(sim.first_token_s[rid] - sim.arrival[rid])
+            o = sim.output[rid]
+            if o > 1:
+                tpot.setdefault(gi, []).append((sim.completion_s[rid] - sim.first_token_s[rid]) / (o - 1))
+        arr = {}
+        for m, hist in self._hist.items():
+            a = (sim.arrived[m] - self._arr_prev[m]) / ep if m < len(sim.arrived) else 0.0
+            arr[m] = (a, tuple(hist))
+            hist.append(a)
+        self._arr_prev = list(sim.arrived)
+        out = []
+        for g in self.groups:
+            ready = starting = draining = waiting = running = 0
+            kv = busy = 0.0
+            for i in g.replicas:
+                r = reps[i]
+                if r.stop_s is not None or r.failed:
+                    continue
+                b = r.busy_s - self._busy_prev.get(i, 0.0)
+                self._busy_prev[i] = r.busy_s
+                if r.draining:
+                    draining += 1
+                elif now < r.ready_s:
+                    starting += 1
+                else:
+                    ready += 1
+                    kv += r.kv_used_fraction(now)
+                    busy += min(1.0, b / ep)
+                waiting += len(r.waiting)
+                running += r.num_running()
+            mg = self.model_groups[g.model_index]
+            if mg[0] is g:
+                waiting += len(sim.held[g.model_index])
+            a, hist = arr.get(g.model_index, (0.0, ()))
+            tt, tp = ttft.get(g.index), tpot.get(g.index)
+            out.append(GroupState(
+                key=g.key, model=g.model, gpu=g.gpu, region=g.region_name, zone=g.zone, pool=g.pool, ready=ready,
+                starting=starting, draining=draining, min_replicas=g.min_replicas, max_replicas=g.max_replicas,
+                waiting=waiting, running=running, kv_used=kv / ready if ready else 0.0,
+                busy=busy / ready if ready else 0.0, arrivals_rps=a, history_rps=hist,
+                ttft_p90_s=float(np.percentile(tt, 90)) if tt else math.nan,
+                tpot_p90_s=float(np.percentile(tp, 90)) if tp else math.nan,
+                slo_ttft_s=g.slo_ttft_s, slo_tpot_s=g.slo_tpot_s, capacity_rps=g.capacity_rps,
+                price_usd_per_hour=g.price_usd_per_hour, cold_start_s=g.new_node_s,
+                available=None if g.available is None else (g.available if self._usable(g) else 0),
+            ))
+        return ScaleObs(time_s=now, epoch_s=ep, groups=out)
+
+    def _done(self) -> bool:
+        sim = self.sim
+        return sim.ended >= sim.n and sim.now >= self.end_s
+
+    # ------------------------------------------------------------------ timers
+    def _epoch(self, sim) -> DecisionPoint | None:
+        self._check_recovery()
+        if self._done():
+            return None
+        sim.at(sim.now + self.spec.epoch_s, self._epoch)
+        obs = self.observe()
+        return DecisionPoint("scale", sim.now, sim, payload=obs, handler=self.set_targets)
+
+    def _sample(self, sim) -> None:
+        self._check_recovery()
+        if self.monitor is not None:
+            self._record()
+        if not self._done():
+            sim.at(sim.now + self.spec.monitor_s, self._sample)
+
+    def _record(self) -> None:
+        sim = self.sim
+        reps = sim.replicas
+        now = sim.now
+        dt = max(now - self._mon_t, 1e-9)
+        new = sim.completions[self._mon_seen:]
+        self._mon_seen = len(sim.completions)
+        done = [0] * len(self.groups)
+        rej = [0] * len(self.groups)
+        tt: dict[int, list[float]] = {}
+        for rid in new:
+            ri = sim.replica_of[rid]
+            gi = reps[ri].group if ri >= 0 else self.model_groups.get(sim.model_of[rid], self.groups[:1])[0].index
+            if sim.status[rid] == COMPLETED:
+                done[gi] += 1
+                tt.setdefault(gi, []).append(sim.first_token_s[rid] - sim.arrival[rid])
+            else:
+                rej[gi] += 1
+        cols: dict[str, list] = {k: [] for k in ("replicas_ready", "replicas_starting", "replicas_draining", "waiting",
+                                                 "running", "kv_used", "busy", "arrivals_rps", "completed",
+                                                 "rejected", "ttft_p90_s", "cost_usd", "spot_available")}
+        for g in self.groups:
+            ready = starting = draining = waiting = running = 0
+            kv = busy = cost = 0.0
+            for i in g.replicas:
+                r = reps[i]
+                end = r.stop_s if r.stop_s is not None else now
+                cost += r.num_gpus * r.price_usd_per_gpu_hour * max(0.0, end - r.start_s) / 3600.0
+                if r.stop_s is not None or r.failed:
+                    continue
+                if r.draining:
+                    draining += 1
+                elif now < r.ready_s:
+                    starting += 1
+                else:
+                    ready += 1
+                    kv += r.kv_used_fraction(now)
+                    key = ("m", i)
+                    busy += min(1.0, (r.busy_s - self._busy_prev.get(key, 0.0)) / dt)
+                    self._busy_prev[key] = r.busy_s
+                waiting += len(r.waiting)
+                running += r.num_running()
+            m = g.model_index
+            if self.model_groups[m][0] is g:
+                waiting += len(sim.held[m])
+            t = tt.get(g.index)
+            cols["replicas_ready"].append(ready)
+            cols["replicas_starting"].append(starting)
+            cols["replicas_draining"].append(draining)
+            cols["waiting"].append(waiting)
+            cols["running"].append(running)
+            cols["kv_used"].append(kv / ready if ready else 0.0)
+            cols["busy"].append(busy / ready if ready else 0.0)
+            cols["arrivals_rps"].append((sim.arrived[m] - self._mon_arr[m]) / dt if m < len(sim.arrived) else 0.0)
+            cols["completed"].append(done[g.index])
+            cols["rejected"].append(rej[g.index])
+            cols["ttft_p90_s"].append(float(np.percentile(t, 90)) if t else math.nan)
+            cols["cost_usd"].append(cost)
+            cols["spot_available"].append(-1 if g.available is None else g.available)
+        self._mon_arr = list(sim.arrived)
+        self._mon_t = now
+        self.monitor.add_many(now, [g.key for g in self.groups], **cols)
+
+    def _spot_change(self, g: Group, avail: int) -> None:
+        sim = self.sim
+        g.available = avail
+        live = [i for i in self._live(g)]
+        extra = len(live) - avail
+        if extra > 0:  # the cloud takes capacity back: the newest replicas get the interruption notice
+            self.events.append((sim.now, f"spot -{extra} {g.zone}"))
+            for i in sorted(live, reverse=True)[:extra]:
+                sim.preemption_notice(i, g.notice_s, migrate=self.spec.migrate)
+                g.preemptions += 1
+                self.spot_preemptions += 1
+        self._reconcile()
+
+    def _ready_of(self, models: tuple[int, ...]) -> int:
+        reps = self.sim.replicas
+        now = self.sim.now
+        return sum(1 for m in models for g in self.model_groups[m] for i in g.replicas
+                   if reps[i].stop_s is None and not reps[i].failed and not reps[i].draining and now >= reps[i].ready_s)
+
+    def _check_recovery(self) -> None:
+        for f in self.faults:
+            if f.recovered_s is None and f.replicas and self._ready_of(f.models) >= f.ready_before:
+                f.recovered_s = self.sim.now - f.time_s
+
+    def _fault(self, f, k: int) -> None:
+        sim = self.sim
+        reps = sim.replicas
+        now = sim.now
+        alive = [i for i in range(len(reps)) if self._alive(i)]
+        victims: list[int] = []
+        target = f.target
+        if f.kind == "link":
+            names = [r.name for r in self.built.fleet.regions]
+            parts = [p.strip() for p in target.split(",")] if target else []
+            if len(parts) != 2 or any(p not in names for p in parts):
+                raise InputError(f"platform.faults[{k}]: link target {target!r}: expected 'regionA,regionB' with "
+                                 f"regions from: {', '.join(names)}")
+            a, b = names.index(parts[0]), names.index(parts[1])
+            self._degrade(a, b, f.factor)
+            self.events.append((now, f"link {target} x{f.factor:g}"))
+            if f.duration_s:
+                sim.at(now + f.duration_s, lambda s: self._degrade(a, b, 1.0 / f.factor))
+            self.faults.append(FaultRecord(now, f.kind, target, 0, 0, recovered_s=f.duration_s or 0.0))
+            return
+        if f.kind == "gpu":
+            if target.startswith("r") and target[1:].isdigit():
+                victims = [int(target[1:])] if self._alive(int(target[1:])) else []
+            else:
+                pool = [i for i in alive if not target or (target.startswith("g") and reps[i].group == int(target[1:]))]
+                victims = [pool[int(self.rng.integers(len(pool)))]] if pool else []
+        elif f.kind == "node":
+            gi = int(target[1:]) if target.startswith("g") and target[1:].isdigit() else None
+            nodes = [nid for nid, m in self.nodes.items() if any(self._alive(j) for j in m)
+                     and (gi is None or self.nodes_group[nid] == gi)]
+            if nodes:
+                nid = nodes[int(self.rng.integers(len(nodes)))]
+                victims = [j for j in self.nodes[nid] if self._alive(j)]
+        elif f.kind == "zone":
+            self.down_zones.add(target)
+            victims = [i for i in alive if reps[i].zone == target]
+        elif f.kind == "region":
+            self.down_regions.add(target)
+            victims = [i for i in alive if self.built.fleet.regions[reps[i].region].name == target]
+        models = tuple(sorted({reps[i].model_index for i in victims}))
+        before = self._ready_of(models)
+        held = 0
+        for i in victims:
+            held += sim.fail(i, detect_s=self.spec.health_check_s)
+        self.faults.append(FaultRecord(now, f.kind, target or "random", len(victims), held, models, before))
+        self.events.append((now, f"{f.kind} fault {target}".strip()))
+        if f.kind in ("zone", "region") and f.duration_s:
+            sim.at(now + f.duration_s, lambda s: self._recover(f))
+        self._reconcile()  # replace what died where zones are up (like a ReplicaSet controller)
+
+    def _recover(self, f) -> None:
+        (self.down_zones if f.kind == "zone" else self.down_regions).discard(f.target)
+        self.events.append((self.sim.now, f"{f.kind} {f.target} back"))
+        self._reconcile()
+
+    def _degrade(self, a: int, b: int, factor: float) -> None:
+        sim = self.sim
+        for x, y in ((a, b), (b, a)):
+            sim._rtt[x][y] *= factor
+            if sim._bw is not None:
+                sim._bw[x][y] /= factor
+
+    # ------------------------------------------------------------------ running and results
+    def run(self, controller=None, progress=None):
+        """Run to the end (every request completed or explicitly rejected); return the simulator's records."""
+        from fleetwise.control.controller import Controller
+
+        if controller is None:
+            controller = self.built.controller()
+        if controller.scaler is None:
+            controller = Controller(router=controller.router, batcher=controller.batcher, scaler=self.scaler)
+        if controller.scaler is None:
+            raise InputError("platform: no scaler (give one, or answer the 'scale' decision points yourself)")
+        records = self.sim.run(controller, progress=progress)
+        self.finish()
+        return records
+
+    def finish(self) -> None:
+        """Close the billing window: replicas still running stop at the end of the window (or now, if later)."""
+        sim = self.sim
+        end = max(self.end_s, sim.now)
+        for r in sim.replicas:
+            if r.stop_s is None:
+                r.stop_s = max(end, r.start_s)
+        self._check_recovery()
+
+    def results(self, records) -> dict[str, Any]:
+        """The summary (fleetwise.metrics.summarize) plus the platform's own figures."""
+        sim = self.sim
+        s = self.built.summary(records)
+        from fleetwise.sim.records import REJECT_REASONS
+
+        reason = records.reason
+        horizon = REJECT_REASONS.index("horizon")
+        lost = int((records.status == 0).sum() + ((records.status == REJECTED) & (reason == horizon)).sum())
+        s["lost_requests"] = lost
+        s["retried_requests"] = int((np.frombuffer(sim.retries, dtype=np.int32) > 0).sum())
+        s["oscillations"] = self.flaps
+        s["scale_events"] = sum(g.scale_events for g in self.groups)
+        s["spot_preemptions"] = self.spot_preemptions
+        s["cold_starts"] = sum(g.cold_starts for g in self.groups)
+        s["cache_starts"] = sum(g.cache_starts for g in self.groups)
+        s["migrated_gb"] = sim.migrated_bytes / 1e9
+        s["replica_hours"] = sum(max(0.0, (r.stop_s or sim.now) - r.start_s) for r in sim.replicas) / 3600.0
+        for reason_name in ("rate_limited", "quota_exceeded", "admission_control"):
+            s[f"rejected_{reason_name}"] = int((reason == REJECT_REASONS.index(reason_name)).sum())
+        rec = [f.recovered_s for f in self.faults if f.replicas and f.recovered_s is not None]
+        s["faults"] = len(self.faults)
+        s["recovery_s_max"] = max(rec) if rec else 0.0
+        s["fault_requests_affected"] = sum(f.requests for f in self.faults)
+        return s
+
+    def cost_breakdown(self) -> dict[str, dict[str, float]]:
+        """GPU + energy cost (USD) by model, region, pool and tenant (tenants pay in proportion to the tokens
+        they were served on each replica)."""
+        sim = self.sim
+        w = sim.workload
+        out: dict[str, dict[str, float]] = {"model": {}, "region": {}, "pool": {}, "tenant": {}}
+        rep_cost = []
+        for r in sim.replicas:
+            active = max((r.stop_s if r.stop_s is not None else sim.now) - r.start_s, 0.0)
+            e = r.energy_busy_j + r.perf.idle_power_w() * max(active - r.busy_s, 0.0)
+            c = r.num_gpus * r.price_usd_per_gpu_hour * active / 3600.0 + e / 3.6e6 * r.electricity_usd_per_kwh
+            rep_cost.append(c)
+            for k, v in (("model", r.model_name), ("region", self.built.fleet.regions[r.region].name), ("pool", r.pool)):
+                out[k][v] = out[k].get(v, 0.0) + c
+        rep = np.frombuffer(sim.replica_of, dtype=np.int32)
+        done = np.frombuffer(sim.status, dtype=np.int8) == COMPLETED
+        tok = (w.prompt_tokens + w.output_tokens).astype(float) * done
+        nrep = len(sim.replicas)
+        per_rep = np.bincount(rep[done], weights=tok[done], minlength=nrep)
+        for ti, tname in enumerate(w.tenants):
+            m = done & (w.tenant == ti)
+            share = np.bincount(rep[m], weights=tok[m], minlength=nrep)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                frac = np.where(per_rep > 0, share / per_rep, 0.0)
+            out["tenant"][tname] = float((frac * np.asarray(rep_cost)).sum())
+        return out
