@@ -13,8 +13,9 @@ class LinearPerf:
         self._kv = kv_tokens
         self.tp, self.pp = tp, pp
         self.num_gpus = tp * pp
-        self.model = SimpleNamespace(name="fake-model", max_context=1 << 30)
-        self.gpu = SimpleNamespace(name="fake-gpu")
+        self.model = SimpleNamespace(name="fake-model", max_context=1 << 30,
+                                     kv_bytes_per_token=lambda: 131072.0)  # Llama-3-8B: 128 KiB per token
+        self.gpu = SimpleNamespace(name="fake-gpu", pcie_gbps=32.0)
 
     def kv_capacity_tokens(self, gpu_memory_utilization=0.9):
         return self._kv

@@ -1,0 +1,254 @@
+"""Platform layer (issue 8): replicas added / drained / failed at run time, spot preemptions, faults with
+failover, tenants' admission, cost and monitoring. The invariant everywhere: no request is lost."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fakes import LinearPerf
+from fleetwise.control.controller import Controller
+from fleetwise.errors import InputError
+from fleetwise.platform import run_platform
+from fleetwise.scenario import parse_scenario
+from fleetwise.sim.build import make_replica
+from fleetwise.sim.records import REJECT_REASONS
+from fleetwise.sim.simulator import SimOptions, Simulator
+from fleetwise.workload.request import Workload
+
+HORIZON = REJECT_REASONS.index("horizon")
+
+
+def workload(n=300, rate=6.0, seed=0, pmax=800, omax=200):
+    rng = np.random.default_rng(seed)
+    return Workload(arrival_s=np.cumsum(rng.exponential(1 / rate, n)), prompt_tokens=rng.integers(1, pmax, n),
+                    output_tokens=rng.integers(1, omax, n))
+
+
+def sim_of(w, replicas=2, kv=6000, **opts):
+    reps = [make_replica(i, LinearPerf(kv_tokens=kv)) for i in range(replicas)]
+    return Simulator(reps, w, options=SimOptions(check_invariants=True, **opts))
+
+
+def run_with(sim, actions, router="least_outstanding_requests"):
+    """Run ``sim`` with timers that call ``actions`` [(t, fn(sim))]."""
+    for t, fn in actions:
+        sim.at(t, lambda s, fn=fn: fn(s) and None)
+    return sim.run(Controller.from_names(router, "sarathi"))
+
+
+def all_served(rec):
+    return rec.completed.all()
+
+
+# ------------------------------------------------------------------ simulator run-time API
+def test_drain_finishes_its_requests_then_stops():
+    w = workload()
+    sim = sim_of(w)
+    rec = run_with(sim, [(10.0, lambda s: s.drain(1))])
+    assert all_served(rec)
+    r1 = sim.replicas[1]
+    assert r1.stop_s is not None and r1.stop_s >= 10.0 and r1.draining
+    assert (rec.replica[w.arrival_s > r1.stop_s + 1e-9] != 1).all()  # nothing routed there after the drain
+
+
+def test_fail_retries_everything_it_held_and_keeps_generated_tokens():
+    w = workload(rate=12.0)
+    sim = sim_of(w)
+    held = []
+    rec = run_with(sim, [(8.0, lambda s: held.append(s.fail(0)))])
+    assert held[0] > 0
+    assert all_served(rec)
+    retried = np.frombuffer(sim.retries, dtype=np.int32) > 0
+    assert retried.sum() == held[0]
+    assert (rec.replica[retried] == 1).all()
+    # a retry continues from the tokens already generated: none is generated twice
+    assert rec.output_tokens.sum() == sim.replicas[0].tokens_out + sim.replicas[1].tokens_out
+
+
+def test_health_check_window_routes_to_the_dead_replica_and_retries():
+    w = workload(rate=12.0)
+    sim = sim_of(w)
+    rec = run_with(sim, [(8.0, lambda s: s.fail(0, detect_s=5.0))], router="round_robin")
+    assert all_served(rec)
+    late = (w.arrival_s > 8.0) & (w.arrival_s < 13.0)
+    assert (np.frombuffer(sim.retries, dtype=np.int32)[late] > 0).any()  # attempts at the dead replica failed
+    assert (rec.replica[late] == 1).all()
+
+
+def test_migration_carries_kv_and_saves_prefill():
+    def go(migrate):
+        w = workload(rate=12.0, seed=3, pmax=3000)
+        sim = sim_of(w, kv=40000)
+        rec = run_with(sim, [(8.0, lambda s: s.preemption_notice(0, 0.5, migrate=migrate))])
+        return rec, sim
+    rec_m, sim_m = go(True)
+    rec_r, sim_r = go(False)
+    assert all_served(rec_m) and all_served(rec_r)
+    assert sim_m.migrated_bytes > 0 and sim_r.migrated_bytes == 0
+    pf = lambda sim: sum(r.prefill_tokens for r in sim.replicas)  # noqa: E731
+    assert pf(sim_m) < pf(sim_r)
+
+
+def test_held_requests_wait_for_a_replica_then_run():
+    w = workload(n=50)
+    sim = Simulator([], w, options=SimOptions(hold_unroutable=True, check_invariants=True))
+
+    def add(s):
+        s.add_replica(make_replica(0, LinearPerf(kv_tokens=6000), start_s=s.now, ready_s=s.now + 20.0))
+    rec = run_with(sim, [(1.0, add)])
+    assert all_served(rec)
+    assert rec.first_token_s.min() >= 21.0  # nothing ran before the cold start ended
+
+
+def test_kv_offload_swaps_instead_of_recomputing():
+    def go(offload):
+        w = workload(n=400, rate=30.0, seed=2, pmax=1500, omax=400)
+        sim = sim_of(w, replicas=1, kv=3000, kv_offload=offload)
+        return sim.run(Controller.from_names("round_robin", "sarathi")), sim
+    rec_o, sim_o = go(True)
+    rec_r, sim_r = go(False)
+    assert all_served(rec_o) and all_served(rec_r)
+    assert rec_o.preemptions.sum() > 0 and sim_o.swapped_bytes > 0
+    assert sim_o.replicas[0].prefill_tokens < sim_r.replicas[0].prefill_tokens
+
+
+def test_priority_victim_is_the_lowest_priority():
+    w = workload(n=300, rate=30.0, seed=2, pmax=1500, omax=400)
+    w.priority = (np.arange(len(w)) % 2).astype(np.int16)  # odd requests are important
+    sim = sim_of(w, replicas=1, kv=3000)
+    rec = sim.run(Controller.from_names("round_robin", "sarathi"))
+    assert all_served(rec)
+    pre = rec.preemptions
+    assert pre[w.priority == 0].sum() > 2 * pre[w.priority == 1].sum()
+
+
+# ------------------------------------------------------------------ the platform
+BASE = {
+    "name": "t",
+    "fleet": {"topology": "backbone", "regions": ["us-east-1", "us-west-2"]},
+    "deployments": [
+        {"model": "llama-3-8b", "gpu": "a100-80gb", "replicas": 2, "min_replicas": 1, "max_replicas": 4,
+         "region": "us-east-1", "zone": "us-east-1a", "provision_s": 30},
+        {"model": "llama-3-8b", "gpu": "a100-80gb", "replicas": 1, "max_replicas": 4, "region": "us-west-2",
+         "zone": "us-west-2a", "pool": "spot", "spot_trace": "auto", "spot_offset_s": 36000},
+        {"model": "llama-3-8b", "gpu": "a100-80gb", "replicas": 1, "min_replicas": 1, "max_replicas": 3,
+         "region": "us-west-2", "zone": "us-west-2b"},
+    ],
+    "workload": {"kind": "mix", "parts": [
+        {"tenant": "chat", "workload": {"kind": "poisson", "rate_rps": 5, "num_requests": 400,
+                                        "slo_class": "interactive"}},
+        {"tenant": "batch", "workload": {"kind": "poisson", "rate_rps": 2, "num_requests": 150, "slo_class": "batch"}},
+    ]},
+    "scaler": "slo_aware",
+    "platform": {"epoch_s": 15, "monitor_s": 15, "drain_s": 3600},
+}
+
+
+def scenario(workload=None, **platform):
+    d = {**BASE, "platform": {**BASE["platform"], **platform}}
+    if workload is not None:
+        d["workload"] = workload
+    return parse_scenario(d)
+
+
+def check_no_loss(p):
+    r = p.records
+    assert p.summary["lost_requests"] == 0
+    assert (r.status != 0).all()
+    assert not ((r.status == 2) & (r.reason == HORIZON)).any()
+
+
+@pytest.mark.parametrize("scaler", ["static", "hpa", "slo_aware", "predictive"])
+def test_scalers_run_the_platform_without_loss(scaler):
+    p = run_platform(scenario(), 0, scaler=scaler)
+    check_no_loss(p)
+    r = p.records
+    assert set(r.reason[r.status == 2].tolist()) <= {REJECT_REASONS.index("exceeds_context")}  # too long only
+
+
+def test_same_seed_same_numbers():
+    a = run_platform(scenario(faults=[{"at_s": 30, "kind": "zone", "target": "us-east-1a", "duration_s": 60}]), 3)
+    b = run_platform(scenario(faults=[{"at_s": 30, "kind": "zone", "target": "us-east-1a", "duration_s": 60}]), 3)
+    assert a.records.equals(b.records)
+    assert a.summary["cost_usd"] == b.summary["cost_usd"]
+
+
+def test_zone_outage_fails_over_and_recovers():
+    p = run_platform(scenario(faults=[{"at_s": 20, "kind": "zone", "target": "us-east-1a", "duration_s": 40}]), 1)
+    check_no_loss(p)
+    f = p.faults[0]
+    assert f.replicas >= 1 and f.recovered_s is not None and f.recovered_s > 0
+    during = (p.records.arrival_s > 25) & (p.records.arrival_s < 55) & p.records.completed
+    assert (p.records.region[during] == 1).all()  # during the outage everything went to the other region
+
+
+def test_tenant_rate_limit_and_quota_reject_with_a_reason():
+    p = run_platform(scenario(tenants=[{"name": "batch", "rate_limit_rps": 0.5, "burst": 2},
+                                       {"name": "chat", "max_outstanding": 3}]), 0)
+    s = p.summary
+    assert s["rejected_rate_limited"] > 0 and s["rejected_quota_exceeded"] > 0
+    check_no_loss(p)
+    w = p.built.workload
+    rl = p.records.reason == REJECT_REASONS.index("rate_limited")
+    assert (w.tenant[rl] == w.tenants.index("batch")).all()
+
+
+def test_admission_control_protects_high_priority():
+    heavy = {"kind": "mix", "parts": [
+        {"tenant": "chat", "workload": {"kind": "poisson", "rate_rps": 60, "num_requests": 1500, "slo_class": "interactive"}},
+        {"tenant": "batch", "workload": {"kind": "poisson", "rate_rps": 30, "num_requests": 800, "slo_class": "batch"}}]}
+    p = run_platform(scenario(heavy, admission={"max_queue_per_replica": 2, "protect_priority": 1}), 0, scaler="static")
+    ac = p.records.reason == REJECT_REASONS.index("admission_control")
+    assert ac.any()
+    assert (p.built.workload.priority[ac] < 1).all()
+
+
+def test_cost_breakdown_adds_up_and_monitor_exports(tmp_path):
+    p = run_platform(scenario(), 0)
+    cb = p.cost_breakdown()
+    total = sum(cb["model"].values())
+    assert total == pytest.approx(sum(cb["region"].values())) == pytest.approx(sum(cb["pool"].values()))
+    assert sum(cb["tenant"].values()) == pytest.approx(total, rel=1e-6)
+    assert total == pytest.approx(p.summary["cost_gpu_usd"] + p.summary["cost_energy_usd"], rel=1e-6)
+    text = p.monitor.to_prometheus(tmp_path / "m.prom")
+    assert "fleetwise_replicas" in text
+    p.monitor.to_parquet(tmp_path / "m.parquet")
+    assert (tmp_path / "m.parquet").stat().st_size > 0
+
+
+def test_unknown_group_from_a_scaler_is_a_clear_error():
+    class Bad:
+        def scale(self, obs):
+            return {"nope": 1}
+    with pytest.raises(InputError, match="unknown group 'nope'"):
+        run_platform(scenario(), 0, scaler=Bad())
+
+
+def test_bad_fault_target_is_a_clear_error():
+    with pytest.raises(InputError, match="link target"):
+        run_platform(scenario(faults=[{"at_s": 5, "kind": "link", "target": "mars"}]), 0)
+
+
+fault = st.fixed_dictionaries({
+    "at_s": st.floats(0, 120),
+    "kind": st.sampled_from(["gpu", "node", "zone", "region", "link"]),
+    "duration_s": st.floats(5, 200),
+})
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(faults=st.lists(fault, max_size=5), scaler=st.sampled_from(["static", "hpa", "slo_aware"]),
+       seed=st.integers(0, 3), migrate=st.booleans(), detect=st.sampled_from([0.0, 5.0]))
+def test_no_request_is_lost_under_random_faults(faults, scaler, seed, migrate, detect):
+    targets = {"zone": ["us-east-1a", "us-west-2a"], "region": ["us-east-1", "us-west-2"],
+               "link": ["us-east-1,us-west-2"], "gpu": ["", "g0", "g1", "r0"], "node": ["", "g0", "g1"]}
+    fs = []
+    for i, f in enumerate(faults):
+        opts = targets[f["kind"]]
+        fs.append({**f, "target": opts[i % len(opts)]})
+    p = run_platform(scenario(faults=fs, migrate=migrate, health_check_s=detect), seed, scaler=scaler)
+    check_no_loss(p)
+    assert p.summary["completed"] + int((p.records.status == 2).sum()) == len(p.records)
