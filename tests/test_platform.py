@@ -252,3 +252,25 @@ def test_no_request_is_lost_under_random_faults(faults, scaler, seed, migrate, d
     p = run_platform(scenario(faults=fs, migrate=migrate, health_check_s=detect), seed, scaler=scaler)
     check_no_loss(p)
     assert p.summary["completed"] + int((p.records.status == 2).sum()) == len(p.records)
+
+
+def test_priority_batcher_preempts_low_priority_for_high():
+    w = workload(n=400, rate=40.0, seed=5, pmax=1500, omax=400)
+    w.priority = (np.arange(len(w)) % 3 == 0).astype(np.int16)  # a third are important
+    res = {}
+    for b in ("sarathi", "priority"):
+        sim = sim_of(w, replicas=1, kv=4000)
+        rec = sim.run(Controller.from_names("round_robin", b))
+        assert all_served(rec)
+        res[b] = rec
+    hi = w.priority == 1
+    assert np.nanmean(res["priority"].ttft_s[hi]) < np.nanmean(res["sarathi"].ttft_s[hi])
+    pre = res["priority"].preemptions
+    assert pre[~hi].mean() > pre[hi].mean()  # low priority gives way
+
+
+def test_priority_batcher_is_sarathi_with_one_priority():
+    w = workload(n=300, rate=20.0, seed=1)
+    a = sim_of(w, replicas=1, kv=4000).run(Controller.from_names("round_robin", "sarathi"))
+    b = sim_of(w, replicas=1, kv=4000).run(Controller.from_names("round_robin", "priority"))
+    assert a.equals(b)

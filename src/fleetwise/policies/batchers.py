@@ -122,3 +122,47 @@ class Static(PrefillFirst):
         if lane.running or lane.prefilling:
             return DECODE if lane.running else WAIT
         return self._prefill(lane, sim) or WAIT
+
+
+@register_batcher("priority")
+class Priority(Sarathi):
+    """Sarathi chunked prefill with priorities (SLO classes): waiting requests are admitted highest priority
+    first (first come, first served within a priority), and when the most important waiting request does not
+    fit the KV cache, running sequences of strictly lower priority are preempted (lowest priority, newest
+    first) to make room — vLLM's ``--scheduling-policy priority``. With one priority it is exactly Sarathi."""
+
+    def plan(self, lane: "Lane", sim: "Simulator") -> BatchPlan:
+        prio = sim._prio
+        w = lane.replica.waiting
+        if prio is None or not w:
+            return super().plan(lane, sim)
+        # the waiting queue in priority order (a stable sort keeps arrival order within a priority)
+        order = sorted(w, key=lambda r: -prio[r])
+        if list(w) != order:
+            w.clear()
+            w.extend(order)
+        head = w[0]
+        bs = lane.block_tokens
+        need = -(-sim.ctx[head] // bs) + lane.new_blocks(1)
+        free = lane.free_blocks
+        preempt: list[int] = []
+        if need > free:
+            running = list(lane.running)  # admission order
+            victims = sorted((k for k, r in enumerate(running) if prio[r] < prio[head]),
+                             key=lambda k: (prio[running[k]], -k))  # lowest priority first, newest first within
+            victims = [running[k] for k in victims]
+            held = sim.prompt
+            for r in victims:
+                if need <= free:
+                    break
+                g = sim.gen_join[r] + lane.steps - sim.join_step[r]
+                free += -(-(held[r] + g - 1) // bs)
+                preempt.append(r)
+            if need > free:
+                preempt = []  # preempting would not make room: do not waste their work
+        if not preempt:
+            return super().plan(lane, sim)
+        # evict, then admit the head in the same iteration (the simulator preempts before it admits)
+        rest = len(lane.running) - len(preempt)
+        chunk = min(sim.ctx[head] - sim.pf[head], max(1, self.chunk_tokens - rest))
+        return BatchPlan(decode=rest > 0, preempt=tuple(preempt), prefill=((head, chunk),))
