@@ -46,9 +46,11 @@ def _load_builtins() -> None:
     import fleetwise.policies.batchers  # noqa: F401
     import fleetwise.policies.planners  # noqa: F401
     import fleetwise.policies.routers  # noqa: F401
+    import fleetwise.policies.scalers  # noqa: F401
 
     try:  # allocators need gymnasium (the ``rl`` extra)
         import fleetwise.policies.allocators  # noqa: F401
+        import fleetwise.policies.scalers_rl  # noqa: F401  (the trained scaler "rl")
     except ImportError:
         pass
 

@@ -55,8 +55,6 @@ class Group:
     available: int | None = None
     notice_s: float = 0.0
     replicas: list[int] = field(default_factory=list)
-    last_dir: int = 0
-    flaps: int = 0
     scale_events: int = 0
     cold_starts: int = 0
     cache_starts: int = 0
@@ -238,7 +236,8 @@ class Platform:
         self.down_regions: set[str] = set()
         self.faults: list[FaultRecord] = []
         self.events: list[tuple[float, str]] = []
-        self.flaps = 0
+        self.flaps = 0  # scaling oscillations (direction reversals of a model's total target)
+        self._last_dir: dict[int, int] = {}
         self.spot_preemptions = 0
         self.peak_host_copies = 0
         # epoch bookkeeping
@@ -349,6 +348,7 @@ class Platform:
 
     def set_targets(self, targets: dict[str, int] | None) -> None:
         """Apply a scaler's answer: new targets (clamped to the group's limits), then reconcile."""
+        before = {m: sum(g.target for g in gs) for m, gs in self.model_groups.items()}
         for key, v in (targets or {}).items():
             g = self.by_key.get(key)
             if g is None:
@@ -358,13 +358,17 @@ class Platform:
                 raise InputError(f"scaler answered {v} replicas for group {key!r}; expected >= 0")
             v = min(max(v, g.min_replicas), g.max_replicas)
             if v != g.target:
-                d = 1 if v > g.target else -1
-                if g.last_dir and d != g.last_dir:
-                    g.flaps += 1
-                    self.flaps += 1
-                g.last_dir = d
                 g.scale_events += 1
                 g.target = v
+        # oscillations: a model's total target reversing direction (capacity moved between pools is not one)
+        for m, gs in self.model_groups.items():
+            after = sum(g.target for g in gs)
+            if after != before[m]:
+                d = 1 if after > before[m] else -1
+                last = self._last_dir.get(m, 0)
+                if last and d != last:
+                    self.flaps += 1
+                self._last_dir[m] = d
         self._reconcile()
 
     # ------------------------------------------------------------------ observation

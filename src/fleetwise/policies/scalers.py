@@ -1,0 +1,519 @@
+"""Heuristic autoscalers (issue 8): how many replicas each scaling group runs. docs/autoscaling.md.
+
+A scaler has ``scale(obs: ScaleObs) -> {group key: target replicas}``, called at the start of every scaling
+epoch. It reads the observation only (never the simulator) and is deterministic; it may keep state between
+calls (stabilization windows, idle timers, correction factors). The platform clamps the targets to
+[min_replicas, max_replicas] and to ``available``, starts replicas (cold start) and drains the ones removed.
+
+Demand is per model, and several groups (zones, pools, regions) may serve one model: each scaler decides how
+much a model needs, then ``split_replicas`` spreads that over the model's groups (cheapest capacity first, an
+on-demand floor, zone spread).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from fleetwise.control.registry import register_scaler
+from fleetwise.policies.capacity import capacity_rps  # noqa: F401  (re-exported: scalers' capacity estimate)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fleetwise.control.protocols import GroupState, ScaleObs
+
+HPA_METRICS = ("busy", "kv", "queue")
+
+
+# --------------------------------------------------------------------------------------------- helpers
+def _finite(x: float | None) -> bool:
+    return x is not None and not math.isnan(x) and not math.isinf(x)
+
+
+def current_replicas(g: GroupState) -> int:
+    """Replicas a group has now: ready + starting (draining ones are leaving)."""
+    return max(0, int(g.ready)) + max(0, int(g.starting))
+
+
+def group_cap(g: GroupState) -> int:
+    """The most replicas a group can get: ``max_replicas``, and ``available`` (the pool's spot capacity,
+    read as a cap on the group's target) when given."""
+    cap = max(0, int(g.max_replicas))
+    if g.available is not None:
+        cap = min(cap, max(0, int(g.available)))
+    return cap
+
+
+def by_model(obs: ScaleObs) -> dict[str, list[GroupState]]:
+    """The groups of each model, models in order of first appearance (deterministic)."""
+    out: dict[str, list[GroupState]] = {}
+    for g in obs.groups:
+        out.setdefault(g.model, []).append(g)
+    return out
+
+
+def _demand(groups: list[GroupState]) -> tuple[float, int, int]:
+    """(model arrivals/s over the last epoch, waiting requests, running requests) of one model."""
+    rps = max((g.arrivals_rps for g in groups if _finite(g.arrivals_rps)), default=0.0)
+    waiting = sum(max(0, int(g.waiting)) for g in groups)
+    running = sum(max(0, int(g.running)) for g in groups)
+    return max(0.0, rps), waiting, running
+
+
+def _history(groups: list[GroupState]) -> list[float]:
+    """The model's demand series, oldest first: the longest ``history_rps`` of its groups + this epoch."""
+    hist = max((g.history_rps for g in groups), key=len, default=())
+    series = [max(0.0, float(x)) if _finite(x) else 0.0 for x in hist]
+    series.append(_demand(groups)[0])
+    return series
+
+
+def split_replicas(groups: list[GroupState], need_units: float, *, units: dict[str, float] | None = None,
+                   min_total: int = 0, on_demand_floor: int = 1, min_zones: int = 2) -> dict[str, int]:
+    """Targets for the groups of one model that together provide ``need_units`` of capacity.
+
+    ``units[key]`` is what one replica of a group provides (requests/s; 1 for every group when None, i.e.
+    ``need_units`` counts replicas). Deterministic greedy, replica by replica:
+
+    1. every group starts at its ``min_replicas`` (capped by ``group_cap``): the platform keeps those anyway;
+    2. nothing more when ``need_units <= 0`` and ``min_total <= 0`` (the model is scaled to zero);
+    3. on-demand floor: add replicas to non-spot groups until they hold ``on_demand_floor`` (spot capacity
+       can vanish at once; ignored when the model has no non-spot group);
+    4. demand: add replicas until the capacity reaches ``need_units`` and the count ``min_total``.
+
+    Each step picks, among groups below their cap: first a group in a zone that has no replica yet, while
+    fewer than ``min(min_zones, zones the model can use)`` zones have one (so a zone outage cannot take all
+    capacity); then the lowest price per unit of capacity (spot before on-demand); then a group that had
+    more replicas than allocated so far (no needless moves, no cold starts); then the order of ``groups``.
+    When the caps run out, every group ends at its cap.
+    """
+    unit = {g.key: 1.0 for g in groups}
+    if units is not None:
+        for k, u in units.items():
+            if k in unit and _finite(u) and u > 0:
+                unit[k] = float(u)
+    cap = {g.key: group_cap(g) for g in groups}
+    alloc = {g.key: min(max(0, int(g.min_replicas)), cap[g.key]) for g in groups}
+    if need_units <= 0 and min_total <= 0:
+        return alloc
+    order = {g.key: i for i, g in enumerate(groups)}
+    want_zones = min(max(0, int(min_zones)), len({g.zone for g in groups if cap[g.key] > 0}))
+
+    def add(cands: list[GroupState], missing) -> None:
+        """Add replicas to ``cands`` while ``missing(g)`` (replicas still needed if g gets them) is > 0."""
+        while True:
+            free = [g for g in cands if alloc[g.key] < cap[g.key]]
+            if not free or missing(free[0]) <= 0:
+                return
+            zones = {g.zone for g in groups if alloc[g.key] > 0}
+            spread = len(zones) < want_zones and any(g.zone not in zones for g in free)
+
+            best = min(free, key=lambda g, z=zones, s=spread: (
+                s and g.zone in z, max(0.0, g.price_usd_per_hour) / unit[g.key],
+                alloc[g.key] >= current_replicas(g), order[g.key]))
+            k = 1
+            if not spread:  # several at once: up to the cap, what is missing, and the replicas it has now
+                cur = current_replicas(best)
+                k = min(cap[best.key] - alloc[best.key], missing(best),
+                        cur - alloc[best.key] if alloc[best.key] < cur else cap[best.key])
+            alloc[best.key] += max(1, k)
+
+    od = [g for g in groups if g.pool != "spot"]
+    add(od, lambda g: on_demand_floor - sum(alloc[h.key] for h in od))
+
+    def short(g: GroupState) -> int:
+        gap = need_units - sum(alloc[k] * unit[k] for k in alloc)
+        by_units = math.ceil(gap / unit[g.key] - 1e-9) if gap > 1e-9 else 0
+        return max(by_units, min_total - sum(alloc.values()))
+
+    add(groups, short)
+    return alloc
+
+
+@dataclass
+class _Window:
+    """Kubernetes HPA scale-down stabilization: recommendations of the last ``window_s`` seconds."""
+
+    window_s: float
+    recs: list[tuple[float, float]] = field(default_factory=list)
+
+    def stabilize(self, now: float, rec: float, current: float) -> float:
+        """Up at once (to ``rec``); down only to the highest recommendation of the window."""
+        self.recs = [(t, r) for t, r in self.recs if t > now - self.window_s]
+        self.recs.append((now, rec))
+        if rec > current:
+            return rec
+        down = max(r for _, r in self.recs)
+        return min(current, down)
+
+    def reset(self) -> None:
+        self.recs.clear()
+
+
+class _Idle:
+    """When each model last had demand (arrivals, waiting or running requests)."""
+
+    def __init__(self) -> None:
+        self.last: dict[str, float] = {}
+
+    def idle_for(self, model: str, now: float, active: bool, current: int) -> float:
+        """Seconds since the model's last demand; a model first seen with no demand and no replica counts as
+        idle for ever (it stays at zero), one first seen with replicas as active now."""
+        if active:
+            self.last[model] = now
+        elif model not in self.last:
+            self.last[model] = -math.inf if current == 0 else now
+        return now - self.last[model]
+
+
+def _check(name: str, value: float, lo: float = 0.0, strict: bool = False) -> None:
+    if not _finite(value) or value < lo or (strict and value <= lo):
+        raise ValueError(f"{name} must be {'>' if strict else '>='} {lo}, got {value}")
+
+
+# --------------------------------------------------------------------------------------------- static
+@register_scaler("static")
+class Static:
+    """No autoscaling (the baseline): every group keeps the target it had when first seen, i.e. its replicas
+    then (ready + starting, at least ``min_replicas``), or ``replicas`` for every group when given. Lost
+    replicas (spot reclaims) are replaced, as a Kubernetes Deployment does."""
+
+    def __init__(self, replicas: int | None = None):
+        if replicas is not None and replicas < 0:
+            raise ValueError(f"replicas must be >= 0, got {replicas}")
+        self.replicas = replicas
+        self.target: dict[str, int] = {}
+
+    def scale(self, obs: ScaleObs) -> dict[str, int]:
+        for g in obs.groups:
+            if g.key not in self.target:
+                n = self.replicas if self.replicas is not None else current_replicas(g)
+                self.target[g.key] = max(int(n), max(0, int(g.min_replicas)))
+        return {g.key: self.target[g.key] for g in obs.groups}
+
+
+# --------------------------------------------------------------------------------------------- HPA
+@register_scaler("hpa")
+class HPA:
+    """Kubernetes Horizontal Pod Autoscaler (kubernetes.io/docs/tasks/run-application/horizontal-pod-autoscale:
+    the algorithm, the replica calculator and the default ``behavior``), per model over its groups:
+    ``desired = ceil(current * metric / target)`` where ``metric`` is the mean over ready replicas of ``busy``
+    (GPU-busy fraction), ``kv`` (KV-cache fraction in use) or ``queue`` (waiting requests per ready replica),
+    i.e. ``ceil(sum of the metric / target)``; no change while ``|metric / target - 1| <= tolerance``. As in
+    Kubernetes, when scaling up, replicas still starting count as using 0 (and ready ones without a metric:
+    0 up, the target down); if that brings the ratio within the tolerance or reverses it, no change; no
+    metric at all: no change. Scale-down is stabilized (the highest recommendation of the last
+    ``downscale_window_s``); scale-up is limited per epoch to ``max(current * scale_up_factor, current +
+    scale_up_pods)`` (HPA's default policies: 100% or 4 pods, the larger). At least one replica per model,
+    unless ``scale_to_zero`` (as KEDA): zero after ``idle_s`` without arrivals, waiting or running requests;
+    from zero as soon as requests arrive or wait (one replica; ``ceil(waiting / target)`` for the queue
+    metric). The model's replicas are then split over its groups by ``split_replicas``."""
+
+    def __init__(self, metric: str = "busy", target: float | None = None, tolerance: float = 0.1,
+                 downscale_window_s: float = 300.0, scale_up_factor: float = 2.0, scale_up_pods: int = 4,
+                 scale_to_zero: bool = False, idle_s: float = 300.0, on_demand_floor: int = 1, min_zones: int = 2):
+        if metric not in HPA_METRICS:
+            raise ValueError(f"metric must be one of {', '.join(HPA_METRICS)}, got {metric!r}")
+        if target is None:
+            target = 2.0 if metric == "queue" else 0.7
+        _check("target", target, strict=True)
+        _check("tolerance", tolerance)
+        _check("downscale_window_s", downscale_window_s)
+        _check("scale_up_factor", scale_up_factor, 1.0)
+        _check("scale_up_pods", scale_up_pods)
+        _check("idle_s", idle_s)
+        _check("on_demand_floor", on_demand_floor)
+        _check("min_zones", min_zones)
+        self.metric, self.target, self.tolerance = metric, float(target), float(tolerance)
+        self.downscale_window_s = float(downscale_window_s)
+        self.scale_up_factor, self.scale_up_pods = float(scale_up_factor), int(scale_up_pods)
+        self.scale_to_zero, self.idle_s = bool(scale_to_zero), float(idle_s)
+        self.on_demand_floor, self.min_zones = int(on_demand_floor), int(min_zones)
+        self._win: dict[str, _Window] = {}
+        self._idle = _Idle()
+
+    def recommend(self, groups: list[GroupState]) -> int:
+        """HPA's raw recommendation for one model (before stabilization, rate limit and the model minimum),
+        as the Kubernetes replica calculator computes it."""
+        current = sum(current_replicas(g) for g in groups)
+        starting = sum(max(0, int(g.starting)) for g in groups)
+        rps, waiting, _ = _demand(groups)
+        t, tol = self.target, self.tolerance
+        if current == 0:  # scale from zero (KEDA-style activation)
+            if waiting > 0 or rps > 0:
+                return max(1, math.ceil(waiting / t - 1e-9)) if self.metric == "queue" else 1
+            return 0
+        total, n, missing = 0.0, 0, 0  # metric summed over ready replicas that report it; those that do not
+        if self.metric == "queue":  # all waiting requests (also those held for a replica) over ready replicas
+            total, n = float(waiting), sum(max(0, int(g.ready)) for g in groups)
+        else:
+            for g in groups:
+                r = max(0, int(g.ready))
+                v = g.busy if self.metric == "busy" else g.kv_used
+                if r and _finite(v):
+                    total, n = total + r * max(0.0, float(v)), n + r
+                else:
+                    missing += r
+        if n == 0 and (self.metric != "queue" or total == 0):
+            return current  # no metrics: no change
+        ratio = total / (n * t) if n else math.inf
+        up = ratio > 1.0
+        if (up and starting > 0) or missing > 0:
+            # not-yet-ready replicas count as 0 when scaling up; missing metrics as 0 (up) or the target (down)
+            total2, n2 = (total, n + missing + starting) if up else (total + missing * t, n + missing)
+            ratio2 = total2 / (n2 * t)
+            if abs(ratio2 - 1.0) <= tol or (up and ratio2 < 1.0) or (not up and ratio2 > 1.0):
+                return current
+            return math.ceil(total2 / t - 1e-9)
+        if abs(ratio - 1.0) <= tol:
+            return current
+        return math.ceil(total / t - 1e-9)
+
+    def scale(self, obs: ScaleObs) -> dict[str, int]:
+        out: dict[str, int] = {}
+        now = obs.time_s
+        for model, groups in by_model(obs).items():
+            current = sum(current_replicas(g) for g in groups)
+            rps, waiting, running = _demand(groups)
+            idle = self._idle.idle_for(model, now, rps > 0 or waiting > 0 or running > 0, current)
+            win = self._win.setdefault(model, _Window(self.downscale_window_s))
+            model_max = sum(group_cap(g) for g in groups)
+            if self.scale_to_zero and idle >= self.idle_s:
+                desired = 0
+                win.reset()
+            else:
+                rec = min(max(self.recommend(groups), 1), model_max)  # zero only when idle
+                desired = int(win.stabilize(now, rec, current))
+                limit = max(math.floor(current * self.scale_up_factor), current + self.scale_up_pods)
+                desired = min(desired, limit) if desired > current else desired
+            out.update(split_replicas(groups, desired, min_total=desired, on_demand_floor=self.on_demand_floor,
+                                      min_zones=self.min_zones))
+        return out
+
+
+# --------------------------------------------------------------------------------------------- capacity-based
+class _CapacityScaler:
+    """Shared by ``slo_aware`` and ``predictive``: demand in requests/s -> capacity -> replicas per group."""
+
+    def __init__(self, headroom: float, drain_s: float, downscale_window_s: float, idle_s: float,
+                 scale_to_zero: bool, on_demand_floor: int, min_zones: int):
+        _check("headroom", headroom)
+        _check("drain_s", drain_s, strict=True)
+        _check("downscale_window_s", downscale_window_s)
+        _check("idle_s", idle_s)
+        _check("on_demand_floor", on_demand_floor)
+        _check("min_zones", min_zones)
+        self.headroom, self.drain_s = float(headroom), float(drain_s)
+        self.downscale_window_s, self.idle_s = float(downscale_window_s), float(idle_s)
+        self.scale_to_zero = bool(scale_to_zero)
+        self.on_demand_floor, self.min_zones = int(on_demand_floor), int(min_zones)
+        self._win: dict[str, _Window] = {}
+        self._idle = _Idle()
+        self._cap_est: dict[str, float] = {}  # last observed capacity per replica of a model (fallback)
+
+    def units(self, model: str, groups: list[GroupState]) -> dict[str, float] | None:
+        """Requests/s one replica of each group sustains: ``capacity_rps``; for a group without one (0 or
+        NaN) the mean of its model's other groups, else the observed rate per fully busy ready replica
+        (arrivals / sum of ready * busy, remembered per model). None when nothing is known."""
+        known = [g.capacity_rps for g in groups if _finite(g.capacity_rps) and g.capacity_rps > 0]
+        if len(known) == len(groups):
+            return {g.key: float(g.capacity_rps) for g in groups}
+        if known:
+            ref = sum(known) / len(known)
+        else:
+            rps = _demand(groups)[0]
+            busy = sum(max(0, int(g.ready)) * g.busy for g in groups if _finite(g.busy) and g.busy > 0)
+            if rps > 0 and busy > 0:
+                self._cap_est[model] = rps / busy
+            ref = self._cap_est.get(model)
+            if ref is None:
+                return None
+        return {g.key: float(g.capacity_rps) if _finite(g.capacity_rps) and g.capacity_rps > 0 else ref
+                for g in groups}
+
+    def demand_rps(self, model: str, groups: list[GroupState], obs: ScaleObs) -> float:  # pragma: no cover
+        raise NotImplementedError
+
+    def need_rps(self, model: str, groups: list[GroupState], obs: ScaleObs, units: dict[str, float]) -> float:
+        """Capacity the model needs: demand * (1 + headroom) + backlog / drain_s."""
+        waiting = _demand(groups)[1]
+        return self.demand_rps(model, groups, obs) * (1.0 + self.headroom) + waiting / self.drain_s
+
+    def keep_zero(self, model: str, groups: list[GroupState], obs: ScaleObs) -> bool:
+        """Whether an idle model may go to zero now (the predictive scaler checks its forecast)."""
+        return True
+
+    def scale(self, obs: ScaleObs) -> dict[str, int]:
+        out: dict[str, int] = {}
+        now = obs.time_s
+        for model, groups in by_model(obs).items():
+            rps, waiting, running = _demand(groups)
+            active = rps > 0 or waiting > 0 or running > 0
+            idle = self._idle.idle_for(model, now, active, sum(current_replicas(g) for g in groups))
+            win = self._win.setdefault(model, _Window(self.downscale_window_s))
+            split = {"on_demand_floor": self.on_demand_floor, "min_zones": self.min_zones}
+            if self.scale_to_zero and idle >= self.idle_s and self.keep_zero(model, groups, obs):
+                win.reset()
+                out.update(split_replicas(groups, 0.0, **split))
+                continue
+            units = self.units(model, groups)
+            if units is None:  # no capacity known or observed: hold, one more while requests wait
+                units = {g.key: 1.0 for g in groups}
+                current = float(sum(current_replicas(g) for g in groups))
+                need = current + (1.0 if waiting > 0 else 0.0)
+            else:
+                current = float(sum(current_replicas(g) * units[g.key] for g in groups))
+                need = self.need_rps(model, groups, obs, units)
+            need = win.stabilize(now, need, current)
+            out.update(split_replicas(groups, need, units=units, min_total=1, **split))
+        return out
+
+
+@register_scaler("slo_aware")
+class SLOAware(_CapacityScaler):
+    """SLO-aware scaling, after NVIDIA Dynamo's SLA planner (and AIBrix): per model, the capacity needed is
+    ``predicted arrivals/s * (1 + headroom) * correction + waiting / drain_s`` (serve the predicted load with
+    headroom, and drain the backlog within ``drain_s``), where the prediction is last epoch's rate (Dynamo's
+    constant predictor) and a replica of a group provides its ``capacity_rps`` (the performance model's
+    requests/s within the SLO: ``capacity_rps()``); the groups then get replicas by ``split_replicas``.
+    ``correction`` adapts per model to the observed SLO, like Dynamo's correction factor (observed /
+    expected latency): each epoch ``q = max(ttft_p90 / slo_ttft, tpot_p90 / slo_tpot)`` over the model's
+    groups (NaN ignored); when q > 1 and the ready replicas had the capacity for last epoch's arrivals (so the
+    capacity estimate, not a shortage, is wrong), the target is ``correction * q``; when q <= 1 it is
+    ``max(1, correction * q)``; ``correction`` moves ``correction_gain`` of the way there, within
+    [1, max_correction]. Scale-down waits until the need stays lower for ``downscale_window_s`` (the highest
+    need of the window is used). A model with no arrivals, waiting or running requests for ``idle_s`` goes to
+    zero (``scale_to_zero``); otherwise it keeps at least one replica."""
+
+    def __init__(self, headroom: float = 0.2, drain_s: float = 60.0, downscale_window_s: float = 120.0,
+                 idle_s: float = 600.0, scale_to_zero: bool = True, correction_gain: float = 0.5,
+                 max_correction: float = 4.0, on_demand_floor: int = 1, min_zones: int = 2):
+        super().__init__(headroom, drain_s, downscale_window_s, idle_s, scale_to_zero, on_demand_floor, min_zones)
+        _check("correction_gain", correction_gain)
+        if correction_gain > 1:
+            raise ValueError(f"correction_gain must be <= 1, got {correction_gain}")
+        _check("max_correction", max_correction, 1.0)
+        self.correction_gain, self.max_correction = float(correction_gain), float(max_correction)
+        self.correction: dict[str, float] = {}
+
+    def _update_correction(self, model: str, groups: list[GroupState], units: dict[str, float]) -> float:
+        c = self.correction.get(model, 1.0)
+        q = math.nan
+        for g in groups:
+            for obs_s, slo_s in ((g.ttft_p90_s, g.slo_ttft_s), (g.tpot_p90_s, g.slo_tpot_s)):
+                if _finite(obs_s) and _finite(slo_s) and slo_s > 0:
+                    r = obs_s / slo_s
+                    q = r if math.isnan(q) or r > q else q
+        if math.isnan(q):
+            return c
+        if q > 1.0:
+            ready_cap = sum(max(0, int(g.ready)) * units[g.key] for g in groups)
+            if _demand(groups)[0] > ready_cap:  # a shortage explains the violation: keep the estimate
+                return c
+            goal = c * q
+        else:
+            goal = max(1.0, c * q)
+        c = c + self.correction_gain * (goal - c)
+        c = min(self.max_correction, max(1.0, c))
+        self.correction[model] = c
+        return c
+
+    def demand_rps(self, model, groups, obs):
+        return _demand(groups)[0]
+
+    def need_rps(self, model, groups, obs, units):
+        c = self._update_correction(model, groups, units)
+        waiting = _demand(groups)[1]
+        return self.demand_rps(model, groups, obs) * (1.0 + self.headroom) * c + waiting / self.drain_s
+
+
+def holt_forecast(series: list[float], steps: float, alpha: float = 0.5, beta: float = 0.2) -> float:
+    """Holt's linear trend (double exponential smoothing; Holt 1957): level l and trend b over ``series``
+    (oldest first, one value per epoch), ``l_t = a y_t + (1 - a)(l_{t-1} + b_{t-1})``,
+    ``b_t = beta (l_t - l_{t-1}) + (1 - beta) b_{t-1}``, started at l = y_0, b = y_1 - y_0; the forecast
+    ``steps`` epochs ahead is ``l + steps * b``."""
+    if not series:
+        return 0.0
+    level, trend = series[0], (series[1] - series[0] if len(series) > 1 else 0.0)
+    for y in series[1:]:
+        prev = level
+        level = alpha * y + (1.0 - alpha) * (level + trend)
+        trend = beta * (level - prev) + (1.0 - beta) * trend
+    return level + steps * trend
+
+
+def _at(series: list[float], i: float) -> float:
+    """series at fractional index i (linear interpolation, clamped to the ends)."""
+    i = min(max(i, 0.0), len(series) - 1.0)
+    lo = math.floor(i)
+    hi = min(lo + 1, len(series) - 1)
+    return series[lo] + (i - lo) * (series[hi] - series[lo])
+
+
+@register_scaler("predictive")
+class Predictive(_CapacityScaler):
+    """Predictive scaling: provision now for the demand ``lead_s`` ahead, so replicas finish their cold start
+    when the load arrives. Per model, the series ``history_rps + [arrivals_rps]`` (one value per epoch) is
+    forecast ``h = lead_s / epoch_s`` epochs ahead with Holt's linear trend (Holt 1957; smoothing ``alpha``,
+    ``beta``); with ``season_s`` and at least one season of history (m = season_s / epoch_s epochs), the
+    forecast is ``season_weight * (y_T + y_{T+h-m} - y_{T-m}) + (1 - season_weight) * holt`` (a
+    seasonal-naive term: the change seen one season ago over the same horizon). ``lead_s`` defaults to the
+    largest ``cold_start_s`` of the model's groups + one epoch. The capacity needed is
+    ``max(forecast, arrivals_rps) * (1 + headroom) + waiting / drain_s``; replicas as ``slo_aware``
+    (``capacity_rps`` per replica, ``split_replicas``, scale-down after ``downscale_window_s``). A model with no
+    demand for ``idle_s`` goes to zero unless one season ago there was demand at the forecast time."""
+
+    def __init__(self, lead_s: float | None = None, alpha: float = 0.5, beta: float = 0.2,
+                 season_s: float | None = None, season_weight: float = 0.5, headroom: float = 0.2,
+                 drain_s: float = 60.0, downscale_window_s: float = 120.0, idle_s: float = 600.0,
+                 scale_to_zero: bool = True, on_demand_floor: int = 1, min_zones: int = 2):
+        super().__init__(headroom, drain_s, downscale_window_s, idle_s, scale_to_zero, on_demand_floor, min_zones)
+        if lead_s is not None:
+            _check("lead_s", lead_s)
+        if season_s is not None:
+            _check("season_s", season_s, strict=True)
+        for name, v in (("alpha", alpha), ("beta", beta), ("season_weight", season_weight)):
+            if not (_finite(v) and 0.0 <= v <= 1.0):
+                raise ValueError(f"{name} must be in [0, 1], got {v}")
+        if alpha == 0:
+            raise ValueError("alpha must be > 0")
+        self.lead_s = None if lead_s is None else float(lead_s)
+        self.alpha, self.beta = float(alpha), float(beta)
+        self.season_s = None if season_s is None else float(season_s)
+        self.season_weight = float(season_weight)
+
+    def _steps(self, groups: list[GroupState], obs: ScaleObs) -> tuple[float, float]:
+        epoch = obs.epoch_s if _finite(obs.epoch_s) and obs.epoch_s > 0 else 1.0
+        lead = self.lead_s
+        if lead is None:
+            lead = max((g.cold_start_s for g in groups if _finite(g.cold_start_s)), default=0.0) + epoch
+        return max(0.0, lead) / epoch, epoch
+
+    def _season(self, series: list[float], h: float, epoch: float) -> tuple[float, float] | None:
+        """(y_{T+h-m}, y_{T-m}) when the history covers one season, else None."""
+        if self.season_s is None:
+            return None
+        m = self.season_s / epoch
+        T = len(series) - 1
+        if T - m < 0 or h > m:
+            return None
+        return _at(series, T + h - m), _at(series, T - m)
+
+    def forecast(self, groups: list[GroupState], obs: ScaleObs) -> float:
+        """The model's arrivals/s ``lead_s`` ahead (>= 0)."""
+        series = _history(groups)
+        h, epoch = self._steps(groups, obs)
+        f = holt_forecast(series, h, self.alpha, self.beta)
+        s = self._season(series, h, epoch)
+        if s is not None:
+            f = self.season_weight * (series[-1] + s[0] - s[1]) + (1.0 - self.season_weight) * f
+        return max(0.0, f) if _finite(f) else 0.0
+
+    def demand_rps(self, model, groups, obs):
+        return max(self.forecast(groups, obs), _demand(groups)[0])
+
+    def keep_zero(self, model, groups, obs):
+        series = _history(groups)
+        h, epoch = self._steps(groups, obs)
+        s = self._season(series, h, epoch)
+        return s is None or s[0] <= 0.0

@@ -1,0 +1,357 @@
+"""Heuristic autoscalers (issue 8) on hand-made observations, the group split, and the capacity estimate."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from fakes import LinearPerf
+
+from fleetwise.control.protocols import GroupState, ScaleObs, Scaler
+from fleetwise.control.registry import make, names
+from fleetwise.errors import InputError
+from fleetwise.policies.capacity import capacity_rps
+from fleetwise.policies.scalers import holt_forecast, split_replicas
+
+NAN = float("nan")
+
+
+def grp(key="m/a/od", model="m", zone="a", pool="on_demand", ready=1, starting=0, *, min_replicas=0,
+        max_replicas=100, waiting=0, running=0, kv=0.0, busy=0.0, rps=0.0, cap=10.0, price=3.0, **kw) -> GroupState:
+    return GroupState(key=key, model=model, gpu="A100-80GB", region="us-east-1", zone=zone, pool=pool, ready=ready,
+                      starting=starting, draining=0, min_replicas=min_replicas, max_replicas=max_replicas,
+                      waiting=waiting, running=running, kv_used=kv, busy=busy, arrivals_rps=rps, capacity_rps=cap,
+                      price_usd_per_hour=price, **kw)
+
+
+def obs(t, *groups, epoch=30.0):
+    return ScaleObs(time_s=float(t), epoch_s=epoch, groups=list(groups))
+
+
+def one(scaler, t, **kw):
+    """Target of the single group "m/a/od" after one call."""
+    return scaler.scale(obs(t, grp(**kw)))["m/a/od"]
+
+
+NO_SPLIT = {"on_demand_floor": 0, "min_zones": 1}
+
+
+# --------------------------------------------------------------------------------------------- registry
+def test_registered_names_and_protocol():
+    assert {"hpa", "slo_aware", "predictive", "static"} <= set(names("scaler"))
+    for n in ("hpa", "slo_aware", "predictive", "static"):
+        assert isinstance(make("scaler", n), Scaler)
+
+
+@pytest.mark.parametrize("name,params", [
+    ("hpa", {"bogus": 1}), ("slo_aware", {"headroom_pct": 20}), ("predictive", {"lead": 60}),
+    ("hpa", {"metric": "gpu"}), ("hpa", {"target": 0}), ("predictive", {"alpha": 1.5}),
+    ("slo_aware", {"drain_s": 0}), ("static", {"replicas": -1}),
+])
+def test_bad_parameters_are_input_errors(name, params):
+    with pytest.raises(InputError):
+        make("scaler", name, params, where="scenario.yaml: ")
+
+
+# --------------------------------------------------------------------------------------------- static
+def test_static_keeps_initial_replicas_and_replaces_lost_ones():
+    s = make("scaler", "static")
+    a, b = grp("m/a/spot", pool="spot", ready=3), grp("m/b/od", zone="b", ready=0, min_replicas=2)
+    assert s.scale(obs(0, a, b)) == {"m/a/spot": 3, "m/b/od": 2}
+    a.ready, a.busy, a.arrivals_rps = 1, 1.0, 500.0  # spot reclaimed two, load soars: no change
+    assert s.scale(obs(30, a, b)) == {"m/a/spot": 3, "m/b/od": 2}
+    assert make("scaler", "static", {"replicas": 5}).scale(obs(0, a, b)) == {"m/a/spot": 5, "m/b/od": 5}
+
+
+# --------------------------------------------------------------------------------------------- HPA
+def test_hpa_tolerance_and_proportional_rule():
+    hpa = make("scaler", "hpa", {"metric": "busy", "target": 0.7, **NO_SPLIT})
+    assert one(hpa, 0, ready=4, busy=0.75, rps=1) == 4  # ratio 1.07: within 10%
+    assert one(hpa, 30, ready=4, busy=0.66, rps=1) == 4  # ratio 0.94
+    assert one(hpa, 60, ready=4, busy=0.8, rps=1) == 5  # ceil(4 * 0.8 / 0.7) = ceil(4.57)
+    kv = make("scaler", "hpa", {"metric": "kv", **NO_SPLIT})
+    assert one(kv, 0, ready=3, kv=0.95, busy=0.1, rps=1) == 5  # ceil(3 * 0.95 / 0.7) = ceil(4.07)
+
+
+def test_hpa_rising_load_within_rate_limit():
+    hpa = make("scaler", "hpa", {"target": 0.1, **NO_SPLIT})
+    n, seen = 2, []
+    for k in range(5):
+        n = one(hpa, 30 * k, ready=n, busy=1.0, rps=100)  # wants 10x every epoch; gets at most +100% or +4
+        seen.append(n)
+    assert seen == [6, 12, 24, 48, 96]  # max(2x, +4): 2 -> 6 (+4), then doubling
+    capped = make("scaler", "hpa", {"target": 0.1, "scale_up_factor": 1.5, "scale_up_pods": 1, **NO_SPLIT})
+    assert one(capped, 0, ready=10, busy=1.0, rps=1) == 15
+
+
+def test_hpa_starting_replicas_count_as_idle_when_scaling_up():
+    hpa = make("scaler", "hpa", {"target": 0.7, **NO_SPLIT})
+    # 2 ready at 0.9 (ratio 1.29) but 2 more starting: (1.8 / 4) / 0.7 = 0.64 reverses the direction: hold
+    assert one(hpa, 0, ready=2, starting=2, busy=0.9, rps=1) == 4
+    # 2 ready at 1.0 + 1 starting: (2.0 / 3) / 0.7 = 0.95 is within the tolerance: hold
+    assert one(hpa, 30, ready=2, starting=1, busy=1.0, rps=1) == 3
+    # 4 ready at 1.0 + 1 starting: ratio 1.14 -> ceil(4.0 / 0.7) = 6
+    assert one(hpa, 60, ready=4, starting=1, busy=1.0, rps=1) == 6
+    # nothing ready yet: no metric, no change
+    assert one(hpa, 90, ready=0, starting=3, busy=NAN, rps=1) == 3
+
+
+def test_hpa_queue_metric():
+    hpa = make("scaler", "hpa", {"metric": "queue", "target": 2.0, **NO_SPLIT})
+    assert one(hpa, 0, ready=2, waiting=12, rps=5) == 6  # 6 waiting per replica / 2 -> 3x, capped at max(4, 2+4)
+    assert one(hpa, 30, ready=10, waiting=21, rps=5) == 10  # 2.1 per replica: within tolerance
+
+
+def test_hpa_stabilization_window_delays_scale_down():
+    hpa = make("scaler", "hpa", {"target": 0.7, "downscale_window_s": 300, **NO_SPLIT})
+    assert one(hpa, 0, ready=8, busy=0.7, rps=1) == 8
+    assert one(hpa, 30, ready=8, busy=0.4, rps=1) == 8  # wants ceil(8*0.4/0.7) = 5, but 8 is in the window
+    for t in range(60, 300, 30):
+        assert one(hpa, t, ready=8, busy=0.1, rps=1) == 8  # wants 2
+    assert one(hpa, 300, ready=8, busy=0.1, rps=1) == 5  # t=0 left the window: the highest left is t=30's 5
+    assert one(hpa, 330, ready=5, busy=0.16, rps=1) == 2
+    # scale-up is not delayed by the window
+    assert one(hpa, 360, ready=2, busy=1.0, rps=1) == 3
+
+
+def test_hpa_keeps_one_replica_or_scales_to_zero_and_back():
+    hpa = make("scaler", "hpa", NO_SPLIT)
+    for t in range(0, 2000, 60):
+        n = one(hpa, t, ready=1, busy=0.0, rps=0.0)
+    assert n == 1  # HPA cannot scale to zero
+    z = make("scaler", "hpa", {"scale_to_zero": True, "idle_s": 300, **NO_SPLIT})
+    assert one(z, 0, ready=2, busy=0.0, rps=0.0) == 1  # idle metric: down to one, not zero
+    assert one(z, 240, ready=1, busy=0.0, rps=0.0) == 1
+    assert one(z, 300, ready=1, busy=0.0, rps=0.0) == 0  # after idle_s without demand
+    assert one(z, 330, ready=0, rps=0.0) == 0
+    assert one(z, 360, ready=0, waiting=3, rps=0.1) == 1  # scale from zero: requests are held for a replica
+    q = make("scaler", "hpa", {"metric": "queue", "scale_to_zero": True, **NO_SPLIT})
+    assert one(q, 0, ready=0, waiting=6, rps=1.0) == 3  # ceil(6 / 2)
+    assert one(q, 30, ready=0, waiting=50, rps=1.0) == 4  # from 0: at most +4 per epoch
+
+
+def test_hpa_computes_per_model_over_groups():
+    hpa = make("scaler", "hpa", {"target": 0.5, "on_demand_floor": 1, "min_zones": 2})
+    spot = grp("m/a/spot", pool="spot", zone="a", ready=2, busy=1.0, rps=10, price=1.0, available=10)
+    od = grp("m/b/od", zone="b", ready=1, busy=1.0, rps=10, price=3.0)
+    other = grp("x/a/od", model="x", ready=1, busy=0.5, rps=1)
+    out = hpa.scale(obs(0, spot, od, other))
+    assert out == {"m/a/spot": 5, "m/b/od": 1, "x/a/od": 1}  # m: ceil(3 / 0.5) = 6, the floor on demand
+
+
+# --------------------------------------------------------------------------------------------- split
+def test_split_prefers_spot_capped_by_available():
+    spot = grp("m/a/spot", pool="spot", price=1.0, available=3, ready=0)
+    od = grp("m/a/od", price=3.0, ready=0)
+    assert split_replicas([od, spot], 5, **NO_SPLIT) == {"m/a/od": 2, "m/a/spot": 3}
+    spot.available = 0  # spot gone
+    assert split_replicas([od, spot], 5, **NO_SPLIT) == {"m/a/od": 5, "m/a/spot": 0}
+    spot.available, spot.max_replicas = None, 4
+    assert split_replicas([od, spot], 5, **NO_SPLIT) == {"m/a/od": 1, "m/a/spot": 4}
+
+
+def test_split_on_demand_floor_and_zone_spread():
+    spot_a = grp("m/a/spot", pool="spot", zone="a", price=1.0, ready=0)
+    spot_b = grp("m/b/spot", pool="spot", zone="b", price=1.2, ready=0)
+    od_a = grp("m/a/od", zone="a", price=3.0, ready=0)
+    g = [spot_a, spot_b, od_a]
+    assert split_replicas(g, 4, on_demand_floor=0, min_zones=1) == {"m/a/spot": 4, "m/b/spot": 0, "m/a/od": 0}
+    assert split_replicas(g, 4, on_demand_floor=0, min_zones=2) == {"m/a/spot": 3, "m/b/spot": 1, "m/a/od": 0}
+    # the on-demand replica (zone a) comes first; spreading then sends the next to zone b
+    assert split_replicas(g, 4, on_demand_floor=1, min_zones=2) == {"m/a/spot": 2, "m/b/spot": 1, "m/a/od": 1}
+    assert split_replicas(g, 1, on_demand_floor=2, min_zones=2) == {"m/a/spot": 0, "m/b/spot": 0, "m/a/od": 2}
+    # a model with no on-demand group: the floor does not apply
+    assert split_replicas([spot_a, spot_b], 1, on_demand_floor=1) == {"m/a/spot": 1, "m/b/spot": 0}
+    # scaled to zero: only the groups' minimums
+    od_a.min_replicas = 1
+    assert split_replicas(g, 0, on_demand_floor=1) == {"m/a/spot": 0, "m/b/spot": 0, "m/a/od": 1}
+
+
+def test_split_by_capacity_units_and_no_needless_moves():
+    big = grp("m/a/h100", price=8.0, cap=40.0, ready=0)  # 0.2 $/h per rps
+    small = grp("m/a/a100", price=4.0, cap=10.0, ready=0)  # 0.4 $/h per rps
+    units = {"m/a/h100": 40.0, "m/a/a100": 10.0}
+    assert split_replicas([small, big], 70.0, units=units, **NO_SPLIT) == {"m/a/a100": 0, "m/a/h100": 2}
+    # equal prices: keep the replicas where they are
+    a, b = grp("m/a/x", price=1.0, ready=1), grp("m/a/y", price=1.0, ready=3)
+    assert split_replicas([a, b], 3, **NO_SPLIT) == {"m/a/x": 1, "m/a/y": 2}
+    assert split_replicas([a, b], 4, **NO_SPLIT) == {"m/a/x": 1, "m/a/y": 3}
+
+
+# --------------------------------------------------------------------------------------------- SLO-aware
+def test_slo_aware_capacity_headroom_and_backlog():
+    s = make("scaler", "slo_aware", {"headroom": 0.2, "drain_s": 60, **NO_SPLIT})
+    assert one(s, 0, ready=1, rps=50.0, cap=10.0) == 6  # 50 * 1.2 / 10
+    assert one(s, 30, ready=6, rps=50.0, cap=10.0, waiting=600) == 7  # + 600 / 60 = 10 rps of backlog
+
+
+def test_slo_correction_raises_replicas_when_ttft_exceeds_slo():
+    s = make("scaler", "slo_aware", {"headroom": 0.2, "correction_gain": 0.5, **NO_SPLIT})
+    slo = {"slo_ttft_s": 1.0, "slo_tpot_s": 0.05}
+    assert one(s, 0, ready=6, rps=50.0, tpot_p90_s=0.04, ttft_p90_s=0.5, **slo) == 6
+    # the ready replicas had the capacity (60 >= 50 rps) yet TTFT p90 is twice the SLO: capacity was optimistic
+    assert one(s, 30, ready=6, rps=50.0, tpot_p90_s=0.04, ttft_p90_s=2.0, **slo) == 9  # correction 1.5
+    assert s.correction["m"] == pytest.approx(1.5)
+    assert one(s, 60, ready=9, rps=50.0, tpot_p90_s=0.04, ttft_p90_s=2.0, **slo) == 14  # 1.5 -> 2.25
+    # met again: the correction relaxes toward 1 (the window keeps the replicas for now)
+    one(s, 90, ready=14, rps=50.0, tpot_p90_s=0.01, ttft_p90_s=0.2, **slo)
+    assert s.correction["m"] == pytest.approx(1.625)
+    # a shortage explains a violation (3 ready replicas = 30 < 50 rps): the estimate is kept
+    t = make("scaler", "slo_aware", NO_SPLIT)
+    assert one(t, 0, ready=3, rps=50.0, tpot_p90_s=0.5, ttft_p90_s=9.0, **slo) == 6
+    assert "m" not in t.correction
+    # NaN percentiles (nothing completed) change nothing
+    assert one(t, 30, ready=6, rps=50.0, **slo) == 6
+
+
+def test_slo_aware_scale_down_window_and_scale_to_zero():
+    s = make("scaler", "slo_aware", {"downscale_window_s": 120, "idle_s": 600, **NO_SPLIT})
+    assert one(s, 0, ready=1, rps=50.0) == 6
+    for t in (30, 60, 90):
+        assert one(s, t, ready=6, rps=10.0) == 6
+    assert one(s, 120, ready=6, rps=10.0) == 2  # lower for the whole window
+    for t in range(150, 240, 30):
+        assert one(s, t, ready=2, rps=0.0) == 2  # the need of 12 rps at t = 120 is still in the window
+    for t in range(240, 720, 30):
+        assert one(s, t, ready=2, rps=0.0) == 1  # no demand, not yet idle_s: one replica
+    assert one(s, 720, ready=1, rps=0.0) == 0  # idle since t=120 for 600 s
+    assert one(s, 750, ready=0, rps=0.0) == 0
+    assert one(s, 780, ready=0, rps=25.0, waiting=40) == 4  # back from zero: 25 * 1.2 / 10 + 40 / 60 / 10
+    keep = make("scaler", "slo_aware", {"scale_to_zero": False, **NO_SPLIT})
+    assert one(keep, 0, ready=1, rps=0.0) == 1 and one(keep, 5000, ready=1, rps=0.0) == 1
+
+
+def test_capacity_scalers_without_capacity_estimate():
+    s = make("scaler", "slo_aware", NO_SPLIT)
+    # capacity unknown (0 / NaN): observed 10 rps on 2 ready replicas at 50% busy -> 10 rps per busy replica
+    assert one(s, 0, ready=2, rps=10.0, busy=0.5, cap=0.0) == 2  # 10 * 1.2 / 10
+    assert one(s, 30, ready=2, rps=40.0, busy=NAN, cap=NAN) == 5  # remembered estimate: 40 * 1.2 / 10
+    # nothing known at all: hold, one more while requests wait
+    p = make("scaler", "predictive", NO_SPLIT)
+    assert one(p, 0, ready=3, rps=10.0, busy=0.0, cap=0.0) == 3
+    assert one(p, 30, ready=3, rps=10.0, busy=0.0, cap=0.0, waiting=5) == 4
+    # a group without an estimate uses its model's other groups'
+    a = grp("m/a/od", ready=1, rps=30.0, cap=10.0, price=1.0)
+    b = grp("m/b/od", zone="b", ready=1, rps=30.0, cap=0.0, price=1.0)
+    assert sum(make("scaler", "slo_aware", NO_SPLIT).scale(obs(0, a, b)).values()) == 4  # 36 rps / 10
+
+
+# --------------------------------------------------------------------------------------------- predictive
+def test_holt_is_exact_on_a_line_and_seasonal_term():
+    assert holt_forecast([3.0, 5.0, 7.0, 9.0], 2.5) == pytest.approx(14.0)
+    assert holt_forecast([4.0], 10) == 4.0 and holt_forecast([], 3) == 0.0
+    p = make("scaler", "predictive", {"season_s": 300, "season_weight": 1.0, "lead_s": 30, **NO_SPLIT})
+    pattern = [10.0] * 5 + [50.0] * 5  # a 10-epoch (300 s) season; epoch 15 is the next rise
+    g = grp(rps=10.0, history_rps=tuple(pattern + [10.0] * 4))
+    assert p.forecast([g], obs(0, g)) == pytest.approx(50.0)
+    h = make("scaler", "predictive", {"lead_s": 30, **NO_SPLIT})
+    assert h.forecast([g], obs(0, g)) < 15.0  # without the season Holt sees a flat 10
+
+
+def test_predictive_leads_a_linear_ramp_by_lead_s():
+    lead = 120.0  # cold start 90 s + one 30 s epoch
+    kw = {"headroom": 0.0, **NO_SPLIT}
+    pred, react = make("scaler", "predictive", kw), make("scaler", "slo_aware", kw)
+    first_p: dict[int, float] = {}
+    first_r: dict[int, float] = {}
+    hist: list[float] = []
+    for k in range(40):
+        t = 30.0 * k
+        rps = 5.0 + 0.05 * t  # +1.5 rps per epoch
+        g = {"ready": 1, "rps": rps, "cap": 10.0, "cold_start_s": 90.0, "history_rps": tuple(hist)}
+        n_p, n_r = one(pred, t, **g), one(react, t, **g)
+        first_p.setdefault(n_p, t)
+        first_r.setdefault(n_r, t)
+        # the forecast is exact on a line: it needs now what the load needs lead_s later
+        if k >= 1:  # (two points give Holt the trend)
+            assert n_p == math.ceil((rps + 0.05 * lead) / 10.0 - 1e-9)
+        hist.append(rps)
+    leads = [first_r[n] - first_p[n] for n in first_r if n in first_p and first_p[n] > 0]
+    assert len(leads) >= 3
+    assert all(abs(d - lead) <= 30.0 for d in leads)
+
+
+def test_predictive_scale_to_zero_respects_the_season():
+    day = [0.0] * 20 + [5.0] * 5  # quiet, then a burst at the same time every 25 epochs (750 s)
+    series = day * 2
+
+    def run(**params):
+        p = make("scaler", "predictive", {"idle_s": 300, "lead_s": 60, **params, **NO_SPLIT})
+        return [one(p, 30 * k, ready=1, rps=series[k], history_rps=tuple(series[:k])) for k in range(len(series))]
+
+    seasonal = run(season_s=750)
+    assert seasonal[20:34] == [1] * 14  # the first burst (k = 20..24), then idle_s = 300 s with one replica
+    assert seasonal[34:43] == [0] * 9  # zero while quiet
+    assert seasonal[43:] == [1] * 7  # back 2 epochs (lead_s) before the second burst at k = 45
+    plain = run()
+    assert plain[34:45] == [0] * 11 and plain[45] == 1  # without the season: only when the burst arrives
+
+
+# --------------------------------------------------------------------------------------------- all scalers
+def test_every_scaler_is_deterministic_and_never_negative():
+    rng = np.random.default_rng(0)
+    seq = []
+    for k in range(30):
+        gs = []
+        for j, (zone, pool) in enumerate([("a", "spot"), ("b", "spot"), ("a", "on_demand"), ("c", "on_demand")]):
+            model = "m1" if j < 3 else "m2"
+            gs.append(grp(f"{model}/{zone}/{pool}/{j}", model=model, zone=zone, pool=pool,
+                          ready=int(rng.integers(0, 5)), starting=int(rng.integers(0, 2)),
+                          waiting=int(rng.integers(0, 30)), busy=float(rng.choice([NAN, rng.random()])),
+                          kv=float(rng.random()), rps=float(rng.choice([0.0, 20 * rng.random()])),
+                          cap=float(rng.choice([0.0, NAN, 8.0])), price=float(rng.choice([1.0, 3.0])),
+                          available=int(rng.integers(0, 4)) if pool == "spot" else None,
+                          ttft_p90_s=float(rng.choice([NAN, 3 * rng.random()])), slo_ttft_s=1.0,
+                          history_rps=tuple(float(x) for x in rng.random(k) * 10)))
+        seq.append(obs(60 * k, *gs, epoch=60.0))
+    for name in ("static", "hpa", "slo_aware", "predictive"):  # the heuristic ones (not the trained "rl")
+        params = {"scale_to_zero": True, "idle_s": 120} if name in ("hpa", "slo_aware", "predictive") else {}
+        runs = []
+        for _ in range(2):
+            s = make("scaler", name, params)
+            runs.append([s.scale(o) for o in seq])
+        assert runs[0] == runs[1], name
+        for o, out in zip(seq, runs[0]):
+            assert set(out) == {g.key for g in o.groups}
+            assert all(isinstance(v, int) and v >= 0 for v in out.values()), (name, out)
+
+
+# --------------------------------------------------------------------------------------------- capacity
+def test_capacity_rps_from_the_real_performance_model():
+    from fleetwise.catalog import get_gpu, get_model
+    from fleetwise.perf import PerfModel
+
+    pm = PerfModel(get_gpu("h100"), get_model("llama-3-8b"))
+    caps = [capacity_rps(pm, 1000, 200, 2.0, slo) for slo in (None, 0.05, 0.02, 0.01)]
+    assert caps[0] > 0 and all(a >= b > 0 for a, b in itertools.pairwise(caps))
+    assert capacity_rps(pm, 1000, 200, 2.0, 0.001) == 0.0  # no batch meets 1 ms per token
+    assert capacity_rps(pm, 1000, 200, 0.001, None) == 0.0  # nor a 1 ms first token
+    assert capacity_rps(pm, 1000, 200, slo_ttft_s=NAN, slo_tpot_s=NAN) == caps[0]
+    assert capacity_rps(pm, 10**9, 10, kv_capacity_tokens=None) == 0.0  # does not fit the KV cache
+    with pytest.raises(InputError):
+        capacity_rps(pm, 0, 10)
+
+
+def _simulate(perf, rate, P, O, n=2500, seed=0):
+    from fleetwise.control.controller import Controller
+    from fleetwise.sim.build import make_replica
+    from fleetwise.sim.simulator import SimOptions, Simulator
+    from fleetwise.workload.request import Workload
+
+    rng = np.random.default_rng(seed)
+    w = Workload(arrival_s=np.cumsum(rng.exponential(1 / rate, n)), prompt_tokens=np.full(n, P),
+                 output_tokens=np.full(n, O))
+    sim = Simulator([make_replica(0, perf)], w, options=SimOptions(check_invariants=False))
+    return sim.run(Controller.from_names("round_robin", "vllm", batcher_params={"max_num_seqs": 64}))
+
+
+def test_capacity_rps_matches_a_direct_simulation():
+    perf = LinearPerf(kv_tokens=10**7)
+    P, O, slo = 200, 50, 0.02
+    cap = capacity_rps(perf, P, O, slo_tpot_s=slo, max_num_seqs=64)
+    assert 5.0 < cap < 20.0
+    below = _simulate(perf, 0.8 * cap, P, O)
+    above = _simulate(perf, 1.25 * cap, P, O)
+    assert np.nanmean(below.tpot_s[500:]) <= slo < np.nanmean(above.tpot_s[500:])
