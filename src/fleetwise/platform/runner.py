@@ -547,9 +547,22 @@ class Platform:
         return sum(1 for m in models for g in self.model_groups[m] for i in g.replicas
                    if reps[i].stop_s is None and not reps[i].failed and not reps[i].draining and now >= reps[i].ready_s)
 
+    def _wanted(self, models: tuple[int, ...]) -> int:
+        """Replicas the scaler wants now for ``models`` where they can run (zone up, spot available)."""
+        n = 0
+        for m in models:
+            for g in self.model_groups[m]:
+                if self._usable(g):
+                    w = min(max(g.target, g.min_replicas), g.max_replicas)
+                    n += w if g.available is None else min(w, g.available)
+        return n
+
     def _check_recovery(self) -> None:
+        """A fault is recovered from when its models have as many ready replicas as before it, or as many as
+        the scaler wants now (whichever is fewer)."""
         for f in self.faults:
-            if f.recovered_s is None and f.replicas and self._ready_of(f.models) >= f.ready_before:
+            if f.recovered_s is None and f.replicas and \
+                    self._ready_of(f.models) >= min(f.ready_before, max(1, self._wanted(f.models))):
                 f.recovered_s = self.sim.now - f.time_s
 
     def _fault(self, f, k: int) -> None:

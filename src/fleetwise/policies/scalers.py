@@ -296,7 +296,7 @@ class _CapacityScaler:
     """Shared by ``slo_aware`` and ``predictive``: demand in requests/s -> capacity -> replicas per group."""
 
     def __init__(self, headroom: float, drain_s: float, downscale_window_s: float, idle_s: float,
-                 scale_to_zero: bool, on_demand_floor: int, min_zones: int):
+                 scale_to_zero: bool, on_demand_floor: int, min_zones: int, zone_redundant: bool = False):
         _check("headroom", headroom)
         _check("drain_s", drain_s, strict=True)
         _check("downscale_window_s", downscale_window_s)
@@ -307,6 +307,9 @@ class _CapacityScaler:
         self.downscale_window_s, self.idle_s = float(downscale_window_s), float(idle_s)
         self.scale_to_zero = bool(scale_to_zero)
         self.on_demand_floor, self.min_zones = int(on_demand_floor), int(min_zones)
+        # zone_redundant: a model with demand keeps a replica in each of min_zones zones, and capacity such
+        # that losing its largest zone still leaves the need (N+1 across zones, as for multi-AZ services)
+        self.zone_redundant = bool(zone_redundant)
         self._win: dict[str, _Window] = {}
         self._idle = _Idle()
         self._cap_est: dict[str, float] = {}  # last observed capacity per replica of a model (fallback)
@@ -365,7 +368,26 @@ class _CapacityScaler:
                 current = float(sum(current_replicas(g) * units[g.key] for g in groups))
                 need = self.need_rps(model, groups, obs, units)
             need = win.stabilize(now, need, current)
-            out.update(split_replicas(groups, need, units=units, min_total=1, **split))
+            if not self.zone_redundant:
+                out.update(split_replicas(groups, need, units=units, min_total=1, **split))
+                continue
+            zones = len({g.zone for g in groups if group_cap(g) > 0})
+            z = min(self.min_zones, zones)
+            alloc = split_replicas(groups, need, units=units, min_total=max(1, z), **split)
+            if z >= 2:  # N+1: add capacity until the model survives the loss of its largest zone
+                for _ in range(64):
+                    per_zone: dict[str, float] = {}
+                    for g in groups:
+                        per_zone[g.zone] = per_zone.get(g.zone, 0.0) + alloc[g.key] * units[g.key]
+                    total = sum(per_zone.values())
+                    if total - max(per_zone.values()) >= need - 1e-9:
+                        break
+                    grown = split_replicas(groups, total + min(units.values()), units=units, min_total=max(1, z),
+                                           **split)
+                    if grown == alloc:
+                        break
+                    alloc = grown
+            out.update(alloc)
         return out
 
 
@@ -385,10 +407,12 @@ class SLOAware(_CapacityScaler):
     need of the window is used). A model with no arrivals, waiting or running requests for ``idle_s`` goes to
     zero (``scale_to_zero``); otherwise it keeps at least one replica."""
 
-    def __init__(self, headroom: float = 0.2, drain_s: float = 60.0, downscale_window_s: float = 120.0,
+    def __init__(self, headroom: float = 0.2, drain_s: float = 60.0, downscale_window_s: float = 300.0,
                  idle_s: float = 600.0, scale_to_zero: bool = True, correction_gain: float = 0.5,
-                 max_correction: float = 4.0, on_demand_floor: int = 1, min_zones: int = 2):
-        super().__init__(headroom, drain_s, downscale_window_s, idle_s, scale_to_zero, on_demand_floor, min_zones)
+                 max_correction: float = 4.0, on_demand_floor: int = 1, min_zones: int = 2,
+                 zone_redundant: bool = True):
+        super().__init__(headroom, drain_s, downscale_window_s, idle_s, scale_to_zero, on_demand_floor, min_zones,
+                         zone_redundant)
         _check("correction_gain", correction_gain)
         if correction_gain > 1:
             raise ValueError(f"correction_gain must be <= 1, got {correction_gain}")
@@ -465,9 +489,11 @@ class Predictive(_CapacityScaler):
 
     def __init__(self, lead_s: float | None = None, alpha: float = 0.5, beta: float = 0.2,
                  season_s: float | None = None, season_weight: float = 0.5, headroom: float = 0.2,
-                 drain_s: float = 60.0, downscale_window_s: float = 120.0, idle_s: float = 600.0,
-                 scale_to_zero: bool = True, on_demand_floor: int = 1, min_zones: int = 2):
-        super().__init__(headroom, drain_s, downscale_window_s, idle_s, scale_to_zero, on_demand_floor, min_zones)
+                 drain_s: float = 60.0, downscale_window_s: float = 300.0, idle_s: float = 600.0,
+                 scale_to_zero: bool = True, on_demand_floor: int = 1, min_zones: int = 2,
+                 zone_redundant: bool = True):
+        super().__init__(headroom, drain_s, downscale_window_s, idle_s, scale_to_zero, on_demand_floor, min_zones,
+                         zone_redundant)
         if lead_s is not None:
             _check("lead_s", lead_s)
         if season_s is not None:

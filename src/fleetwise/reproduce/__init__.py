@@ -12,4 +12,5 @@ PAPERS = {
     "batching": "DISPPO: semi-Markov PPO for prefill/decode batching at edge nodes",
     "torta": "TORTA: RL + optimal transport across regions, switching-aware micro allocation",
     "graph-marl": "Graph-MARL-CloudLLM: heterogeneous GNN + MAPPO across clouds",
+    "platform": "platform autoscaling (HPA, SLO-aware, predictive, RL) with spot, tenants and faults",
 }
