@@ -368,27 +368,34 @@ class _CapacityScaler:
                 current = float(sum(current_replicas(g) * units[g.key] for g in groups))
                 need = self.need_rps(model, groups, obs, units)
             need = win.stabilize(now, need, current)
-            if not self.zone_redundant:
+            if not self.zone_redundant or self.min_zones < 2:
                 out.update(split_replicas(groups, need, units=units, min_total=1, **split))
                 continue
-            zones = len({g.zone for g in groups if group_cap(g) > 0})
-            z = min(self.min_zones, zones)
-            alloc = split_replicas(groups, need, units=units, min_total=max(1, z), **split)
-            if z >= 2:  # N+1: add capacity until the model survives the loss of its largest zone
-                for _ in range(64):
-                    per_zone: dict[str, float] = {}
-                    for g in groups:
-                        per_zone[g.zone] = per_zone.get(g.zone, 0.0) + alloc[g.key] * units[g.key]
-                    total = sum(per_zone.values())
-                    if total - max(per_zone.values()) >= need - 1e-9:
-                        break
-                    grown = split_replicas(groups, total + min(units.values()), units=units, min_total=max(1, z),
-                                           **split)
-                    if grown == alloc:
-                        break
-                    alloc = grown
-            out.update(alloc)
+            out.update(self._zone_redundant(groups, need, units, split))
         return out
+
+    def _zone_redundant(self, groups: list[GroupState], need: float, units: dict[str, float], split: dict
+                        ) -> dict[str, int]:
+        """N+1 across zones: with Z usable zones (cap > 0) each zone gets capacity for ``need / (Z - 1)``, so that
+        losing any one zone leaves the need (Z = 1: the need, in that zone). Within a zone, ``split_replicas``
+        (cheapest per unit first); at least one replica per zone; the on-demand floor over the whole model."""
+        zones: dict[str, list[GroupState]] = {}
+        for g in groups:
+            if group_cap(g) > 0:
+                zones.setdefault(g.zone, []).append(g)
+        alloc = {g.key: min(max(0, int(g.min_replicas)), group_cap(g)) for g in groups}
+        if not zones:
+            return alloc
+        nz = len(zones)
+        share = need / (nz - 1) if nz >= 2 else need
+        for zg in zones.values():
+            alloc.update(split_replicas(zg, share, units=units, min_total=1, on_demand_floor=0, min_zones=1))
+        od = [g for g in groups if g.pool != "spot" and group_cap(g) > 0]
+        floor = split.get("on_demand_floor", 1)
+        if od and sum(alloc[g.key] for g in od) < floor:
+            g = min(od, key=lambda g: (max(0.0, g.price_usd_per_hour) / units[g.key], g.key))
+            alloc[g.key] = min(group_cap(g), alloc[g.key] + floor - sum(alloc[h.key] for h in od))
+        return alloc
 
 
 @register_scaler("slo_aware")
