@@ -274,3 +274,35 @@ def test_priority_batcher_is_sarathi_with_one_priority():
     a = sim_of(w, replicas=1, kv=4000).run(Controller.from_names("round_robin", "sarathi"))
     b = sim_of(w, replicas=1, kv=4000).run(Controller.from_names("round_robin", "priority"))
     assert a.equals(b)
+
+
+SMALL = """
+name: small-platform
+fleet: {topology: backbone, regions: [us-east-1]}
+deployments:
+  - {model: llama-3-8b, gpu: a100-80gb, zone: us-east-1a, replicas: 1, min_replicas: 1, max_replicas: 4}
+  - {model: llama-3-8b, gpu: a100-80gb, zone: us-east-1b, replicas: 0, max_replicas: 4}
+workload: {kind: poisson, rate_rps: 8, num_requests: 800, slo_class: interactive}
+scaler: slo_aware
+platform:
+  faults: [{at_s: 30, kind: zone, target: us-east-1a, duration_s: 60}]
+"""
+
+
+def test_cli_simulate_runs_the_platform_and_writes_monitoring(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    f = tmp_path / "p.yaml"
+    f.write_text(SMALL)
+    p = subprocess.run([sys.executable, "-m", "fleetwise", "simulate", "-s", str(f), "--monitor", str(tmp_path / "m"),
+                        "--json"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    s = json.loads(p.stdout)
+    assert s["lost_requests"] == 0 and s["faults"] == 1
+    for name in ("monitor.prom", "monitor.parquet", "monitor.png"):
+        assert (tmp_path / "m" / name).stat().st_size > 0
+    p = subprocess.run([sys.executable, "-m", "fleetwise", "simulate", "-s", str(f), "--scaler", "nope"],
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and "unknown scaler 'nope'" in p.stderr and len(p.stderr.strip().splitlines()) == 1

@@ -70,18 +70,43 @@ def simulate(
     trace: Optional[str] = typer.Option(None, help="replay this trace file (or alias azure-conv, mooncake, ...)"),
     requests: Optional[int] = typer.Option(None, "--requests", "-n", min=1, help="number of requests"),
     seed: Optional[int] = typer.Option(None, help="random seed (default: the scenario's)"),
+    scaler: Optional[str] = typer.Option(None, help="autoscaler (runs the platform layer; overrides the scenario)"),
+    monitor: Optional[Path] = typer.Option(None, help="platform runs: write the monitoring series here "
+                                           "(Prometheus text, Parquet, PNG)"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
-    """Run one scenario (default: the embedded default) and print its summary."""
-    from fleetwise.scenario import build
+    """Run one scenario (default: the embedded default) and print its summary. A scenario with a ``scaler``
+    (or ``--scaler``) runs with the platform layer: autoscaling, spot, faults, tenants (docs/platform.md)."""
+    from fleetwise.scenario import PolicyRef, build
 
     sc, workload = _load(scenario, trace, requests)
+    if scaler is not None:
+        sc = sc.model_copy(update={"scaler": PolicyRef(name=scaler)})
     b = build(sc, seed, workload=workload, num_requests=requests)
+    plat = None
+    if sc.scaler is not None:
+        from fleetwise.control.registry import make
+        from fleetwise.platform.runner import Platform
+
+        plat = Platform(b, make("scaler", sc.scaler.name, sc.scaler.params, where="scaler: "),
+                        seed=sc.seed if seed is None else seed, monitor=monitor is not None)
     with _progress() as prog:
         task = prog.add_task(f"simulating {sc.name}", total=len(b.workload))
-        records = b.run(router, batcher, progress=lambda k: prog.advance(task, k))
-    s = b.summary(records)
+        prog_fn = lambda k: prog.advance(task, k)  # noqa: E731
+        records = b.run(router, batcher, progress=prog_fn) if plat is None else \
+            plat.run(b.controller(router, batcher), progress=prog_fn)
+    s = b.summary(records) if plat is None else plat.results(records)
     s["reject_reasons"] = records.reject_reasons()
+    if plat is not None and monitor is not None:
+        from fleetwise.platform.monitor import plot_monitor
+
+        monitor.mkdir(parents=True, exist_ok=True)
+        plat.monitor.to_prometheus(monitor / "monitor.prom")
+        try:
+            plat.monitor.to_parquet(monitor / "monitor.parquet")
+        except InputError as e:
+            console.print(str(e), markup=False)
+        plot_monitor(plat.monitor, monitor / "monitor.png", title=f"{sc.name} ({sc.scaler.name})", events=plat.events)
     if as_json:
         out.print_json(json.dumps(_jsonable(s)))
         return
@@ -401,6 +426,13 @@ def reproduce_graph_marl(quick: bool = _QUICK, as_json: bool = _JSON, eval_trace
     _reproduce("graph_marl", quick, as_json, eval_trace, seeds, db)
 
 
+@reproduce_app.command("platform")
+def reproduce_platform(quick: bool = _QUICK, as_json: bool = _JSON, eval_trace: Optional[str] = _EVAL,
+                       seeds: Optional[int] = _SEEDS, db: str = _DB) -> None:
+    """Platform autoscaling: scalers on a day of multi-tenant load with faults and spot preemptions."""
+    _reproduce("platform", quick, as_json, eval_trace, seeds, db)
+
+
 @bench_app.command("env-steps")
 def bench_env_steps(
     name: str = typer.Argument(..., help="allocation, batching, torta or graph-marl"),
@@ -439,6 +471,104 @@ def bench_sweep(
     out.print(f"{res['runs']} runs of {spec!r}: sequential {res['sequential_runs_per_min']:.0f} runs/min "
               f"({res['sequential_wall_s']:.1f} s), pool of {res['workers']} {res['pool_runs_per_min']:.0f} runs/min "
               f"({res['pool_wall_s']:.1f} s): {res['speedup']:.2f}x")
+
+
+def _serve_module(name: str = "app"):
+    import importlib
+
+    try:
+        return importlib.import_module(f"fleetwise.serve.{name}")
+    except ModuleNotFoundError as e:
+        if e.name and e.name.startswith("fleetwise"):
+            raise
+        raise InputError(f"this command needs the serve extra (missing module {e.name!r}): "
+                         "pip install -c constraints.txt 'fleetwise[serve]'") from None
+
+
+@app.command()
+def serve(
+    host: str = typer.Option("127.0.0.1", help="address to bind (not loopback: a token is required)"),
+    port: int = typer.Option(8000, min=0, max=65535),
+    router: str = typer.Option("least_outstanding_tokens", help="router policy, e.g. prefix_aware?hit_weight=0.5"),
+    scaler: Optional[str] = typer.Option(None, help="scaler policy for /v1/scale (default: none loaded)"),
+    planner: Optional[str] = typer.Option(None, help="planner for /v1/plan (default: ot_capacity)"),
+    checkpoint: Optional[str] = typer.Option(None, help="TORTA planner checkpoint (Stable-Baselines3 .zip)"),
+    token_file: Optional[str] = typer.Option(None, help="file with the bearer token (default: $FLEETWISE_SERVE_TOKEN)"),
+    seed: int = typer.Option(0, help="seed of the random routers"),
+    log_level: str = typer.Option("warning", help="uvicorn log level"),
+    gateway: bool = typer.Option(False, "--gateway", help="run the OpenAI-compatible gateway in front of --backend "
+                                 "servers instead (docs/serve.md#gateway); --router picks the backend"),
+    backend: Optional[list[str]] = typer.Option(None, "--backend", help="with --gateway: an OpenAI-compatible "
+                                                "server's base URL, e.g. http://127.0.0.1:8001 (repeat the option)"),
+    max_attempts: int = typer.Option(3, min=1, help="with --gateway: distinct backends tried per request"),
+) -> None:
+    """The decision service: route, scale and plan over HTTP (docs/serve.md). With --gateway: an OpenAI-compatible
+    proxy that routes each request to one of the --backend servers."""
+    if gateway:
+        if not backend:
+            raise InputError("--gateway: give at least one --backend URL")
+        if scaler is not None or planner is not None or checkpoint is not None:
+            raise InputError("--gateway routes only: --scaler, --planner and --checkpoint do not apply")
+        _serve_module("gateway").serve_gateway(list(backend), host=host, port=port, route_policy=router,
+                                               token_file=token_file, log_level=log_level, seed=seed,
+                                               max_attempts=max_attempts)
+        return
+    if backend:
+        raise InputError("--backend needs --gateway")
+    if planner is not None and checkpoint is not None:
+        raise InputError("give --planner or --checkpoint, not both")
+    _serve_module().main(host=host, port=port, router=router, scaler=scaler, planner=planner, checkpoint=checkpoint,
+                         token_file=token_file, seed=seed, log_level=log_level)
+
+
+@bench_app.command("serve")
+def bench_serve(
+    rate: float = typer.Option(1000.0, min=1.0, help="calls per second (open loop)"),
+    duration: float = typer.Option(10.0, min=0.1, help="seconds; rate x duration calls in all"),
+    connections: int = typer.Option(8, min=1, help="keep-alive client connections"),
+    replicas: int = typer.Option(8, min=1, help="replicas in each route snapshot"),
+    router: str = typer.Option("least_outstanding_tokens"),
+    pin: bool = typer.Option(False, "--pin", help="service on CPU 0, load generator on CPU 1"),
+    floor: bool = typer.Option(False, "--floor", help="the same load on a trivial app: HTTP + uvicorn alone"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Decision latency (P50/P99) and throughput of `fleetwise serve` on loopback under a bounded open-loop load."""
+    mod = _serve_module("loadgen")
+    _serve_module()  # the service's own dependencies
+    res = mod.run(rate=rate, duration_s=duration, connections=connections, replicas=replicas, router=router, pin=pin,
+                  floor=floor)
+    if as_json:
+        out.print_json(json.dumps(res))
+    else:
+        out.print(mod.render(res), highlight=False)
+
+
+@bench_app.command("gateway")
+def bench_gateway(
+    backend: Optional[list[str]] = typer.Option(None, "--backend", help="backend base URL (repeat); default: start "
+                                                "--servers local llama.cpp servers with a tiny random model"),
+    servers: int = typer.Option(3, min=1, help="local llama.cpp servers to start when no --backend is given"),
+    requests: int = typer.Option(200, min=1, help="requests per path (direct, gateway) and mode (plain, stream)"),
+    concurrency: int = typer.Option(1, min=1, help="client threads"),
+    max_tokens: int = typer.Option(8, min=1),
+    router: str = typer.Option("least_outstanding_tokens"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Gateway overhead: the same completions straight to the backends and through `fleetwise serve --gateway`."""
+    mod = _serve_module("bench_gateway")
+    _serve_module("gateway")
+    if not backend:
+        from fleetwise.serve.localbackends import llama_cpp_available
+
+        if not llama_cpp_available():
+            raise InputError("no --backend given and llama-cpp-python is not installed: "
+                             "pip install -c constraints.txt 'fleetwise[backend]'")
+    res = mod.gateway_overhead(list(backend) if backend else None, servers=servers, requests=requests,
+                               concurrency=concurrency, max_tokens=max_tokens, policy=router)
+    if as_json:
+        out.print_json(json.dumps(res))
+    else:
+        out.print(mod.render(res), highlight=False)
 
 
 def main() -> None:
