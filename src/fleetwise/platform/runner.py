@@ -530,6 +530,8 @@ class Platform:
 
     def _spot_change(self, g: Group, avail: int) -> None:
         sim = self.sim
+        if self._done():  # after the window: nothing runs any more, nothing to preempt or start
+            return
         g.available = avail
         live = [i for i in self._live(g)]
         extra = len(live) - avail
@@ -567,6 +569,8 @@ class Platform:
 
     def _fault(self, f, k: int) -> None:
         sim = self.sim
+        if self._done():
+            return
         reps = sim.replicas
         now = sim.now
         alive = [i for i in range(len(reps)) if self._alive(i)]
@@ -645,10 +649,15 @@ class Platform:
     def finish(self) -> None:
         """Close the billing window: replicas still running stop at the end of the window (or now, if later)."""
         sim = self.sim
-        end = max(self.end_s, sim.now)
+        # the window ends at end_s, or when the last request ended if later (not at a timer that fired after)
+        done = np.frombuffer(sim.completion_s, dtype=np.float64)
+        last = float(np.nanmax(done)) if sim.n and not np.isnan(done).all() else 0.0
+        end = max(self.end_s, min(last, sim.now))
         for r in sim.replicas:
             if r.stop_s is None:
                 r.stop_s = max(end, r.start_s)
+            elif r.stop_s > end and r.start_s <= end:
+                r.stop_s = end
         self._check_recovery()
 
     def results(self, records) -> dict[str, Any]:
