@@ -1,0 +1,519 @@
+"""Autoscaling as an MDP over the platform layer (issue 8): ``AutoscalingEnv`` (``fleetwise/Autoscaling-v0``).
+
+One step is one scaling epoch. ``reset(seed)`` builds the scenario, attaches the platform with no scaler
+(``Platform(built, scaler=None)``) and runs the simulator, answering its "route" and "batch" decision points
+with the scenario's router and batcher, until the first "scale" decision point; ``step(action)`` answers it
+and runs on to the next one. The same observation function (:func:`features`) and action mapping
+(:func:`targets_from_action`) serve the deployed scaler ``rl`` (``fleetwise.policies.scalers_rl``), so a
+trained policy acts through ``run_platform`` exactly as in training.
+
+Scenario
+    The constructor's ``scenario`` (a Scenario, a built-in name or a dict) or, by default, the embedded
+    :func:`default_scenario`: Llama-3-8B on L40S GPUs, one on-demand group (us-east-1a) and one spot group
+    (us-east-1b, availability from the AWS spot trace of that zone), 0-6 replicas each, cold start 75 s, and
+    a bursty three-tenant workload over a ``window_s`` window: ServeGen ``m-large`` chat arrivals (x
+    ``rate_scale``, interactive SLO, Azure conversation lengths), an MMPP ``api`` tenant (standard SLO) and a
+    Poisson ``batch`` tenant. The seed picks the ServeGen window start and the spot-trace offset: from the
+    first ``train_fraction`` of the 14-day trace for training, from the rest with ``held_out=True``
+    (evaluation). Episodes are ~41 epochs of 30 s.
+
+Observation
+    ``Box(-5, 5, (max_groups * 17 + 2,), float32)``, from the ScaleObs only. Per group, in the platform's
+    order (padded with zeros to ``max_groups``), with ``cap = max_replicas`` and ``u`` = one replica's
+    ``capacity_rps`` (1 when unknown):
+
+    ====  =============================================================================================
+    0     1 (a group; 0 = padding)
+    1     1 for a spot pool
+    2-4   ready / cap, starting / cap, draining / cap
+    5     log1p(waiting per ready replica) / log1p(100) (waiting includes requests held for a replica)
+    6-7   busy (GPU-busy fraction of ready replicas), kv_used
+    8     model demand ``arrivals_rps / (u * cap)``
+    9     demand trend ``(arrivals_rps - mean of the last 4 history_rps) / (u * cap)``
+    10-11 ``ttft_p90 / slo_ttft``, ``tpot_p90 / slo_tpot`` (0 when NaN: nothing completed)
+    12    price per replica / the most expensive group's
+    13    available / cap (1 when the pool is unlimited)
+    14    (ready + starting) / cap (what the group has now; the action is relative to it)
+    15    model coverage: the model's (ready + starting) x capacity over its demand (4 when no demand)
+    16    cold start / (10 epochs)
+    ====  =============================================================================================
+
+    then ``sin``, ``cos`` of ``obs.time_s`` over 24 h. All values clipped to [-5, 5].
+
+Action
+    ``MultiDiscrete([len(deltas)] * max_groups)``: per group a change of ``deltas`` (default -2..+2) replicas
+    relative to ``ready + starting``; targets are clamped to ``[min_replicas, min(max_replicas, available)]``
+    (the platform clamps again); actions of padding slots are ignored. Safety rules for a model with demand
+    (arrivals or waiting requests), as the heuristics' ``on_demand_floor``: its on-demand groups keep
+    ``on_demand_floor`` (default 1) replicas, since spot capacity can vanish at once, and its targets never
+    add up to zero (so requests are never held to the horizon, i.e. lost).
+
+Reward (per epoch, :class:`AutoscalingConfig`)
+    ``-reward_scale * (cost + slo_weight * missed + wait_weight * backlog + change_weight * moved)`` where
+
+    - ``cost``: GPU cost of the replicas alive during the epoch (``num_gpus x price_usd_per_gpu_hour x``
+      seconds alive between ``start_s`` and ``stop_s``, billed from the start of provisioning; kept
+      incrementally), divided by the cost of one replica of the most expensive group for one epoch
+      (``cost_scale_usd_per_hour``, default that price): one on-demand replica-epoch costs 1. The last step
+      bills until the platform is done (the last request ended), not until the simulator's last timer;
+    - ``missed``: fraction of the requests that ended during the epoch and missed their SLO (TTFT or TPOT
+      target of their class, as ``slo_attainment`` counts it: TTFT includes half the network round trip;
+      a rejected request misses);
+    - ``backlog``: requests waiting or held at the end of the epoch per request that arrived during it
+      (capped at ``max_backlog``): scaling to zero under load is punished before completions show it;
+    - ``moved``: replicas added or removed by the answer (|target - (ready + starting)| summed over groups),
+      a small price on churn (flapping between scale-up and scale-down).
+
+    With the defaults (``slo_weight=40``, ``wait_weight=2``, ``change_weight=0.2``) an on-demand replica is
+    worth keeping for an epoch when it saves 2.5% of that epoch's requests from missing their SLO (a spot
+    replica: about 1%).
+
+Episode end
+    ``terminated`` when the platform is done (every request ended, the simulator's ``advance`` returns None);
+    ``truncated`` after ``max_epochs`` steps.
+
+Info
+    ``time_s``, ``epoch_cost_usd``, ``cost_usd`` (so far), ``ended``, ``met``, ``slo_attainment`` (met / ended
+    so far), ``missed_fraction``, ``backlog``, ``moved``, ``lost_requests`` (requests not served by the horizon; must
+    stay 0), ``targets`` (the last answer, {group key: replicas}).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from fleetwise.errors import InputError
+
+N_GROUP_FEATURES = 17
+N_GLOBAL_FEATURES = 2
+OBS_CLIP = 5.0
+DAY_S = 86400.0
+SERVEGEN_SPAN_S = 1_209_600.0  # m-large: 14 days of 600-s windows
+SPOT_TRACE_SPAN_S = 547_060.0  # aws-04-19-2023/us-east-1b_intel_64 (the "auto" trace of us-east-1b)
+
+
+# --------------------------------------------------------------------------------------------- scenario
+def default_scenario(start_s: float = 36_000.0, spot_offset_s: float = 0.0, window_s: float = 1200.0,
+                     rate_scale: float = 0.025):
+    """The embedded scenario: one model, an on-demand and a spot group, a bursty three-tenant workload over
+    ``window_s`` seconds: ServeGen ``m-large`` chat arrivals from ``start_s`` of its trace (interactive), an
+    MMPP ``api`` tenant (standard) and a Poisson ``batch`` tenant."""
+    from fleetwise.scenario import parse_scenario
+
+    common = {"model": "llama-3-8b", "gpu": "l40s", "provision_s": 60, "storage": "nfs"}
+    return parse_scenario({
+        "name": "autoscaling-rl",
+        "description": "Autoscaling-v0 default: Llama-3-8B on L40S, on-demand + spot, ServeGen chat + api + batch",
+        "fleet": {"topology": "backbone", "regions": ["us-east-1"]},
+        "deployments": [
+            {**common, "replicas": 2, "min_replicas": 0, "max_replicas": 6, "zone": "us-east-1a"},
+            {**common, "replicas": 0, "min_replicas": 0, "max_replicas": 6, "zone": "us-east-1b", "pool": "spot",
+             "spot_trace": "auto", "spot_offset_s": float(spot_offset_s)},
+        ],
+        "workload": {"kind": "mix", "max_total_tokens": 8192, "parts": [
+            {"tenant": "chat", "workload": {
+                "kind": "servegen", "servegen_model": "m-large", "start_s": float(start_s),
+                "end_s": float(start_s) + window_s, "rate_scale": rate_scale, "slo_class": "interactive",
+                "lengths": {"kind": "trace", "trace": "azure-conv"}}},
+            {"tenant": "api", "workload": {"kind": "mmpp", "base_rate_rps": 0.4, "burst_rate_rps": 3.0,
+                                           "mean_base_s": 300.0, "mean_burst_s": 120.0, "duration_s": window_s,
+                                           "slo_class": "standard"}},
+            {"tenant": "batch", "workload": {"kind": "poisson", "rate_rps": 0.25, "duration_s": window_s,
+                                             "slo_class": "batch"}},
+        ]},
+        "scaler": "hpa",
+        "platform": {"epoch_s": 30, "drain_s": 600},
+    })
+
+
+def episode_scenario(seed: int, held_out: bool = False, window_s: float = 1200.0, train_fraction: float = 0.8,
+                     rate_scale: float = 0.025):
+    """The default scenario for one seed: the ServeGen window start (whole minutes) and the spot-trace offset
+    drawn from ``seed``; windows from the first ``train_fraction`` of the trace, or from the rest when
+    ``held_out``."""
+    rng = np.random.default_rng(np.random.SeedSequence([int(seed), 808]))
+    cut = train_fraction * SERVEGEN_SPAN_S
+    lo, hi = (cut, SERVEGEN_SPAN_S - window_s) if held_out else (0.0, cut - window_s)
+    start = 60.0 * math.floor(rng.uniform(lo, hi) / 60.0)
+    spot = 60.0 * math.floor(rng.uniform(0.0, SPOT_TRACE_SPAN_S) / 60.0)
+    return default_scenario(start, spot, window_s, rate_scale)
+
+
+def resolve_scenario(scenario):
+    """A Scenario from a Scenario, a built-in name / path, or a dict (None stays None: the default)."""
+    from fleetwise.scenario import Scenario, load_scenario, parse_scenario
+
+    if scenario is None or isinstance(scenario, Scenario):
+        return scenario
+    if isinstance(scenario, dict):
+        return parse_scenario(scenario)
+    if isinstance(scenario, str):
+        return load_scenario(scenario)
+    raise InputError(f"scenario: expected a Scenario, a built-in name or a mapping, got {type(scenario).__name__}")
+
+
+_SERVEGEN: dict = {}
+
+
+@contextlib.contextmanager
+def cached_servegen():
+    """Within the block, ServeGen rate files are read once per process: ``read_servegen`` parses the 160
+    CSV files of a model (~6 s) on every ``build``. The rates are only read, so the workload is the same."""
+    from fleetwise.workload import readers
+
+    orig = readers.read_servegen
+    if getattr(orig, "_fleetwise_cached", False):
+        yield
+        return
+
+    def cached(folder_or_model_dir, model=None, limit=None):
+        key = (str(folder_or_model_dir), model, limit)
+        if key not in _SERVEGEN:
+            _SERVEGEN[key] = orig(folder_or_model_dir, model=model, limit=limit)
+        return _SERVEGEN[key]
+
+    cached._fleetwise_cached = True  # type: ignore[attr-defined]
+    readers.read_servegen = cached
+    try:
+        yield
+    finally:
+        readers.read_servegen = orig
+
+
+def build_cached(scenario, seed: int):
+    """``fleetwise.scenario.build`` with ServeGen rates cached (the same result, faster)."""
+    from fleetwise.scenario import build
+
+    with cached_servegen():
+        return build(scenario, seed)
+
+
+# --------------------------------------------------------------------------------------------- observation
+def _fin(x, default: float = 0.0) -> float:
+    return float(x) if x is not None and math.isfinite(x) else default
+
+
+def features(obs, max_groups: int) -> np.ndarray:
+    """The observation vector of a ScaleObs (see the module docstring): ``max_groups * 17 + 2`` float32 values
+    in [-5, 5]. Uses the ScaleObs only, so the env and the deployed scaler see the same thing."""
+    groups = list(obs.groups)
+    if len(groups) > max_groups:
+        raise InputError(f"rl scaler: the scenario has {len(groups)} scaling groups; the policy handles at most "
+                         f"{max_groups}")
+    out = np.zeros(max_groups * N_GROUP_FEATURES + N_GLOBAL_FEATURES, dtype=np.float64)
+    top_price = max((_fin(g.price_usd_per_hour) for g in groups), default=0.0)
+    epoch = obs.epoch_s if obs.epoch_s and obs.epoch_s > 0 else 30.0
+    supply: dict[str, float] = {}
+    for g in groups:
+        u = _fin(g.capacity_rps) if _fin(g.capacity_rps) > 0 else 1.0
+        supply[g.model] = supply.get(g.model, 0.0) + (max(0, g.ready) + max(0, g.starting)) * u
+    for i, g in enumerate(groups):
+        cap = max(1, int(g.max_replicas))
+        u = _fin(g.capacity_rps) if _fin(g.capacity_rps) > 0 else 1.0
+        arr = max(0.0, _fin(g.arrivals_rps))
+        hist = [max(0.0, _fin(x)) for x in g.history_rps[-4:]]
+        ready = max(0, int(g.ready))
+        f = out[i * N_GROUP_FEATURES:(i + 1) * N_GROUP_FEATURES]
+        f[0] = 1.0
+        f[1] = 1.0 if g.pool == "spot" else 0.0
+        f[2] = ready / cap
+        f[3] = max(0, int(g.starting)) / cap
+        f[4] = max(0, int(g.draining)) / cap
+        f[5] = math.log1p(max(0, int(g.waiting)) / max(ready, 1)) / math.log1p(100.0)
+        f[6] = _fin(g.busy)
+        f[7] = _fin(g.kv_used)
+        f[8] = arr / (u * cap)
+        f[9] = (arr - sum(hist) / len(hist)) / (u * cap) if hist else 0.0
+        f[10] = _fin(g.ttft_p90_s) / g.slo_ttft_s if _fin(g.slo_ttft_s) > 0 else 0.0
+        f[11] = _fin(g.tpot_p90_s) / g.slo_tpot_s if _fin(g.slo_tpot_s) > 0 else 0.0
+        f[12] = _fin(g.price_usd_per_hour) / top_price if top_price > 0 else 0.0
+        f[13] = 1.0 if g.available is None else max(0, int(g.available)) / cap
+        f[14] = (ready + max(0, int(g.starting))) / cap
+        f[15] = min(OBS_CLIP, supply[g.model] / arr) if arr > 1e-9 else OBS_CLIP
+        f[16] = _fin(g.cold_start_s) / (10.0 * epoch)
+    ang = 2.0 * math.pi * (_fin(obs.time_s) % DAY_S) / DAY_S
+    out[-2] = math.sin(ang)
+    out[-1] = math.cos(ang)
+    np.nan_to_num(out, copy=False, nan=0.0, posinf=OBS_CLIP, neginf=-OBS_CLIP)
+    return np.clip(out, -OBS_CLIP, OBS_CLIP).astype(np.float32)
+
+
+# --------------------------------------------------------------------------------------------- action
+def symmetric_deltas(n: int) -> tuple[int, ...]:
+    """``n`` (odd) replica changes centred on 0: 5 -> (-2, -1, 0, 1, 2)."""
+    if n < 1 or n % 2 == 0:
+        raise InputError(f"action choices per group: expected an odd number, got {n}")
+    return tuple(range(-(n // 2), n // 2 + 1))
+
+
+def targets_from_action(obs, action: Sequence[int], deltas: Sequence[int], on_demand_floor: int = 1
+                        ) -> dict[str, int]:
+    """Targets {group key: replicas}: per group ``ready + starting + deltas[action[i]]`` clamped to
+    ``[min_replicas, min(max_replicas, available)]``. Then two safety rules per model with demand (arrivals
+    or waiting requests), as the heuristics' ``on_demand_floor``: its non-spot groups keep at least
+    ``on_demand_floor`` replicas together (spot capacity can vanish at once; the cheapest non-spot group gets
+    the missing ones), and its targets never add up to zero (one replica in its cheapest group that can have
+    one), so requests are never held until the horizon."""
+    a = np.asarray(action, dtype=np.int64).reshape(-1)
+    out: dict[str, int] = {}
+    caps: dict[str, int] = {}
+    for i, g in enumerate(obs.groups):
+        cap = max(0, int(g.max_replicas))
+        if g.available is not None:
+            cap = min(cap, max(0, int(g.available)))
+        lo = min(max(0, int(g.min_replicas)), max(0, int(g.max_replicas)))
+        k = int(a[i]) if i < len(a) else len(deltas) // 2
+        d = deltas[min(max(k, 0), len(deltas) - 1)]
+        cur = max(0, int(g.ready)) + max(0, int(g.starting))
+        out[g.key] = max(lo, min(cap, cur + d)) if cap >= lo else lo
+        caps[g.key] = cap
+    models: dict[str, list] = {}
+    for g in obs.groups:
+        models.setdefault(g.model, []).append(g)
+
+    def price(g):
+        return (_fin(g.price_usd_per_hour, math.inf), g.pool == "spot")
+
+    for gs in models.values():
+        if not any(_fin(g.arrivals_rps) > 0 or g.waiting > 0 for g in gs):
+            continue
+        od = [g for g in gs if g.pool != "spot" and caps[g.key] > 0]
+        missing = on_demand_floor - sum(out[g.key] for g in od)
+        for g in sorted(od, key=price):
+            if missing <= 0:
+                break
+            add = min(missing, caps[g.key] - out[g.key])
+            if add > 0:
+                out[g.key] += add
+                missing -= add
+        if sum(out[g.key] for g in gs) == 0:
+            ok = [g for g in gs if caps[g.key] > 0] or gs
+            out[min(ok, key=price).key] = 1
+    return out
+
+
+# --------------------------------------------------------------------------------------------- env
+@dataclass(frozen=True)
+class AutoscalingConfig:
+    """Environment settings: the embedded scenario's window, the action and the reward weights."""
+
+    max_groups: int = 4
+    deltas: tuple[int, ...] = (-2, -1, 0, 1, 2)
+    window_s: float = 1200.0  # embedded scenario: arrivals over this many seconds
+    rate_scale: float = 0.025  # embedded scenario: ServeGen rate multiplier (about 1.5-12 requests/s)
+    train_fraction: float = 0.8  # embedded scenario: training windows from this first part of the trace
+    cost_scale_usd_per_hour: float | None = None  # None: one replica of the most expensive group
+    slo_weight: float = 40.0
+    wait_weight: float = 2.0
+    change_weight: float = 0.2
+    on_demand_floor: int = 1  # safety rule of the action mapping (targets_from_action)
+    max_backlog: float = 5.0
+    reward_scale: float = 0.1
+    max_epochs: int = 400
+
+
+class AutoscalingEnv(gym.Env):
+    """One step = one scaling epoch of the platform layer (module docstring)."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, scenario=None, config: AutoscalingConfig | None = None, held_out: bool = False,
+                 router=None, batcher=None):
+        self.cfg = config or AutoscalingConfig()
+        if len(self.cfg.deltas) < 1:
+            raise InputError("deltas: expected at least one replica change")
+        self.scenario = resolve_scenario(scenario)
+        self.held_out = bool(held_out)
+        self.router, self.batcher = router, batcher
+        n = self.cfg.max_groups * N_GROUP_FEATURES + N_GLOBAL_FEATURES
+        self.observation_space = spaces.Box(-OBS_CLIP, OBS_CLIP, shape=(n,), dtype=np.float32)
+        self.action_space = spaces.MultiDiscrete([len(self.cfg.deltas)] * self.cfg.max_groups)
+        self.platform = None
+        self.sim = None
+        self._dp = None
+
+    # ---------------------------------------------------------------- scenario and simulator
+    def scenario_for(self, seed: int):
+        """The scenario of an episode: the constructor's, or the embedded one for ``seed``."""
+        if self.scenario is not None:
+            return self.scenario
+        c = self.cfg
+        return episode_scenario(seed, self.held_out, c.window_s, c.train_fraction, c.rate_scale)
+
+    def _advance(self):
+        """Run the simulator, answering route/batch decisions, up to the next scale decision (None: done)."""
+        sim = self.sim
+        route, plan = self._ctl.router.route, self._ctl.batcher.plan
+        advance, apply = sim.advance, sim.apply
+        while (dp := advance()) is not None:
+            k = dp.kind
+            if k == "route":
+                apply(route(dp))
+            elif k == "batch":
+                apply(plan(dp.lane, sim))
+            elif k == "scale":
+                return dp
+            else:
+                raise RuntimeError(f"Autoscaling-v0: unexpected decision point {k!r}")
+        return None
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        from fleetwise.platform.runner import Platform
+
+        ep_seed = int(seed) if seed is not None else int(self.np_random.integers(2**31 - 1))
+        self.episode_seed = ep_seed
+        sc = self.scenario_for(ep_seed)
+        built = build_cached(sc, ep_seed)
+        self.platform = p = Platform(built, scaler=None, seed=ep_seed, monitor=False)
+        self.sim = sim = built.sim
+        self._ctl = built.controller(self.router, self.batcher)
+        sim.batcher_stationary = bool(getattr(self._ctl.batcher, "stationary", False))
+        if len(p.groups) > self.cfg.max_groups:
+            raise InputError(f"Autoscaling-v0: the scenario has {len(p.groups)} scaling groups; max_groups is "
+                             f"{self.cfg.max_groups}")
+        w = sim.workload
+        from fleetwise.workload.slo import get_slo
+
+        slo = [get_slo(n) for n in w.slo_classes]
+        self._ttft_t = [c.ttft_s for c in slo]
+        self._tpot_t = [c.tpot_s for c in slo]
+        self._cls = w.slo_class.tolist()
+        prices = [g.price_usd_per_hour for g in p.groups]
+        scale = self.cfg.cost_scale_usd_per_hour or (max(prices) if prices and max(prices) > 0 else 1.0)
+        self._cost_unit = scale * p.spec.epoch_s / 3600.0  # USD of one reference replica for one epoch
+        self._seen = 0
+        self._met = self._ended = 0
+        self._closed_cost = 0.0
+        self._open: list[int] = []
+        self._n_reps = 0
+        self._cost = 0.0
+        self._arrived = sum(sim.arrived)
+        self._steps = 0
+        self._cost = self._billed()
+        self._dp = self._advance()
+        info = self._info(0.0, 0.0, 0.0, {})
+        if self._dp is None:  # nothing to scale (an empty workload)
+            p.finish()
+            return np.zeros(self.observation_space.shape, np.float32), info
+        return features(self._dp.payload, self.cfg.max_groups), info
+
+    def _billed(self, until: float | None = None) -> float:
+        """GPU cost (USD) of every replica up to now (or ``until``); stopped replicas are summed once."""
+        sim = self.sim
+        reps = sim.replicas
+        for i in range(self._n_reps, len(reps)):
+            self._open.append(i)
+        self._n_reps = len(reps)
+        now = sim.now if until is None else until
+        running = 0.0
+        still = []
+        for i in self._open:
+            r = reps[i]
+            rate = r.num_gpus * r.price_usd_per_gpu_hour / 3600.0
+            if r.stop_s is not None:
+                self._closed_cost += rate * max(0.0, min(r.stop_s, now) - r.start_s)
+            else:
+                running += rate * max(0.0, now - r.start_s)
+                still.append(i)
+        self._open = still
+        return self._closed_cost + running
+
+    def _ended_since(self) -> tuple[int, int]:
+        """(ended, met their SLO) among requests that ended since the last call."""
+        sim = self.sim
+        log = sim.completions
+        ended = met = 0
+        status, ft, cs, arr, net, out = sim.status, sim.first_token_s, sim.completion_s, sim.arrival, sim.net_s, \
+            sim.output
+        cls, tt, tp = self._cls, self._ttft_t, self._tpot_t
+        for rid in log[self._seen:]:
+            ended += 1
+            if status[rid] != 1:
+                continue
+            c = cls[rid]
+            half = net[rid] / 2.0
+            ttft = ft[rid] + half - arr[rid]
+            o = out[rid]
+            tpot = (cs[rid] - ft[rid]) / (o - 1) if o > 1 else 0.0
+            if ttft <= tt[c] and tpot <= tp[c]:
+                met += 1
+        self._seen = len(log)
+        return ended, met
+
+    def _lost(self) -> int:
+        from fleetwise.sim.records import REJECT_REASONS
+
+        st = np.frombuffer(self.sim.status, dtype=np.int8)
+        rs = np.frombuffer(self.sim.reason, dtype=np.int8)
+        return int((st == 0).sum() + ((st == 2) & (rs == REJECT_REASONS.index("horizon"))).sum())
+
+    def _info(self, epoch_cost: float, missed: float, backlog: float, targets: dict) -> dict:
+        return {"time_s": float(self.sim.now), "epoch_cost_usd": float(epoch_cost), "cost_usd": float(self._cost),
+                "ended": int(self._ended), "met": int(self._met),
+                "slo_attainment": float(self._met / self._ended) if self._ended else 1.0,
+                "missed_fraction": float(missed), "backlog": float(backlog), "lost_requests": 0,
+                "targets": dict(targets), "episode_seed": int(self.episode_seed)}
+
+    @property
+    def scale_obs(self):
+        """The pending ScaleObs (None when the episode is over)."""
+        return None if self._dp is None else self._dp.payload
+
+    def step(self, action):
+        if self._dp is None:
+            raise RuntimeError("episode is over; call reset()")
+        return self.step_targets(targets_from_action(self._dp.payload, action, self.cfg.deltas,
+                                                     self.cfg.on_demand_floor))
+
+    def step_targets(self, targets: dict[str, int]):
+        """``step`` with the answer given as targets {group key: replicas} (e.g. a heuristic scaler's), so
+        any scaler can be scored with this environment's reward."""
+        if self._dp is None:
+            raise RuntimeError("episode is over; call reset()")
+        cfg = self.cfg
+        moved = 0
+        for g in self._dp.payload.groups:
+            if g.key in targets:
+                moved += abs(int(targets[g.key]) - max(0, g.ready) - max(0, g.starting))
+        self.sim.apply(targets)
+        self._dp = self._advance()
+        self._steps += 1
+        done = self._dp is None
+        until = None
+        if done:  # bill until the platform was done: the last request ended (or the last arrival)
+            cs = np.frombuffer(self.sim.completion_s, dtype=np.float64)
+            last = float(np.nanmax(cs)) if len(cs) and not np.isnan(cs).all() else 0.0
+            until = max(self.platform.end_s, last)
+            self.platform.finish()
+        cost = self._billed(until)
+        epoch_cost, self._cost = cost - self._cost, cost
+        ended, met = self._ended_since()
+        self._ended += ended
+        self._met += met
+        missed = (ended - met) / ended if ended else 0.0
+        arrived = sum(self.sim.arrived)
+        new = arrived - self._arrived
+        self._arrived = arrived
+        if done:
+            backlog = 0.0
+        else:
+            waiting = sum(max(0, g.waiting) for g in self._dp.payload.groups)
+            backlog = min(cfg.max_backlog, waiting / max(new, 1))
+        penalty = (epoch_cost / self._cost_unit + cfg.slo_weight * missed + cfg.wait_weight * backlog
+                   + cfg.change_weight * moved)
+        reward = -cfg.reward_scale * penalty
+        info = self._info(epoch_cost, missed, backlog, targets)
+        info["moved"] = moved
+        if done:
+            info["lost_requests"] = self._lost()
+            return np.zeros(self.observation_space.shape, np.float32), float(reward), True, False, info
+        truncated = self._steps >= cfg.max_epochs
+        return features(self._dp.payload, cfg.max_groups), float(reward), False, truncated, info

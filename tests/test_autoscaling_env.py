@@ -1,0 +1,147 @@
+"""fleetwise/Autoscaling-v0 (the RL scaler of issue 8): env checks, determinism, a short PPO run and the
+trained policy as the registered scaler "rl" through run_platform."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("gymnasium")
+pytest.importorskip("stable_baselines3")
+
+from fleetwise.control.protocols import GroupState, ScaleObs  # noqa: E402
+from fleetwise.envs.autoscaling import (  # noqa: E402
+    N_GLOBAL_FEATURES,
+    N_GROUP_FEATURES,
+    AutoscalingConfig,
+    AutoscalingEnv,
+    cached_servegen,
+    default_scenario,
+    episode_scenario,
+    features,
+    targets_from_action,
+)
+from fleetwise.errors import InputError  # noqa: E402
+
+# a short window keeps the episodes in these tests at ~10 epochs
+SHORT = AutoscalingConfig(window_s=300.0)
+
+
+def _group(key="m/g/z-a/on_demand", pool="on_demand", **kw) -> GroupState:
+    base = dict(key=key, model="m", gpu="g", region="r", zone=key.split("/")[2], pool=pool, ready=2, starting=1,
+                draining=0, min_replicas=0, max_replicas=6, waiting=4, running=10, kv_used=0.3, busy=0.8,
+                arrivals_rps=5.0, history_rps=(3.0, 4.0), ttft_p90_s=float("nan"), tpot_p90_s=0.04,
+                slo_ttft_s=0.5, slo_tpot_s=0.05, capacity_rps=2.5, price_usd_per_hour=2.0, cold_start_s=75.0)
+    base.update(kw)
+    return GroupState(**base)
+
+
+def test_check_env_and_registration():
+    import gymnasium as gym
+    from gymnasium.utils.env_checker import check_env
+
+    import fleetwise.envs  # noqa: F401  (registers the ids)
+
+    env = gym.make("fleetwise/Autoscaling-v0", config=SHORT)
+    check_env(env.unwrapped)
+    assert env.observation_space.shape == (4 * N_GROUP_FEATURES + N_GLOBAL_FEATURES,)
+    assert list(env.action_space.nvec) == [5, 5, 5, 5]
+
+
+def _rollout(seed: int, actions_seed: int = 7) -> tuple[list, list, dict]:
+    env = AutoscalingEnv(config=SHORT)
+    obs, _ = env.reset(seed=seed)
+    rng = np.random.default_rng(actions_seed)
+    obs_l, rew = [obs], []
+    while True:
+        obs, r, term, trunc, info = env.step(rng.integers(0, 5, size=4))
+        obs_l.append(obs)
+        rew.append(r)
+        if term or trunc:
+            return obs_l, rew, info
+
+
+def test_same_seed_same_episode_and_no_lost_requests():
+    o1, r1, i1 = _rollout(3)
+    o2, r2, i2 = _rollout(3)
+    assert len(o1) == len(o2) > 3
+    assert all(np.array_equal(a, b) for a, b in zip(o1, o2))
+    assert r1 == r2 and i1 == i2
+    assert i1["lost_requests"] == 0
+    assert all(r <= 0 for r in r1)
+    assert i1["cost_usd"] > 0 and 0 <= i1["slo_attainment"] <= 1
+    o3, _, _ = _rollout(4)
+    assert not all(np.array_equal(a, b) for a, b in zip(o1, o3))  # another seed: another window
+
+
+def test_episode_windows_split_train_and_held_out():
+    def starts(held: bool) -> list[float]:
+        return [episode_scenario(s, held).workload["parts"][0]["workload"]["start_s"] for s in range(20)]
+
+    train, held = starts(False), starts(True)
+    assert max(train) < min(held)
+    assert len(set(train)) == 20
+
+
+def test_features_and_action_mapping():
+    od = _group()
+    spot = _group("m/g/z-b/spot", pool="spot", ready=1, starting=0, available=2, price_usd_per_hour=0.8)
+    obs = ScaleObs(time_s=21600.0, epoch_s=30.0, groups=[od, spot])
+    x = features(obs, 3)
+    assert x.shape == (3 * N_GROUP_FEATURES + N_GLOBAL_FEATURES,) and x.dtype == np.float32
+    f = x[:N_GROUP_FEATURES]
+    assert f[0] == 1 and f[1] == 0
+    assert math.isclose(f[2], 2 / 6, rel_tol=1e-6) and math.isclose(f[3], 1 / 6, rel_tol=1e-6)
+    assert f[10] == 0.0  # NaN TTFT percentile -> 0
+    assert math.isclose(f[11], 0.8, rel_tol=1e-6)  # tpot p90 0.04 / slo 0.05
+    assert math.isclose(f[15], (3 * 2.5 + 1 * 2.5) / 5.0, rel_tol=1e-6)  # model coverage
+    assert x[N_GROUP_FEATURES + 1] == 1 and math.isclose(x[N_GROUP_FEATURES + 12], 0.4, rel_tol=1e-6)
+    assert not x[2 * N_GROUP_FEATURES:-2].any()  # padding
+    assert math.isclose(x[-2], 1.0, abs_tol=1e-6)  # 6 h: sin = 1
+    # +2 on-demand (3 -> 5), +2 spot capped by available (1 -> 2)
+    assert targets_from_action(obs, [4, 4, 0], (-2, -1, 0, 1, 2)) == {od.key: 5, spot.key: 2}
+    # all down with demand: the safety floor keeps one replica in the cheapest group that can have one
+    low = ScaleObs(0.0, 30.0, [_group(ready=1, starting=0), _group("m/g/z-b/spot", pool="spot", ready=0, starting=0,
+                                                                   price_usd_per_hour=0.8, available=0)])
+    assert targets_from_action(low, [0, 0], (-2, -1, 0, 1, 2)) == {od.key: 1, spot.key: 0}
+    with pytest.raises(InputError, match="at most 1"):
+        features(obs, 1)
+
+
+def test_importing_fleetwise_does_not_import_torch():
+    code = ("import sys, fleetwise, fleetwise.envs.autoscaling, fleetwise.policies.scalers_rl, "
+            "fleetwise.learn.autoscaling; from fleetwise.control.registry import names; "
+            "assert 'rl' in names('scaler'); print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_rl_scaler_missing_checkpoint_is_an_input_error(tmp_path):
+    from fleetwise.control.registry import make
+
+    with pytest.raises(InputError, match="not found"):
+        make("scaler", "rl", {"checkpoint": str(tmp_path / "nope.zip")})
+
+
+def test_short_ppo_training_then_rl_scaler_runs_the_platform(tmp_path):
+    import torch
+
+    from fleetwise.learn.autoscaling import TrainConfig, train_autoscaler
+    from fleetwise.platform import run_platform
+
+    torch.set_num_threads(1)
+    path = tmp_path / "rl.zip"
+    cfg = TrainConfig(env=SHORT, n_steps=64, batch_size=32, n_epochs=2, save_path=str(path))
+    model = train_autoscaler(128, seed=0, config=cfg)
+    assert path.is_file() and model.curve  # at least one episode finished
+    sc = default_scenario(start_s=36_000.0, window_s=300.0)
+    with cached_servegen():  # the rates read once per process (same workload)
+        p = run_platform(sc, 5, scaler={"name": "rl", "checkpoint": str(path)}, monitor=False)
+    s = p.summary
+    assert s["lost_requests"] == 0
+    assert s["completed"] == s["requests"] > 0
+    assert 0.0 <= s["slo_attainment"] <= 1.0 and s["cost_usd"] > 0
