@@ -12,6 +12,9 @@ import pytest
 
 pytest.importorskip("gymnasium")
 pytest.importorskip("stable_baselines3")
+if __import__("fleetwise.data", fromlist=["data_dir"]).data_dir(required=False) is None:
+    pytest.skip("real datasets not found (set FLEETWISE_DATA): the scenario replays ServeGen rates",
+                allow_module_level=True)
 
 from fleetwise.control.protocols import GroupState, ScaleObs  # noqa: E402
 from fleetwise.envs.autoscaling import (  # noqa: E402
