@@ -46,6 +46,7 @@ class TrainConfig:
 
     env: AutoscalingConfig = field(default_factory=AutoscalingConfig)
     scenario: Any = None  # None: the embedded scenario (a fresh training window per episode)
+    make_env: Callable[[], Any] | None = None  # builds the (unwrapped) environment instead of AutoscalingEnv
     n_envs: int = 1
     subproc: bool = False  # environments in worker processes (SubprocVecEnv) instead of DummyVecEnv
     n_steps: int = 246  # per environment and rollout: 6 episodes of the default scenario
@@ -63,11 +64,11 @@ class TrainConfig:
     verbose: bool = False  # a line per rollout on stderr (timesteps, episode return, SLO, cost, wall time)
 
 
-def _make_env(scenario, cfg: AutoscalingConfig) -> Callable[[], Any]:
+def _make_env(scenario, cfg: AutoscalingConfig, factory: Callable[[], Any] | None = None) -> Callable[[], Any]:
     def make():
         from stable_baselines3.common.monitor import Monitor
 
-        return Monitor(AutoscalingEnv(scenario, cfg))
+        return Monitor(factory() if factory is not None else AutoscalingEnv(scenario, cfg))
 
     return make
 
@@ -83,7 +84,7 @@ def train_autoscaler(timesteps: int, seed: int = 0, config: TrainConfig | None =
 
     cfg = config or TrainConfig()
     torch.set_num_threads(1)
-    fns = [_make_env(cfg.scenario, cfg.env) for _ in range(cfg.n_envs)]
+    fns = [_make_env(cfg.scenario, cfg.env, cfg.make_env) for _ in range(cfg.n_envs)]
     venv = SubprocVecEnv(fns) if cfg.subproc and cfg.n_envs > 1 else DummyVecEnv(fns)
     venv.seed(seed)
     model = PPO("MlpPolicy", venv, learning_rate=cfg.learning_rate, n_steps=cfg.n_steps,

@@ -255,18 +255,10 @@ def _rl_trainer():
 
         ngroups = len(parse_scenario(base).deployments)
         env_cfg = AutoscalingConfig(max_groups=ngroups)
-        cfg = TrainConfig(env=env_cfg, n_envs=1, n_steps=240, batch_size=80, save_path=str(path))
-        env = PlatformWindows(base, window_s, list(days), env_cfg)
-        import fleetwise.learn.autoscaling as la
-
-        orig = la._make_env
-        la._make_env = lambda scenario, c: (lambda: __import__("stable_baselines3.common.monitor",
-                                                               fromlist=["Monitor"]).Monitor(env))
-        try:
-            train_autoscaler(timesteps, seed=0, config=cfg,
-                             progress=None if progress is None else (lambda n, stats: progress(n)))
-        finally:
-            la._make_env = orig
+        cfg = TrainConfig(env=env_cfg, n_envs=1, n_steps=240, batch_size=80, save_path=str(path),
+                          make_env=lambda: PlatformWindows(base, window_s, list(days), env_cfg))
+        train_autoscaler(timesteps, seed=0, config=cfg,
+                         progress=None if progress is None else (lambda n, stats: progress(n)))
         return path
 
     return train
