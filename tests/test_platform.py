@@ -310,3 +310,22 @@ def test_cli_simulate_runs_the_platform_and_writes_monitoring(tmp_path):
     p = subprocess.run([sys.executable, "-m", "fleetwise", "simulate", "-s", str(f), "--scaler", "nope"],
                        capture_output=True, text=True)
     assert p.returncode == 2 and "unknown scaler 'nope'" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_reproduce_platform_windows_and_best():
+    from fleetwise.reproduce.platform import _best, on_demand_only, windowed
+    from fleetwise.scenario import SCENARIO_DIR, read_yaml
+
+    _, base = read_yaml("platform", SCENARIO_DIR, "scenario")
+    d = windowed(base, 9.5 * 3600, 11.5 * 3600, day=2)
+    parts = [p["workload"] for p in d["workload"]["parts"]]
+    assert all(p["start_s"] == 2 * 86400 + 9.5 * 3600 and p["end_s"] == 2 * 86400 + 11.5 * 3600 for p in parts)
+    assert [f["at_s"] for f in d["platform"]["faults"]] == [1800.0]  # the 10:00 zone outage, 30 min in
+    assert d["platform"]["duration_s"] == 7200.0
+    assert all(dep.get("spot_offset_s", 0) == 2 * 86400 + 9.5 * 3600 for dep in d["deployments"] if dep["pool"] == "spot")
+    assert all(dep["pool"] == "on_demand" for dep in on_demand_only(d)["deployments"])
+    parse_scenario(d)
+    rows = {"hpa": [{"slo_attainment": 0.9, "cost_per_mtok_usd": 5.0}],
+            "a": [{"slo_attainment": 0.95, "cost_per_mtok_usd": 3.0}],
+            "b": [{"slo_attainment": 0.85, "cost_per_mtok_usd": 1.0}]}
+    assert _best(rows) == "a"  # the cheapest at least as good as the HPA
