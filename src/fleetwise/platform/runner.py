@@ -409,34 +409,13 @@ class Platform:
         self._arr_prev = list(sim.arrived)
         out = []
         for g in self.groups:
-            ready = starting = draining = waiting = running = 0
-            kv = busy = 0.0
-            for i in g.replicas:
-                r = reps[i]
-                if r.stop_s is not None or r.failed:
-                    continue
-                b = r.busy_s - self._busy_prev.get(i, 0.0)
-                self._busy_prev[i] = r.busy_s
-                if r.draining:
-                    draining += 1
-                elif now < r.ready_s:
-                    starting += 1
-                else:
-                    ready += 1
-                    kv += r.kv_used_fraction(now)
-                    busy += min(1.0, b / ep)
-                waiting += len(r.waiting)
-                running += r.num_running()
-            mg = self.model_groups[g.model_index]
-            if mg[0] is g:
-                waiting += len(sim.held[g.model_index])
+            ready, starting, draining, waiting, running, kv, busy = self._group_now(g, ep, "e")
             a, hist = arr.get(g.model_index, (0.0, ()))
             tt, tp = ttft.get(g.index), tpot.get(g.index)
             out.append(GroupState(
                 key=g.key, model=g.model, gpu=g.gpu, region=g.region_name, zone=g.zone, pool=g.pool, ready=ready,
                 starting=starting, draining=draining, min_replicas=g.min_replicas, max_replicas=g.max_replicas,
-                waiting=waiting, running=running, kv_used=kv / ready if ready else 0.0,
-                busy=busy / ready if ready else 0.0, arrivals_rps=a, history_rps=hist,
+                waiting=waiting, running=running, kv_used=kv, busy=busy, arrivals_rps=a, history_rps=hist,
                 ttft_p90_s=float(np.percentile(tt, 90)) if tt else math.nan,
                 tpot_p90_s=float(np.percentile(tp, 90)) if tp else math.nan,
                 slo_ttft_s=g.slo_ttft_s, slo_tpot_s=g.slo_tpot_s, capacity_rps=g.capacity_rps,
@@ -444,6 +423,37 @@ class Platform:
                 available=None if g.available is None else (g.available if self._usable(g) else 0),
             ))
         return ScaleObs(time_s=now, epoch_s=ep, groups=out)
+
+    def _group_now(self, g: Group, dt: float, tag: str) -> tuple[int, int, int, int, int, float, float]:
+        """(ready, starting, draining, waiting, running, mean KV use, mean GPU busy over the last ``dt`` seconds)
+        of a group's live replicas; waiting includes, on the model's first group, requests held for a replica.
+        ``tag`` keeps one busy-time baseline per caller (scaling epochs, monitoring)."""
+        sim = self.sim
+        reps = sim.replicas
+        now = sim.now
+        prev = self._busy_prev
+        ready = starting = draining = waiting = running = 0
+        kv = busy = 0.0
+        for i in g.replicas:
+            r = reps[i]
+            if r.stop_s is not None or r.failed:
+                continue
+            b = r.busy_s - prev.get((tag, i), 0.0)
+            prev[(tag, i)] = r.busy_s
+            if r.draining:
+                draining += 1
+            elif now < r.ready_s:
+                starting += 1
+            else:
+                ready += 1
+                kv += r.kv_used_fraction(now)
+                busy += min(1.0, b / dt)
+            waiting += len(r.waiting)
+            running += r.num_running()
+        if self.model_groups[g.model_index][0] is g:
+            waiting += len(sim.held[g.model_index])
+        return ready, starting, draining, waiting, running, kv / ready if ready else 0.0, \
+            busy / ready if ready else 0.0
 
     def _done(self) -> bool:
         sim = self.sim
@@ -487,37 +497,19 @@ class Platform:
                                                  "running", "kv_used", "busy", "arrivals_rps", "completed",
                                                  "rejected", "ttft_p90_s", "cost_usd", "spot_available")}
         for g in self.groups:
-            ready = starting = draining = waiting = running = 0
-            kv = busy = cost = 0.0
-            for i in g.replicas:
-                r = reps[i]
-                end = r.stop_s if r.stop_s is not None else now
-                cost += r.num_gpus * r.price_usd_per_gpu_hour * max(0.0, end - r.start_s) / 3600.0
-                if r.stop_s is not None or r.failed:
-                    continue
-                if r.draining:
-                    draining += 1
-                elif now < r.ready_s:
-                    starting += 1
-                else:
-                    ready += 1
-                    kv += r.kv_used_fraction(now)
-                    key = ("m", i)
-                    busy += min(1.0, (r.busy_s - self._busy_prev.get(key, 0.0)) / dt)
-                    self._busy_prev[key] = r.busy_s
-                waiting += len(r.waiting)
-                running += r.num_running()
+            ready, starting, draining, waiting, running, kv, busy = self._group_now(g, dt, "m")
             m = g.model_index
-            if self.model_groups[m][0] is g:
-                waiting += len(sim.held[m])
+            cost = sum(reps[i].num_gpus * reps[i].price_usd_per_gpu_hour
+                       * max(0.0, (reps[i].stop_s if reps[i].stop_s is not None else now) - reps[i].start_s)
+                       for i in g.replicas) / 3600.0
             t = tt.get(g.index)
             cols["replicas_ready"].append(ready)
             cols["replicas_starting"].append(starting)
             cols["replicas_draining"].append(draining)
             cols["waiting"].append(waiting)
             cols["running"].append(running)
-            cols["kv_used"].append(kv / ready if ready else 0.0)
-            cols["busy"].append(busy / ready if ready else 0.0)
+            cols["kv_used"].append(kv)
+            cols["busy"].append(busy)
             cols["arrivals_rps"].append((sim.arrived[m] - self._mon_arr[m]) / dt if m < len(sim.arrived) else 0.0)
             cols["completed"].append(done[g.index])
             cols["rejected"].append(rej[g.index])
