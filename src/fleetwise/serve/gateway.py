@@ -43,22 +43,12 @@ from typing import Any, AsyncIterator, Callable
 from urllib.parse import urlsplit
 
 from fleetwise.errors import InputError
+from fleetwise.serve.app import is_loopback
 from fleetwise.serve.policy import ReplicaSnapshot, RouteRequest, load_route_policy
 
 __all__ = ["create_gateway_app", "GatewayConfig", "BackendState", "normalise_backend_url", "ThreadedServer",
            "serve_gateway"]
 
-
-
-def _is_loopback(host: str) -> bool:
-    import ipaddress
-
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 # Prometheus series read from backends' /metrics: summed over label sets (kv: the largest)
@@ -417,7 +407,7 @@ def create_gateway_app(backends: list[str], route_policy: str = "least_outstandi
     def auth_error(request: Request) -> Response | None:
         if token is None:
             host = request.client.host if request.client else ""
-            if not _is_loopback(host) and host != "testclient":
+            if not is_loopback(host) and host != "testclient":
                 return JSONResponse(_error_body("this gateway runs without a token and serves loopback "
                                                 "clients only", "permission_error", 403), status_code=403)
             return None
