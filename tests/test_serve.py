@@ -654,3 +654,40 @@ def test_load_generator_smoke(web):
     assert r["calls"] == 100 and r["ok"] == 100 and r["errors"] == 0
     assert r["p50_ms"] <= r["p99_ms"] <= r["max_ms"]
     assert "p99" in loadgen.render(r)
+
+
+def test_load_generator_reopens_connections_the_server_closes():
+    """A server that closes idle keep-alive connections (uvicorn does after 5 s) must not break a run: the
+    generator opens another connection, as HTTP clients do, and every call still gets its answer."""
+    import asyncio
+
+    from fleetwise.serve import loadgen
+
+    async def main() -> dict:
+        async def handle(reader, writer):
+            await reader.readuntil(b"\r\n\r\n")
+            await reader.readexactly(2)
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+            await writer.drain()
+            writer.close()  # one call per connection
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            return await loadgen._drive(port, [loadgen._request("/v1/route", b"{}", "t")], 400.0, 60, 2)
+        finally:
+            server.close()
+
+    res = asyncio.run(main())
+    assert res["status"].count(200) + res["status"].count(-1) == 60
+    assert res["status"].count(200) >= 50 and res["reconnects"] >= 50
+
+
+def test_bench_serve_summary_over_runs():
+    from fleetwise.serve import loadgen
+
+    runs = [{"calls": 10, "target_rate": 1000.0, "router": "r", "p50_ms": 0.5, "p99_ms": p99, "p999_ms": 3.0,
+             "achieved_rate": 1000.0, "errors": 0, "others_cpu": 0.01} for p99 in (1.5, 1.9, 4.0)]
+    s = loadgen.summarize(runs)
+    assert s["p99_ms"] == {"median": 1.9, "min": 1.5, "max": 4.0} and s["runs_meeting_target"] == 2
+    assert "2 of 3 runs" in loadgen.render_summary(runs, s)

@@ -530,17 +530,27 @@ def bench_serve(
     router: str = typer.Option("least_outstanding_tokens"),
     pin: bool = typer.Option(False, "--pin", help="service on CPU 0, load generator on CPU 1"),
     floor: bool = typer.Option(False, "--floor", help="the same load on a trivial app: HTTP + uvicorn alone"),
+    repeat: int = typer.Option(1, min=1, help="runs, each with a fresh service; prints every run and the median"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Decision latency (P50/P99) and throughput of `fleetwise serve` on loopback under a bounded open-loop load."""
     mod = _serve_module("loadgen")
     _serve_module()  # the service's own dependencies
-    res = mod.run(rate=rate, duration_s=duration, connections=connections, replicas=replicas, router=router, pin=pin,
-                  floor=floor)
-    if as_json:
-        out.print_json(json.dumps(res))
-    else:
-        out.print(mod.render(res), highlight=False)
+    runs = []
+    for i in range(repeat):
+        res = mod.run(rate=rate, duration_s=duration, connections=connections, replicas=replicas, router=router,
+                      pin=pin, floor=floor)
+        runs.append(res)
+        if not as_json:
+            out.print((f"run {i + 1} of {repeat}: " if repeat > 1 else "") + mod.render(res), highlight=False)
+    if repeat > 1:
+        summary = mod.summarize(runs)
+        if as_json:
+            out.print_json(json.dumps({"runs": runs, "summary": summary}))
+        else:
+            out.print(mod.render_summary(runs, summary), highlight=False)
+    elif as_json:
+        out.print_json(json.dumps(runs[0]))
 
 
 @bench_app.command("gateway")

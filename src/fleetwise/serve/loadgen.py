@@ -22,6 +22,7 @@ import os
 import random
 import secrets
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -95,8 +96,11 @@ class _Conn(asyncio.Protocol):
             self.gen.done(self, self.k, self.t, self.status)
 
     def connection_lost(self, exc) -> None:
-        if self.k >= 0 and self.need != -2:
+        if self.need == -2:  # closed by the generator at the end
+            return
+        if self.k >= 0:
             self.gen.done(self, self.k, self.t, -1, lost=True)
+        self.gen.replace(self)  # e.g. the server closed an idle keep-alive connection: open another, as clients do
 
 
 class _Generator:
@@ -113,19 +117,42 @@ class _Generator:
         self.pending: collections.deque = collections.deque()
         self.finished = 0
         self.all_done: asyncio.Future | None = None
+        self.port = 0
+        self.conns: list[_Conn] = []
+        self.reconnects = 0
+
+    def replace(self, conn: _Conn) -> None:
+        """A connection closed under us: drop it and open a new one (which then takes waiting calls)."""
+        if conn in self.free:
+            self.free.remove(conn)
+        if conn in self.conns:
+            self.conns.remove(conn)
+        self.reconnects += 1
+        asyncio.get_running_loop().create_task(self._connect())
+
+    async def _connect(self) -> None:
+        loop = asyncio.get_running_loop()
+        _, c = await loop.create_connection(lambda: _Conn(self), "127.0.0.1", self.port)
+        self.conns.append(c)
+        if self.pending:
+            c.send(*self.pending.popleft())
+        else:
+            self.free.append(c)
 
     def dispatch(self, k: int, t: float) -> None:
-        if self.free:
-            self.free.pop().send(k, t)
-        else:
-            self.pending.append((k, t))
+        while self.free:
+            c = self.free.pop()
+            if not c.transport.is_closing():
+                c.send(k, t)
+                return
+        self.pending.append((k, t))
 
     def done(self, conn: _Conn, k: int, t: float, status: int, lost: bool = False) -> None:
         self.lat[k] = time.perf_counter() - t
         self.status[k] = status
         conn.k = -1
         self.finished += 1
-        if not lost:
+        if not lost and not conn.transport.is_closing():
             if self.pending:
                 conn.send(*self.pending.popleft())
             else:
@@ -138,11 +165,11 @@ async def _drive(port: int, requests: list[bytes], rate: float, count: int, conn
     loop = asyncio.get_running_loop()
     gen = _Generator(requests, count)
     gen.all_done = loop.create_future()
-    conns = []
+    gen.port = port
     for _ in range(connections):
         _, c = await loop.create_connection(lambda: _Conn(gen), "127.0.0.1", port)
-        conns.append(c)
-    gen.free = list(conns)
+        gen.conns.append(c)
+    gen.free = list(gen.conns)
     pc = time.perf_counter
     lag = gen.lag
     t0 = pc() + 0.01
@@ -159,10 +186,10 @@ async def _drive(port: int, requests: list[bytes], rate: float, count: int, conn
     except asyncio.TimeoutError:
         raise RuntimeError(f"{count - gen.finished} of {count} calls got no answer within 60 s") from None
     wall = pc() - t0
-    for c in conns:
+    for c in gen.conns:
         c.need = -2
         c.transport.close()
-    return {"lat": gen.lat, "lag": lag, "status": gen.status, "wall_s": wall}
+    return {"lat": gen.lat, "lag": lag, "status": gen.status, "wall_s": wall, "reconnects": gen.reconnects}
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -295,7 +322,7 @@ def run(rate: float = 1000.0, duration_s: float = 10.0, connections: int = 8, re
         "achieved_rate": len(ok) / wall if wall > 0 else float("nan"), "wall_s": wall,
         "p50_ms": _pct(ok, 50) * ms, "p90_ms": _pct(ok, 90) * ms, "p99_ms": _pct(ok, 99) * ms,
         "p999_ms": _pct(ok, 99.9) * ms, "max_ms": max(ok) * ms if ok else float("nan"),
-        "lag_p99_ms": _pct(res["lag"], 99) * ms, "lag_max_ms": max(res["lag"]) * ms,
+        "lag_p99_ms": _pct(res["lag"], 99) * ms, "lag_max_ms": max(res["lag"]) * ms, "reconnects": res["reconnects"],
         "server_mean_ms": (after.get("sum", 0.0) - before.get("sum", 0.0)) / n_srv * ms if n_srv else float("nan"),
         "server_p50_le_ms": _bucket_quantile(before, after, 0.50) * ms,
         "server_p99_le_ms": _bucket_quantile(before, after, 0.99) * ms,
@@ -316,12 +343,38 @@ def render(r: dict) -> str:
             f"  latency ms: p50 {r['p50_ms']:.3f}  p90 {r['p90_ms']:.3f}  p99 {r['p99_ms']:.3f}  "
             f"p99.9 {r['p999_ms']:.3f}  max {r['max_ms']:.3f}\n"
             f"  throughput {r['achieved_rate']:.0f}/s ({r['ok']} ok, {r['errors']} errors in {r['wall_s']:.2f} s); "
-            f"pacer lag p99 {r['lag_p99_ms']:.3f} ms\n"
+            f"pacer lag p99 {r['lag_p99_ms']:.3f} ms"
+            + (f"; {r['reconnects']} connections closed by the server and reopened" if r.get("reconnects") else "")
+            + "\n"
             + (f"  server-side (in the app): mean {r['server_mean_ms']:.3f} ms, p50 <= {r['server_p50_le_ms']:g} ms, "
                f"p99 <= {r['server_p99_le_ms']:g} ms; " if r["server_mean_ms"] == r["server_mean_ms"] else "  ")
             + f"CPU: service {r['server_cpu']:.0%}, "
             f"generator {r['client_cpu']:.0%}, other processes {r['others_cpu']:.0%} of one core "
             f"(load average {r['load_avg_1m']:.2f} at the start)")
+
+
+def summarize(runs: list[dict], target_p99_ms: float = 2.0) -> dict:
+    """Several runs of :func:`run`: the median and range of each latency figure, and how many runs met the
+    P99 target. The machine's other load varies between runs, so each run keeps its own CPU figures."""
+    def stat(key: str) -> dict:
+        xs = sorted(r[key] for r in runs)
+        return {"median": statistics.median(xs), "min": xs[0], "max": xs[-1]}
+    return {"runs": len(runs), **{k: stat(k) for k in ("p50_ms", "p99_ms", "p999_ms", "achieved_rate",
+                                                          "others_cpu")},
+            "target_p99_ms": target_p99_ms, "runs_meeting_target": sum(r["p99_ms"] < target_p99_ms for r in runs),
+            "errors": sum(r["errors"] for r in runs)}
+
+
+def render_summary(runs: list[dict], s: dict) -> str:
+    lines = [f"{s['runs']} runs (each as above: {runs[0]['calls']} calls at {runs[0]['target_rate']:.0f}/s, "
+             f"{runs[0]['router']})", "  run   p50 ms   p99 ms  p99.9 ms  calls/s  errors  CPU others"]
+    for i, r in enumerate(runs, 1):
+        lines.append(f"  {i:>3}  {r['p50_ms']:7.3f}  {r['p99_ms']:7.3f}  {r['p999_ms']:8.3f}  {r['achieved_rate']:7.0f}"
+                     f"  {r['errors']:>6}  {r['others_cpu']:>9.0%}")
+    lines.append(f"  median p50 {s['p50_ms']['median']:.3f} ms, p99 {s['p99_ms']['median']:.3f} ms "
+                 f"[{s['p99_ms']['min']:.3f}, {s['p99_ms']['max']:.3f}]; P99 under {s['target_p99_ms']:g} ms in "
+                 f"{s['runs_meeting_target']} of {s['runs']} runs; {s['errors']} errors")
+    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------------------------- the floor
