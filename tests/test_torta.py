@@ -147,3 +147,37 @@ def test_tiny_training_beats_a_bad_fixed_plan():
     learned = evaluate(cfg, lambda c: PolicyPlanner(c, model, True), "torta_match", [5])[0]
     bad = evaluate(cfg, skewed, "torta_match", [5])[0]
     assert learned["response_time_mean_s"] < bad["response_time_mean_s"]
+
+
+def test_reproduce_torta_tiny_run_with_two_training_seeds(tmp_path):
+    """`fleetwise reproduce torta` end to end on one topology and a tiny budget: the JSON the issue asks for,
+    one row per (training seed, day) for the RL policies, saved checkpoints the decision service can load."""
+    from fleetwise.reproduce import torta
+
+    r = torta.run(seeds=1, topologies=["ring"], timesteps=120, train_seeds=2, workers=1, progress=False,
+                  db=str(tmp_path / "fleetwise.duckdb"))
+    res = r["ring"]
+    assert {"torta", "reactive_ppo", "least_loaded", "ot_capacity", "round_robin", "nearest"} <= set(res)
+    for name, row in res.items():
+        for k in ("response_time_mean_s", "response_time_p99_s", "load_cv", "cost_usd", "switches"):
+            assert np.isfinite(row[k]) and len(row[f"{k}_ci95"]) == 2, (name, k)
+    assert res["torta"]["seeds"] == 2 and res["least_loaded"]["seeds"] == 1
+    assert len(res["torta"]["response_time_mean_s_by_train_seed"]) == 2
+    ch = res["torta"]["changes"]
+    assert len(ch["vs_reactive_ppo_response_time"]["by_train_seed"]) == 2
+    assert ch["cost_usd"]["vs"] in torta.BASELINES
+    ckpts = sorted((tmp_path / "torta" / "checkpoints").glob("ring-*.zip"))
+    assert [p.name for p in ckpts] == ["ring-reactive_ppo-seed0.zip", "ring-reactive_ppo-seed1.zip",
+                                       "ring-torta-seed0.zip", "ring-torta-seed1.zip"]
+    assert (tmp_path / "torta" / "transport-plans.png").is_file()
+    pytest.importorskip("fastapi")
+    from fleetwise.serve.app import load_plan_policy
+
+    assert load_plan_policy(checkpoint=str(ckpts[-1])).regions == 6
+    from io import StringIO
+
+    from rich.console import Console
+
+    buf = StringIO()
+    Console(file=buf, width=250).print(torta.render(r))
+    assert "by training seed" in buf.getvalue() and "torta_no_micro" in buf.getvalue()

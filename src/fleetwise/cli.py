@@ -379,10 +379,10 @@ def _paper_module(name: str):
 
 
 def _reproduce(name: str, quick: bool, as_json: bool, eval_trace: Optional[str], seeds: Optional[int],
-               db: Optional[str]) -> None:
+               db: Optional[str], **extra) -> None:
     mod = _paper_module(name)
     try:
-        res = mod.run(quick=quick, seeds=seeds, eval_trace=eval_trace, db=db)
+        res = mod.run(quick=quick, seeds=seeds, eval_trace=eval_trace, db=db, **extra)
     except ModuleNotFoundError as e:
         raise InputError(_missing_rl(e)) from None
     if as_json:
@@ -414,9 +414,12 @@ def reproduce_batching(quick: bool = _QUICK, as_json: bool = _JSON, eval_trace: 
 
 @reproduce_app.command("torta")
 def reproduce_torta(quick: bool = _QUICK, as_json: bool = _JSON, eval_trace: Optional[str] = _EVAL,
-                    seeds: Optional[int] = _SEEDS, db: str = _DB) -> None:
+                    seeds: Optional[int] = _SEEDS, db: str = _DB,
+                    train_seeds: Optional[int] = typer.Option(None, min=1, help="agents trained per kind and "
+                                                              "topology (default 3; 1 with --quick)"),
+                    workers: Optional[int] = typer.Option(None, min=1, help="processes (default: one per CPU)")) -> None:
     """TORTA: RL + optimal transport across regions, switching-aware allocation within them."""
-    _reproduce("torta", quick, as_json, eval_trace, seeds, db)
+    _reproduce("torta", quick, as_json, eval_trace, seeds, db, train_seeds=train_seeds, workers=workers)
 
 
 @reproduce_app.command("graph-marl")

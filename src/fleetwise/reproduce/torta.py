@@ -1,10 +1,12 @@
 """``fleetwise reproduce torta``: RL + optimal transport across regions with a switching-aware micro layer
 (docs/torta.md).
 
-Protocol, per topology: train the TORTA agent (temporal observation) and the reactive PPO ablation (current state
-only) on training days (first 70% of the length traces and ServeGen days); evaluate every policy on the same
-held-out days (one day per seed); report mean / P95 / P99 response time, load CV, cost, switches and migrations
-(mean and 95% bootstrap CI over seeds), and TORTA's paired change against the best baseline per metric.
+Protocol, per topology: train K TORTA agents (temporal observation) and K reactive PPO agents (current state
+only; the ablation), training seeds 0..K-1, on training days (first 70% of the length traces and ServeGen days);
+evaluate every policy on the same held-out days (one day per seed); report mean / P95 / P99 response time, load
+CV, cost, switches and migrations (mean and 95% bootstrap CI over days, and over training seeds for the RL
+policies), and TORTA's paired change against the best baseline per metric and against the reactive PPO.
+Trained agents are saved under ``<results>/torta/checkpoints``.
 """
 
 from __future__ import annotations
@@ -22,12 +24,19 @@ PAPER = {"response_time": "-15% (up to)", "load_balance": "+4-5%", "cost": "-10%
 METRICS = ("response_time_mean_s", "response_time_p95_s", "response_time_p99_s", "load_cv", "load_std",
            "cost_usd", "cost_gpu_usd", "cost_energy_usd", "cost_egress_usd", "switches", "migrations", "rejected")
 BASELINES = ("round_robin", "nearest", "least_loaded", "ot_capacity", "reactive_ppo")
+MAX_UNSERVED = 0.001  # a baseline counts as "best" only if it served all but 0.1% of the requests
 
 
 def _budget(quick: bool) -> dict:
     if quick:
-        return {"timesteps": 960, "seeds": 5}
-    return {"timesteps": 4800, "seeds": 8}
+        return {"timesteps": 960, "seeds": 5, "train_seeds": 1}
+    return {"timesteps": 4800, "seeds": 8, "train_seeds": 3}
+
+
+AGENTS = {"torta": True, "reactive_ppo": False}  # name -> temporal observation
+# evaluated policy -> the trained agent it runs (the ablations reuse TORTA's agent)
+USES_AGENT = {"torta": "torta", "torta_no_micro": "torta", "torta_greedy_micro": "torta", "reactive_ppo": "reactive_ppo"}
+KEEP_DAY = ("torta", "nearest", "least_loaded")  # whose first day is drawn over the day
 
 
 def _summ(rows: list[dict]) -> dict:
@@ -58,17 +67,102 @@ def policies(models: dict) -> dict:
     return out
 
 
-def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = None, db: str | None = None,
-        progress: bool = True, topologies=None, timesteps: int | None = None) -> dict:
-    from rich.console import Console
-
-    from fleetwise.envs.torta import TOPOLOGIES, TortaConfig, TortaEnv, evaluate
-    from fleetwise.experiments.stats import paired_change
+def _train_job(job: tuple) -> tuple:
+    """Train one agent (a worker process or in-process) and save it; returns its learning curve."""
+    from fleetwise.envs.torta import TortaConfig, TortaEnv
     from fleetwise.learn.torta import TortaArgs, train
+
+    topo, name, steps, seed, path = job
+    cfg = replace(TortaConfig(topology=topo), temporal=AGENTS[name])
+    model, curve, wall = train(lambda: TortaEnv(cfg), TortaArgs(total_timesteps=steps, seed=seed))
+    model.save(path)
+    return topo, name, seed, curve, wall
+
+
+def _eval_job(job: tuple) -> tuple:
+    """Evaluate one policy (with one trained agent where it needs one) on the evaluation days."""
+    from fleetwise.envs.torta import TortaConfig, evaluate
+
+    topo, name, ckpt, train_seed, eval_seeds, trace, keep_day = job
+    models = {}
+    if ckpt is not None:
+        from stable_baselines3 import PPO
+
+        models[USES_AGENT[name]] = PPO.load(ckpt, device="cpu")
+    mk, micro = policies(models)[name]
+    rows = evaluate(TortaConfig(topology=topo), mk, micro, eval_seeds, held_out=True, trace=trace, keep_day=keep_day)
+    for r in rows:
+        if train_seed is not None:
+            r["train_seed"] = train_seed
+    return topo, name, train_seed, rows
+
+
+def _pool_map(fn, jobs: list, workers: int, on_done):
+    """``fn`` over ``jobs`` in worker processes (in-process with one worker); ``on_done`` each result."""
+    if workers <= 1 or len(jobs) <= 1:
+        for j in jobs:
+            on_done(fn(j))
+        return
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    # spawn: the workers import torch themselves (a fork of a parent holding torch's threads can hang)
+    with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as ex:
+        for f in as_completed([ex.submit(fn, j) for j in jobs]):
+            on_done(f.result())
+
+
+def _changes(rows: dict, train_seeds: int) -> dict:
+    """TORTA's paired changes (lower is better for each metric): against the best baseline per metric (among
+    the baselines that left at most ``MAX_UNSERVED`` of the requests unserved), keyed by
+    (training seed, day) with the baseline's value of that day; against the reactive PPO by (training seed, day)
+    too, plus the mean change of each training seed on its own."""
+    from fleetwise.experiments.stats import paired_change
+
+    def by_key(rs, m):
+        return {(r.get("train_seed", 0), r["seed"]): r[m] for r in rs}
+
+    out = {}
+    ks = range(train_seeds)
+    # a baseline that leaves requests unserved is cheap for that reason: no like-for-like best
+    complete = [b for b in BASELINES if np.mean([r["rejected"] / max(r["requests"], 1) for r in rows[b]])
+                <= MAX_UNSERVED] or list(BASELINES)
+    for metric in ("response_time_mean_s", "load_cv", "cost_usd"):
+        best = min(complete, key=lambda b: np.mean([r[metric] for r in rows[b]]))
+        if best in USES_AGENT:
+            base = by_key(rows[best], metric)
+        else:
+            base = {(k, r["seed"]): r[metric] for k in ks for r in rows[best]}
+        ch = paired_change(base, by_key(rows["torta"], metric))
+        out[metric] = {"vs": best, "change": ch.mean, "ci95": [ch.lo, ch.hi]}
+    m = "response_time_mean_s"
+    base, other = by_key(rows["reactive_ppo"], m), by_key(rows["torta"], m)
+    ch = paired_change(base, other)
+    per_seed = [paired_change({d: v for (k, d), v in base.items() if k == s},
+                              {d: v for (k, d), v in other.items() if k == s}).mean for s in ks]
+    out["vs_reactive_ppo_response_time"] = {"vs": "reactive_ppo", "change": ch.mean, "ci95": [ch.lo, ch.hi],
+                                            "by_train_seed": per_seed}
+    return out
+
+
+def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = None, db: str | None = None,
+        progress: bool = True, topologies=None, timesteps: int | None = None, train_seeds: int | None = None,
+        workers: int | None = None) -> dict:
+    """Train ``train_seeds`` agents of each kind per topology (seeds 0..K-1, in ``workers`` processes), evaluate
+    every policy on the same held-out days, and summarise. The RL policies' rows are one per (training seed,
+    day), so their intervals include the spread between training runs."""
+    import os
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from fleetwise.envs.torta import TOPOLOGIES
 
     bud = _budget(quick)
     n_seeds = seeds or bud["seeds"]
     steps = timesteps or bud["timesteps"]
+    n_train = train_seeds or bud["train_seeds"]
+    nw = workers or len(os.sched_getaffinity(0))
     trace = None
     tag = ""
     if eval_trace is not None:
@@ -78,49 +172,79 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
         tag = f":{Path(eval_trace).name}"
     console = Console(stderr=True)
     eval_seeds = list(range(1000, 1000 + n_seeds))
-    result: dict = {}
-    extras: dict = {}
-    for topo in topologies or TOPOLOGIES:
-        cfg = TortaConfig(topology=topo)
-        models, info = {}, {}
-        for name, temporal in (("torta", True), ("reactive_ppo", False)):
-            c = replace(cfg, temporal=temporal)
-            model, curve, wall = train(lambda c=c: TortaEnv(c), TortaArgs(total_timesteps=steps, seed=0))
-            models[name] = model
-            info[name] = {"train_wall_s": wall, "train_timesteps": steps}
-            if progress:
-                console.print(f"[{topo}] trained {name}: {steps} slots in {wall:.1f} s")
+    topos = list(topologies or TOPOLOGIES)
+    out_dir = Path(db).parent / "torta" if db else Path("results") / "torta"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ckpt_dir = out_dir / "checkpoints"
+    ckpt_dir.mkdir(exist_ok=True)
+    ckpts: dict = {}
+    info: dict = {}
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True, disable=not (progress and console.is_terminal)) as prog:
+        train_jobs = [(t, name, steps, k, str(ckpt_dir / f"{t}-{name}-seed{k}.zip"))
+                      for t in topos for name in AGENTS for k in range(n_train)]
+        task = prog.add_task(f"training {len(train_jobs)} agents ({steps} slots each)", total=len(train_jobs))
+
+        def trained(res):
+            topo, name, k, curve, wall = res
+            ckpts[(topo, name, k)] = str(ckpt_dir / f"{topo}-{name}-seed{k}.zip")
+            info.setdefault((topo, name), []).append(wall)
             if db:
                 from fleetwise.experiments.store import Store
 
-                Store(db).add_learning_curve(f"torta/{topo}/{name}", [s for s, _ in curve], [r for _, r in curve],
-                                             "episode_return")
-        rows = {}
-        for name, (mk, micro) in policies(models).items():
-            rows[name] = evaluate(cfg, mk, micro, eval_seeds, held_out=True, trace=trace,
-                                  keep_day=name in ("torta", "nearest", "least_loaded"))
-            store_rows(db, "reproduce-torta", f"torta-{topo}{tag}", name, rows[name], level="router",
-                       params={"topology": topo})
-        res = {name: _summ(r) for name, r in rows.items()}
-        for name in info:
-            res[name].update(info[name])
-        # paired changes of TORTA against the best baseline per metric (lower is better for each)
-        changes = {}
-        for metric in ("response_time_mean_s", "load_cv", "cost_usd"):
-            best = min(BASELINES, key=lambda b: res[b][metric])
-            ch = paired_change({r["seed"]: r[metric] for r in rows[best]}, {r["seed"]: r[metric] for r in rows["torta"]})
-            changes[metric] = {"vs": best, "change": ch.mean, "ci95": [ch.lo, ch.hi]}
-        ch = paired_change({r["seed"]: r["response_time_mean_s"] for r in rows["reactive_ppo"]},
-                           {r["seed"]: r["response_time_mean_s"] for r in rows["torta"]})
-        changes["vs_reactive_ppo_response_time"] = {"vs": "reactive_ppo", "change": ch.mean, "ci95": [ch.lo, ch.hi]}
-        res["torta"]["changes"] = changes
-        result[topo] = res
-        extras[topo] = {n: rows[n][0] for n in ("torta", "nearest", "least_loaded")}
+                Store(db).add_learning_curve(f"torta/{topo}/{name}" + (f"/seed{k}" if k else ""),
+                                             [s for s, _ in curve], [r for _, r in curve], "episode_return")
+            prog.advance(task)
+
+        _pool_map(_train_job, train_jobs, nw, trained)
         if progress:
-            console.print(f"[{topo}] evaluated {len(rows)} policies x {n_seeds} days")
-    out_dir = Path(db).parent / "torta" if db else Path("results") / "torta"
+            for (topo, name), walls in info.items():
+                console.print(f"[{topo}] trained {len(walls)} x {name}: {steps} slots in "
+                              f"{np.mean(walls):.1f} s each", markup=False)
+        eval_jobs = []
+        for t in topos:
+            for name in policies(dict.fromkeys(AGENTS)):
+                if name in USES_AGENT:
+                    eval_jobs += [(t, name, ckpts[(t, USES_AGENT[name], k)], k, eval_seeds, trace,
+                                   name in KEEP_DAY and k == 0) for k in range(n_train)]
+                else:
+                    eval_jobs.append((t, name, None, None, eval_seeds, trace, name in KEEP_DAY))
+        task = prog.add_task(f"evaluating {len(eval_jobs)} policy runs x {n_seeds} days", total=len(eval_jobs))
+        rows: dict = {t: {} for t in topos}
+
+        def evaluated(res):
+            topo, name, _, rs = res
+            rows[topo].setdefault(name, []).extend(rs)
+            prog.advance(task)
+
+        _pool_map(_eval_job, eval_jobs, nw, evaluated)
+    result: dict = {}
+    extras: dict = {}
+    for topo in topos:
+        rs_t = rows[topo]
+        for name in rs_t:
+            rs_t[name].sort(key=lambda r: (r.get("train_seed", 0), r["seed"]))
+        res = {}
+        for name, rs in rs_t.items():
+            res[name] = _summ(rs)
+            if name in USES_AGENT:
+                res[name]["train_seeds"] = n_train
+                res[name]["response_time_mean_s_by_train_seed"] = [
+                    float(np.mean([r["response_time_mean_s"] for r in rs if r["train_seed"] == k]))
+                    for k in range(n_train)]
+            store_rows(db, "reproduce-torta", f"torta-{topo}{tag}", name,
+                       [{k: v for k, v in r.items() if k not in ("slots", "plans")} | {"seed": r["seed"] * 100 +
+                        r.get("train_seed", 0)} for r in rs], level="router", params={"topology": topo})
+        for name in AGENTS:
+            walls = info.get((topo, name), [float("nan")])
+            res[name].update({"train_wall_s": float(np.mean(walls)), "train_timesteps": steps})
+        res["torta"]["changes"] = _changes(rs_t, n_train)
+        result[topo] = res
+        extras[topo] = {n: next(r for r in rs_t[n] if "slots" in r) for n in KEEP_DAY}
     _plots(result, extras, out_dir)
     (out_dir / "result.json").write_text(json.dumps(result, indent=1))
+    if progress:
+        console.print(f"checkpoints: {ckpt_dir} (serve one with `fleetwise serve --checkpoint PATH`)", markup=False)
     return result
 
 
@@ -196,12 +320,15 @@ def render(result: dict):
                       ci(r, "cost_usd", "{:.3f}"), f"{r['switches']:.0f}", f"{r['migrations']:.0f}",
                       f"{r['rejected']:.0f}")
         tables.append(t)
-        lines = Table(title=f"{topo}: TORTA, paired change by seed")
+        lines = Table(title=f"{topo}: TORTA, paired change by (training seed, day)")
         for c in ("metric", "vs", "change [95% CI]"):
             lines.add_column(c)
         for m, ch in res["torta"]["changes"].items():
             lo, hi = ch["ci95"]
-            lines.add_row(m, ch["vs"], f"{ch['change']:+.1%} [{lo:+.1%}, {hi:+.1%}]")
+            txt = f"{ch['change']:+.1%} [{lo:+.1%}, {hi:+.1%}]"
+            if ch.get("by_train_seed"):
+                txt += "; by training seed " + ", ".join(f"{x:+.1%}" for x in ch["by_train_seed"])
+            lines.add_row(m, ch["vs"], txt)
         tables.append(lines)
     return Group(*tables)
 
