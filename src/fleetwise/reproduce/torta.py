@@ -154,7 +154,13 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
     import os
 
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
 
     from fleetwise.envs.torta import TOPOLOGIES
 
