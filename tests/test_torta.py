@@ -170,6 +170,13 @@ def test_reproduce_torta_tiny_run_with_two_training_seeds(tmp_path):
     assert [p.name for p in ckpts] == ["ring-reactive_ppo-seed0.zip", "ring-reactive_ppo-seed1.zip",
                                        "ring-torta-seed0.zip", "ring-torta-seed1.zip"]
     assert (tmp_path / "torta" / "transport-plans.png").is_file()
+    import duckdb
+
+    with duckdb.connect(str(tmp_path / "fleetwise.duckdb"), read_only=True) as con:
+        stored = dict(con.sql("select router_label, count(*) from runs group by 1").fetchall())
+        params = {p for (p,) in con.sql("select distinct params from runs where router_label = 'torta'").fetchall()}
+    assert stored["torta"] == 2 and stored["least_loaded"] == 1  # one row per (training seed, day)
+    assert len(params) == 2 and all('"train_seed"' in p for p in params)
     pytest.importorskip("fastapi")
     from fleetwise.serve.app import load_plan_policy
 

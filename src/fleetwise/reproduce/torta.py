@@ -76,7 +76,7 @@ def _train_job(job: tuple) -> tuple:
     cfg = replace(TortaConfig(topology=topo), temporal=AGENTS[name])
     model, curve, wall = train(lambda: TortaEnv(cfg), TortaArgs(total_timesteps=steps, seed=seed))
     model.save(path)
-    return topo, name, seed, curve, wall
+    return topo, name, seed, path, curve, wall
 
 
 def _eval_job(job: tuple) -> tuple:
@@ -192,8 +192,8 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
         task = prog.add_task(f"training {len(train_jobs)} agents ({steps} slots each)", total=len(train_jobs))
 
         def trained(res):
-            topo, name, k, curve, wall = res
-            ckpts[(topo, name, k)] = str(ckpt_dir / f"{topo}-{name}-seed{k}.zip")
+            topo, name, k, path, curve, wall = res
+            ckpts[(topo, name, k)] = path
             info.setdefault((topo, name), []).append(wall)
             if db:
                 from fleetwise.experiments.store import Store
@@ -238,9 +238,11 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
                 res[name]["response_time_mean_s_by_train_seed"] = [
                     float(np.mean([r["response_time_mean_s"] for r in rs if r["train_seed"] == k]))
                     for k in range(n_train)]
-            store_rows(db, "reproduce-torta", f"torta-{topo}{tag}", name,
-                       [{k: v for k, v in r.items() if k not in ("slots", "plans")} | {"seed": r["seed"] * 100 +
-                        r.get("train_seed", 0)} for r in rs], level="router", params={"topology": topo})
+            for k in sorted({r.get("train_seed") for r in rs}, key=lambda x: -1 if x is None else x):
+                params = {"topology": topo} | ({} if k is None else {"train_seed": k})
+                store_rows(db, "reproduce-torta", f"torta-{topo}{tag}", name,
+                           [{c: v for c, v in r.items() if c not in ("slots", "plans")} for r in rs
+                            if r.get("train_seed") == k], level="router", params=params)
         for name in AGENTS:
             walls = info.get((topo, name), [float("nan")])
             res[name].update({"train_wall_s": float(np.mean(walls)), "train_timesteps": steps})

@@ -128,9 +128,9 @@ class _Generator:
         if conn in self.conns:
             self.conns.remove(conn)
         self.reconnects += 1
-        asyncio.get_running_loop().create_task(self._connect())
+        asyncio.get_running_loop().create_task(self.connect())
 
-    async def _connect(self) -> None:
+    async def connect(self) -> None:
         loop = asyncio.get_running_loop()
         _, c = await loop.create_connection(lambda: _Conn(self), "127.0.0.1", self.port)
         self.conns.append(c)
@@ -167,9 +167,7 @@ async def _drive(port: int, requests: list[bytes], rate: float, count: int, conn
     gen.all_done = loop.create_future()
     gen.port = port
     for _ in range(connections):
-        _, c = await loop.create_connection(lambda: _Conn(gen), "127.0.0.1", port)
-        gen.conns.append(c)
-    gen.free = list(gen.conns)
+        await gen.connect()
     pc = time.perf_counter
     lag = gen.lag
     t0 = pc() + 0.01
