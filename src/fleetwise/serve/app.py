@@ -642,6 +642,18 @@ def create_app(route_policy: str | RoutePolicy = DEFAULT_ROUTER, scaler: str | S
                     "headers": [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(out))]})
         await send({"type": "http.response.body", "body": out})
 
+    def decide(kind: str, role: str, pol: Any, on: str, call: Any) -> Any:
+        """One /v1/scale or /v1/plan decision: a policy failing on valid input is a 422 that names it and why."""
+        try:
+            res = call()
+        except (InputError, PolicyFailed) as e:
+            return _err(422, str(e))
+        except Exception as e:  # noqa: BLE001
+            log.exception("%s %s failed", role, pol.name)
+            return _err(422, f"{role} {pol.name!r} failed on this {on}: {type(e).__name__}: {e}")
+        metrics.decided(kind, pol.name)
+        return res
+
     @app.post("/v1/scale", response_model=ScaleResponse,
               responses={**_E4, 409: {"model": ErrorBody, "description": "no scaler loaded"}}, tags=["decisions"])
     def scale_request(req: ScaleRequest) -> Any:  # type: ignore[valid-type]
@@ -649,15 +661,8 @@ def create_app(route_policy: str | RoutePolicy = DEFAULT_ROUTER, scaler: str | S
         pol = state["policies"].scale
         if pol is None:
             return _err(409, "no scaler loaded: start with --scaler NAME or POST /v1/admin/reload {\"scaler\": NAME}")
-        try:
-            targets = pol.scale(req)
-        except (InputError, PolicyFailed) as e:
-            return _err(422, str(e))
-        except Exception as e:  # noqa: BLE001
-            log.exception("scaler %s failed", pol.name)
-            return _err(422, f"scaler {pol.name!r} failed on this observation: {type(e).__name__}: {e}")
-        metrics.decided("scale", pol.name)
-        return {"targets": targets, "policy": pol.name}
+        return decide("scale", "scaler", pol, "observation",
+                      lambda: {"targets": pol.scale(req), "policy": pol.name})
 
     @app.post("/v1/plan", response_model=PlanResponse,
               responses={**_E4, 409: {"model": ErrorBody, "description": "no planner loaded"}}, tags=["decisions"])
@@ -667,15 +672,7 @@ def create_app(route_policy: str | RoutePolicy = DEFAULT_ROUTER, scaler: str | S
         pol = pols.plan
         if pol is None:
             return _err(409, f"no planner loaded: {pols.plan_error or 'start with --planner or --checkpoint'}")
-        try:
-            res = pol.plan(req)
-        except (InputError, PolicyFailed) as e:
-            return _err(422, str(e))
-        except Exception as e:  # noqa: BLE001
-            log.exception("planner %s failed", pol.name)
-            return _err(422, f"planner {pol.name!r} failed on this slot: {type(e).__name__}: {e}")
-        metrics.decided("plan", pol.name)
-        return res
+        return decide("plan", "planner", pol, "slot", lambda: pol.plan(req))
 
     @app.post("/v1/admin/reload", response_model=ReloadResponse,
               responses={**_E4, 400: {"model": ErrorBody, "description": "the new policy did not load; "
