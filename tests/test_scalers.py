@@ -12,7 +12,7 @@ from fakes import LinearPerf
 from fleetwise.control.protocols import GroupState, ScaleObs, Scaler
 from fleetwise.control.registry import make, names
 from fleetwise.errors import InputError
-from fleetwise.policies.capacity import capacity_rps
+from fleetwise.perf.capacity import capacity_rps
 from fleetwise.policies.scalers import holt_forecast, split_replicas
 
 NAN = float("nan")

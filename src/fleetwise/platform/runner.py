@@ -147,7 +147,7 @@ class Platform:
                  monitor: bool = True):
         from fleetwise.catalog import get_gpu
         from fleetwise.platform import spot as spotmod
-        from fleetwise.policies.capacity import capacity_rps
+        from fleetwise.perf.capacity import capacity_rps
         from fleetwise.workload.slo import get_slo
 
         sc = built.scenario

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from fleetwise.control.registry import register_scaler
-from fleetwise.policies.capacity import capacity_rps  # noqa: F401  (re-exported: scalers' capacity estimate)
+from fleetwise.perf.capacity import capacity_rps  # noqa: F401  (re-exported: scalers' capacity estimate)
 
 if TYPE_CHECKING:  # pragma: no cover
     from fleetwise.control.protocols import GroupState, ScaleObs
