@@ -1,4 +1,4 @@
-"""fleetwise command line: simulate, compare, perf validate, bench sim-speed.
+"""fleetwise command line: simulate, compare, perf (validate, profile, calibrate, predict), bench sim-speed.
 
 Bad input (a scenario field, a trace row, a file, a policy name) prints one line naming what is wrong and where,
 and exits with status 2, without a traceback.
@@ -329,8 +329,23 @@ def scenarios() -> None:
 
 
 @perf_app.command("validate")
-def perf_validate(as_json: bool = typer.Option(False, "--json")) -> None:
+def perf_validate(
+    as_json: bool = typer.Option(False, "--json"),
+    profile: Optional[Path] = typer.Option(None, "--profile", help="a GPU profile (perf profile; or the H200 timings): "
+                                           "held-out error of the calibration fitted from it"),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="catalog GPU the profile is fitted as (default: its device)"),
+) -> None:
     """Error of the calibrated performance model on measured operator timings held out from its fit."""
+    if profile is not None:
+        from fleetwise.perf.profile_data import load_profile
+        from fleetwise.perf.validate_profile import render_profile_table, validate_profile
+
+        res = validate_profile(load_profile(profile), gpu)
+        if as_json:
+            out.print_json(json.dumps(res))
+        else:
+            out.print(render_profile_table(res, f"Held-out error of the calibration fitted from {profile.name} (percent)"))
+        return
     from fleetwise.perf.validate import render_table, run_validation
 
     res = run_validation()
@@ -338,6 +353,106 @@ def perf_validate(as_json: bool = typer.Option(False, "--json")) -> None:
         out.print_json(json.dumps(res))
     else:
         out.print(render_table(res))
+
+
+def _write_json_atomic(path: Path, obj) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(json.dumps(obj, indent=1) + "\n")
+        tmp.replace(path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise InputError(f"{path}: cannot write: {e.strerror}") from None
+
+
+@perf_app.command("profile")
+def perf_profile(
+    out_file: Path = typer.Option(Path("profile.json"), "--out", help="profile file to write (JSON)"),
+    models: Optional[str] = typer.Option(None, "--models", help="comma-separated catalog models (default: the seven "
+                                         "reference slices, internlm-20b and Mixtral; on a CPU a tiny model)"),
+    quick: bool = typer.Option(False, "--quick", help="fewer shapes (about 30 s on a GPU)"),
+) -> None:
+    """Time the operators the models need on this machine's GPU (pure PyTorch; a CPU runs tiny shapes)."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise InputError("perf profile needs PyTorch: pip install 'fleetwise[profile]'") from None
+    from fleetwise.catalog import get_model
+    from fleetwise.perf.profiler import round_profile, run_profile
+
+    names = [m.strip() for m in models.split(",") if m.strip()] if models else None
+    for n in names or []:
+        get_model(n)  # an unknown name fails before any timing
+    if out_file.parent and not out_file.parent.is_dir():
+        raise InputError(f"{out_file}: the folder {out_file.parent} does not exist")
+    with _progress() as prog:
+        task = prog.add_task("profiling", total=None)
+        res = run_profile(names, quick=quick,
+                          on_step=lambda i, n, what: prog.update(task, completed=i, total=n, description=what))
+    _write_json_atomic(out_file, round_profile(res))
+    env = res["env"]
+    console.print(f"{out_file}: {len(res['gemm'])} GEMMs, {len(res['attn_prefill'])} prefill and "
+                  f"{len(res['attn_decode'])} decode attention shapes, {len(res['iterations'])} iterations on "
+                  f"{env.get('name')} ({env['device']}) in {env['seconds']:.0f} s", highlight=False)
+
+
+@perf_app.command("calibrate")
+def perf_calibrate(
+    profile: Path = typer.Option(..., "--profile", help="a GPU profile (perf profile; or the H200 timings)"),
+    out_file: Path = typer.Option(..., "--out", help="calibration file to write (JSON)"),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="catalog GPU the profile is fitted as (default: its device)"),
+) -> None:
+    """Fit a calibration for the profile's GPU; select it with deployments[].calibration or perf predict."""
+    from fleetwise.perf.calfile import write_calibration
+    from fleetwise.perf.profile_data import load_profile
+    from fleetwise.perf.validate_profile import gpu_calibration_from_profile
+
+    gc = gpu_calibration_from_profile(load_profile(profile), gpu, source=profile.name)
+    if out_file.parent and not out_file.parent.is_dir():
+        raise InputError(f"{out_file}: the folder {out_file.parent} does not exist")
+    write_calibration(gc, out_file)
+    d = gc.default_backend
+    console.print(f"{out_file}: {gc.gpu}, {len(gc.gemm_shapes)} GEMM shapes, attention backends "
+                  f"{', '.join(sorted(gc.backends))} (default: prefill {d['prefill']}, chunked {d['chunked']}, "
+                  f"decode {d['decode']})", highlight=False)
+
+
+@perf_app.command("predict")
+def perf_predict(
+    gpu: str = typer.Option(..., "--gpu"),
+    model: str = typer.Option(..., "--model"),
+    tp: int = typer.Option(1, "--tp"),
+    pp: int = typer.Option(1, "--pp"),
+    calibration: Optional[Path] = typer.Option(None, "--calibration", help="a calibration file (perf calibrate)"),
+    prefill_tokens: int = typer.Option(0, "--prefill-tokens", help="new tokens of the one prefilling sequence"),
+    prefill_context: int = typer.Option(0, "--prefill-context", help="tokens that sequence already has cached"),
+    decode_seqs: int = typer.Option(0, "--decode-seqs", help="sequences decoding one token each"),
+    decode_context: int = typer.Option(0, "--decode-context", help="cached tokens of each decoding sequence"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """The model's time for one iteration: iteration_s = gpu_s (per-GPU compute) + comm_s (collectives) + cpu_s."""
+    from fleetwise.catalog import get_gpu, get_model
+    from fleetwise.perf import PerfModel
+
+    g, m = get_gpu(gpu), get_model(model)
+    cal = None
+    if calibration is not None:
+        from fleetwise.perf.calfile import load_calibration
+
+        cal = load_calibration(calibration)
+        if g.name not in cal.gpus:
+            raise InputError(f"{calibration}: a calibration of {next(iter(cal.gpus))}, not of {g.name}")
+    b = PerfModel(g, m, tp=tp, pp=pp, calibration=cal).iteration_breakdown(
+        prefill_tokens, prefill_context, decode_seqs, decode_context)
+    if as_json:
+        print(json.dumps(b))
+        return
+    t = Table(title=f"one iteration of {m.name} on {tp * pp} x {g.name} (tp={tp}, pp={pp})"
+                    + (f", {calibration.name}" if calibration else ""))
+    for k in b:
+        t.add_column(k, justify="right")
+    t.add_row(*(f"{v * 1e3:.3f} ms" for v in b.values()))
+    out.print(t)
 
 
 @bench_app.command("sim-speed")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -207,7 +208,8 @@ def load_calibration(path: str | Path, base: Calibration | None = None) -> Calib
 def write_calibration(g: GpuCalibration, path: str | Path) -> None:
     """Write atomically (a temporary file renamed over ``path``), so a failure leaves nothing half-written."""
     p = Path(path)
-    text = json.dumps(from_gpu_calibration(g), indent=1) + "\n"
+    text = re.sub(r"\[\s*([-+0-9.e,\s]+?)\s*\]", lambda m: "[" + ", ".join(m.group(1).split()).replace(",,", ",") + "]",
+                  json.dumps(from_gpu_calibration(g), indent=1)) + "\n"  # number lists on one line
     parse_calibration(json.loads(text), where="calibration being written")  # what we write must load
     tmp = p.with_name(p.name + ".tmp")
     tmp.write_text(text)
