@@ -143,18 +143,32 @@ def fit_gemm(d: GemmData, gpu: GPUSpec, sms: int, sel: np.ndarray) -> GemmParams
     return GemmParams(eff_compute=float(ec), eff_mem=float(em), wave_quant=float(q), k_pad=float(kp), t0_s=float(t0))
 
 
+def isotonic(y: list[float]) -> list[float]:
+    """The non-decreasing sequence closest to ``y`` in least squares (pool adjacent violators)."""
+    blocks: list[list[float]] = []  # [mean, count]
+    for v in y:
+        blocks.append([v, 1.0])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            (a, n), (b, m) = blocks.pop(), blocks.pop()
+            blocks.append([(a * n + b * m) / (n + m), n + m])
+    return [v for v, n in blocks for _ in range(int(n))]
+
+
 def gemm_shapes(d: GemmData, g: GemmParams, gpu: GPUSpec, sms: int, sel: np.ndarray) -> dict[tuple[int, int], GemmShape]:
-    """Per (N, K): measured / modelled time at each profiled M (median over repeated rows)."""
+    """Per (N, K): measured / modelled time at each profiled M. The measured times of a shape (median over
+    repeated rows) are first made non-decreasing in M (isotonic fit of log time: more rows never run faster;
+    what is left is timing noise)."""
     P, BW = gpu.tflops_bf16 * 1e12, gpu.mem_bw_gbps * 1e9
     x = (g.eff_compute, g.eff_mem, g.wave_quant, g.k_pad, g.t0_s)
-    ratio = d.t / gemm_pred(x, d.M, d.N, d.K, P, BW, sms)
     groups: dict[tuple[int, int], dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for i in np.nonzero(sel)[0]:
-        groups[(int(d.N[i]), int(d.K[i]))][int(d.M[i])].append(float(ratio[i]))
+        groups[(int(d.N[i]), int(d.K[i]))][int(d.M[i])].append(float(d.t[i]))
     out = {}
-    for key, by_m in groups.items():
+    for (N, K), by_m in groups.items():
         ms = sorted(by_m)
-        out[key] = GemmShape(tuple(float(np.log(m)) for m in ms), tuple(float(np.log(np.median(by_m[m]))) for m in ms))
+        logt = isotonic([float(np.log(np.median(by_m[m]))) for m in ms])
+        model = np.log(gemm_pred(x, np.asarray(ms, float), float(N), float(K), P, BW, sms))
+        out[(N, K)] = GemmShape(tuple(float(np.log(m)) for m in ms), tuple(float(a - b) for a, b in zip(logt, model)))
     return out
 
 
