@@ -393,7 +393,8 @@ def perf_profile(
     env = res["env"]
     console.print(f"{out_file}: {len(res['gemm'])} GEMMs, {len(res['attn_prefill'])} prefill and "
                   f"{len(res['attn_decode'])} decode attention shapes, {len(res['iterations'])} iterations on "
-                  f"{env.get('name')} ({env['device']}) in {env['seconds']:.0f} s", highlight=False)
+                  f"{env.get('name')} ({env['device']}) in {env['seconds']:.0f} s; {len(res['errors'])} refused or "
+                  f"skipped (listed under errors)", highlight=False)
 
 
 @perf_app.command("calibrate")

@@ -309,7 +309,10 @@ def run_profile(models: list[str] | None = None, quick: bool = False, device: st
         if time.perf_counter() - start > plan.budget_s:
             errors.extend(f"skipped (time budget {plan.budget_s:g} s): {w}" for w, _ in jobs[i:])
             break
-        job()
+        try:
+            job()
+        except RuntimeError as e:  # out of memory, a kernel the build lacks: keep what the other jobs measure
+            errors.append(f"{what}: failed: {str(e).splitlines()[0][:200]}")
         if cuda:
             torch.cuda.empty_cache()
         if on_step is not None:

@@ -10,6 +10,8 @@ transferred from the Vidur-profiled GPUs) on the same rows:
 - attention: every third row of each model and kind, against the fastest backend measured on the row
   ("prefill" pools whole prompts and chunks, as the issue's figures do) and per backend; and one whole model
   held out.
+- layers: a decoder layer's four GEMMs plus its attention, summed from measured operators, against the model's
+  sum (whole prompts and decode steps at the profiled sizes; for the held-out model and uncalibrated).
 - iterations (a profile from ``fleetwise perf profile``): the whole-iteration check rows, none of which is fitted,
   against ``PerfModel.iteration_breakdown(...)["gpu_s"]`` with the calibration fitted on all operator rows.
 """
@@ -120,6 +122,36 @@ def _section(p: Profile, cal: Calibration, gpu: GPUSpec, gd: GemmData, gsel: np.
     return {k: v for k, v in out.items() if v}
 
 
+LINEAR = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
+
+
+def _layers(p: Profile, cal: Calibration, gpu: GPUSpec, models: set[str] | None = None) -> dict[str, dict[str, float]]:
+    """A decoder layer's GEMMs plus attention, composed from measured operators, against the model's same sum:
+    a whole prompt of q tokens (the four GEMMs at M = q, prefill attention q x q) and a decode step of B
+    sequences with C cached tokens (GEMMs at M = B, decode attention) -- wherever the profile timed all five
+    operators of a model slice at that size (small ops are not in the H200 timings)."""
+    gemm: dict[tuple, float] = {(r.model, r.tp, r.op, r.M): r.s for r in p.gemm}
+    out: dict[str, tuple[list[float], list[float]]] = {"layer prefill": ([], []), "layer decode": ([], [])}
+    rows = [("layer prefill", r.model, r.tp, r.q_len, r) for r in p.attn_prefill if r.q_len == r.kv_len]
+    rows += [("layer decode", r.model, r.tp, r.B, r) for r in p.attn_decode]
+    for kind, model, tp, M, r in rows:
+        if models is not None and model not in models:
+            continue
+        g = [gemm.get((model, tp, op, M)) for op in LINEAR]
+        times = [v for v in r.s.values() if v is not None]
+        if None in g or not times:
+            continue
+        pm = _perf(p, cal, gpu, model, tp)
+        ops = pm.layer_op_times_s(M)
+        if kind == "layer prefill":
+            attn = pm.attention_prefill_s(float(M) * M, M)
+        else:
+            attn = pm.attention_decode_s(M, M * r.C)
+        out[kind][0].append(sum(ops[o] for o in LINEAR) + attn)
+        out[kind][1].append(sum(g) + min(times))  # type: ignore[arg-type]
+    return {k: _stats(_err(a, b)) for k, (a, b) in out.items() if a}
+
+
 def _iterations(p: Profile, cal: Calibration, gpu: GPUSpec) -> dict[str, float]:
     pred, meas = [], []
     for r in p.iterations:
@@ -156,7 +188,9 @@ def validate_profile(p: Profile, gpu: str | None = None) -> dict[str, dict[str, 
     ghold = gd.model == HOLDOUT_MODEL
     if ghold.any() and (~ghold).sum() >= 5 and all((~hold[k]).sum() >= 2 for k in ATTN_KINDS):
         gc_u = fit_gpu_calibration(p, g.name, Masks(gemm=~ghold, attn={k: ~v for k, v in hold.items()}), base)
-        out[f"calibrated, unseen model {HOLDOUT_MODEL}"] = _section(p, base.with_gpu(gc_u), g, gd, ghold, ad, hold)
+        cal_u = base.with_gpu(gc_u)
+        out[f"calibrated, unseen model {HOLDOUT_MODEL}"] = _section(p, cal_u, g, gd, ghold, ad, hold)
+        out[f"calibrated, unseen model {HOLDOUT_MODEL}"].update(_layers(p, cal_u, g, {HOLDOUT_MODEL}))
 
     if p.iterations:
         full = base.with_gpu(fit_gpu_calibration(p, g.name, base=base))
@@ -164,6 +198,7 @@ def validate_profile(p: Profile, gpu: str | None = None) -> dict[str, dict[str, 
 
     every = {k: np.ones(len(ad[k]), bool) for k in ATTN_KINDS}
     out[f"uncalibrated {g.name}, all rows"] = _section(p, base, g, gd, np.ones(len(gd.t), bool), ad, every)
+    out[f"uncalibrated {g.name}, all rows"].update(_layers(p, base, g))
     if p.iterations:
         out[f"uncalibrated {g.name}, all rows"]["iterations"] = _iterations(p, base, g)
     return out
