@@ -19,8 +19,8 @@ from fleetwise.perf.calfile import (
     parse_calibration,
     write_calibration,
 )
-from fleetwise.perf.calibration import DecodeKernel, GemmParams, PrefillKernel
 from fleetwise.perf.calibrate import gemm_pred
+from fleetwise.perf.calibration import DecodeKernel, GemmParams, PrefillKernel
 from fleetwise.perf.fit_profile import decode_pred, fit_gpu_calibration, prefill_pred
 from fleetwise.perf.model import decode_attention_s, linear_op_s, prefill_attention_s
 from fleetwise.perf.profile_data import load_profile, parse_profile, per_gpu_heads

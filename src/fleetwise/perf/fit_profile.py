@@ -27,7 +27,6 @@ from fleetwise.errors import InputError
 from fleetwise.perf.calibrate import gemm_pred
 from fleetwise.perf.calibration import (
     ATTN_KINDS,
-    SMALL_OPS,
     AttentionBackend,
     Calibration,
     DecodeKernel,
