@@ -64,6 +64,8 @@ class Plan:
     warmup: int
     reps: int
     math_max_elems: float  # MATH materialises heads x q x kv scores: skip larger shapes
+    max_gemm_flops: float = math.inf  # larger GEMMs are skipped (a CPU asked for real models)
+    max_kv_bytes: float = 16e9  # decode shapes whose K and V exceed this are skipped
     models: dict[str, dict] = field(default_factory=dict)  # shapes of non-catalog models
 
 
@@ -76,7 +78,7 @@ def make_plan(cuda: bool, quick: bool, models: list[str] | None) -> Plan:
                     decode=((1, 64), (4, 64), (4, 256), (16, 128)), elementwise_m=(1, 16, 64, 256),
                     iterations=((64, 0, 0, 0), (0, 0, 8, 128), (32, 64, 4, 64)), attn_models=slices[:1],
                     iter_models=slices[:2], budget_s=60.0, warmup=1, reps=3 if quick else 5, math_max_elems=1e9,
-                    models={} if models else {"tiny-llama": TINY})  # fmt: skip
+                    max_gemm_flops=2e9, max_kv_bytes=2e8, models={} if models else {"tiny-llama": TINY})  # fmt: skip
     if models:
         wanted = [get_model(m).name for m in models]
         primary = [(n, next(tp for tp in TP_DEGREES if _ok(n, tp))) for n in wanted]
@@ -221,6 +223,9 @@ def run_profile(models: list[str] | None = None, quick: bool = False, device: st
             N, K = int(N), int(K)
             w = torch.randn(N, K, dtype=dt, device=dev)
             for M in plan.lm_head_m if op == "lm_head" else plan.gemm_m:
+                if 2.0 * M * N * K > plan.max_gemm_flops:
+                    errors.append(f"gemm {name} tp{tp} {op} M={M}: skipped ({2.0 * M * N * K:.3g} FLOP on a CPU)")
+                    continue
                 x = torch.randn(M, K, dtype=dt, device=dev)
                 s = timer(lambda x=x, w=w: F.linear(x, w))
                 out["gemm"].append({"model": name, "tp": tp, "op": op, "N": N, "K": K, "M": M, "s": s})
@@ -232,8 +237,8 @@ def run_profile(models: list[str] | None = None, quick: bool = False, device: st
 
         def qkv(b: int, nq: int, nkv: int, expanded: bool):
             k_heads = h if expanded else kvh
-            if expanded and kvh == h:
-                return None
+            if expanded and (kvh == h or 4.0 * b * nkv * h * hd > plan.max_kv_bytes):
+                return None  # nothing to expand, or too large expanded
             q = torch.randn(b, h, nq, hd, dtype=dt, device=dev)
             k = torch.randn(b, k_heads, nkv, hd, dtype=dt, device=dev)
             v = torch.randn(b, k_heads, nkv, hd, dtype=dt, device=dev)
@@ -256,6 +261,10 @@ def run_profile(models: list[str] | None = None, quick: bool = False, device: st
             out["attn_prefill"].append({"model": name, "tp": tp, "q_len": n, "kv_len": kv, "work": n * kv, "s": s,
                                         "kv_expanded": e})  # fmt: skip
         for B, C in plan.decode:
+            if 4.0 * B * C * kvh * hd > plan.max_kv_bytes:  # K and V, bf16
+                errors.append(f"{name} tp{tp} decode {B}x{C}: skipped (K/V over {plan.max_kv_bytes / 1e9:g} GB)")
+                continue
+
             def mk(exp, B=B, C=C):
                 t = qkv(B, 1, C, exp)
                 return None if t is None else (t, {"gqa": t[1].shape[1] != h})
