@@ -186,10 +186,14 @@ class PerfModel:
             small_bytes["mlp_act"] *= model.experts_per_token
         sp = gc.small if gc and gc.small else cal.small[prof]
         # a decoder layer runs each small op once, except the residual add (twice: after attention and after the
-        # MLP); the Vidur-calibrated default counts one add, as its profile does
+        # MLP); the Vidur-calibrated default counts one add, as its profile does. With a GPU calibration the layer
+        # also writes the new tokens' K and V into the cache (an elementwise copy, costed with the add's constants)
         reps = {o: (2 if gc and o == "add" else 1) for o in SMALL_OPS}
         self._s0 = sum(reps[o] * sp[o].t0_s for o in SMALL_OPS if o != "emb")
         self._s1 = sum(reps[o] * small_bytes[o] / (BW * sp[o].eff_mem) for o in SMALL_OPS if o != "emb")
+        if gc:
+            self._s0 += sp["add"].t0_s
+            self._s1 += 2.0 * (2.0 * kv * hd * bpp) / (BW * sp["add"].eff_mem)  # K and V, read and written
         self._emb0 = sp["emb"].t0_s
         self._emb1 = small_bytes["emb"] / (BW * sp["emb"].eff_mem)
         kv_bytes_tok_layer = 2.0 * kv * hd * bpp
