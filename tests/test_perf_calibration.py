@@ -402,3 +402,9 @@ def test_predict_with_the_default_model_matches_perfmodel(cli):
     pm = PerfModel(get_gpu("a100"), get_model("llama-2-70b"), tp=2, pp=2)
     assert b["iteration_s"] == pytest.approx(pm.iteration_time_s(512, 512.0 * 512, 20, 24000), rel=1e-12)
 
+
+
+def test_profile_without_torch_is_one_line(cli, monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "torch", None)  # as if torch were not installed
+    p = cli("perf", "profile", "--out", "x.json", cwd=tmp_path)
+    assert p.returncode == 2 and "needs PyTorch" in p.stderr and not (tmp_path / "x.json").exists()
