@@ -87,18 +87,11 @@ def _attn_pred(p: Profile, cal: Calibration, gpu: GPUSpec, d: AttnData, kind: st
     return np.asarray(out)
 
 
-_PM: dict = {}
-
-
 def _perf(p: Profile, cal: Calibration, gpu: GPUSpec, model: str, tp: int, layers: int | None = None) -> PerfModel:
-    key = (id(cal), gpu.name, model, tp, layers)
-    pm = _PM.get(key)
-    if pm is None:
-        spec = p.model_spec(model)
-        if layers is not None:
-            spec = replace(spec, num_layers=layers)
-        pm = _PM[key] = PerfModel(gpu, spec, tp=tp, calibration=cal)
-    return pm
+    spec = p.model_spec(model)
+    if layers is not None:
+        spec = replace(spec, num_layers=layers)
+    return PerfModel(gpu, spec, tp=tp, calibration=cal)
 
 
 def _section(p: Profile, cal: Calibration, gpu: GPUSpec, gd: GemmData, gsel: np.ndarray,
@@ -164,7 +157,6 @@ def _iterations(p: Profile, cal: Calibration, gpu: GPUSpec) -> dict[str, float]:
 
 def validate_profile(p: Profile, gpu: str | None = None) -> dict[str, dict[str, dict[str, float]]]:
     """{section: {row kind: {mape, median, worst, rows}}} -- errors in percent; see the module docstring."""
-    _PM.clear()
     g = resolve_gpu(p, gpu)
     base = default_calibration()
     gd = gemm_data(p)
