@@ -85,8 +85,8 @@ def simulate(
     b = build(sc, seed, workload=workload, num_requests=requests)
     plat = None
     if sc.scaler is not None:
-        from fleetwise.control.registry import make
         from fleetwise.platform.runner import Platform
+        from fleetwise.policies import make
 
         plat = Platform(b, make("scaler", sc.scaler.name, sc.scaler.params, where="scaler: "),
                         seed=sc.seed if seed is None else seed, monitor=monitor is not None)
@@ -312,7 +312,7 @@ def report(
 @app.command("policies")
 def policies() -> None:
     """List the registered policies of every decision level."""
-    from fleetwise.control.registry import LEVELS, names
+    from fleetwise.policies import LEVELS, names
 
     for level in LEVELS:
         n = names(level)

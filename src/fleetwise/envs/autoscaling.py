@@ -83,7 +83,7 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -349,20 +349,7 @@ class AutoscalingEnv(gym.Env):
 
     def _advance(self):
         """Run the simulator, answering route/batch decisions, up to the next scale decision (None: done)."""
-        sim = self.sim
-        route, plan = self._ctl.router.route, self._ctl.batcher.plan
-        advance, apply = sim.advance, sim.apply
-        while (dp := advance()) is not None:
-            k = dp.kind
-            if k == "route":
-                apply(route(dp))
-            elif k == "batch":
-                apply(plan(dp.lane, sim))
-            elif k == "scale":
-                return dp
-            else:
-                raise RuntimeError(f"Autoscaling-v0: unexpected decision point {k!r}")
-        return None
+        return self.sim.run_until(math.inf, self._ctl, stop=("scale",))
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
@@ -375,7 +362,6 @@ class AutoscalingEnv(gym.Env):
         self.platform = p = Platform(built, scaler=None, seed=ep_seed, monitor=False)
         self.sim = sim = built.sim
         self._ctl = built.controller(self.router, self.batcher)
-        sim.batcher_stationary = bool(getattr(self._ctl.batcher, "stationary", False))
         if len(p.groups) > self.cfg.max_groups:
             raise InputError(f"Autoscaling-v0: the scenario has {len(p.groups)} scaling groups; max_groups is "
                              f"{self.cfg.max_groups}")

@@ -130,7 +130,7 @@ def train_autoscaler(timesteps: int, seed: int = 0, config: TrainConfig | None =
 
 # --------------------------------------------------------------------------------------------- evaluation
 def _scaler(spec):
-    from fleetwise.control.registry import make
+    from fleetwise.policies import make
     from fleetwise.scenario import PolicyRef
 
     ref = PolicyRef.model_validate(spec)

@@ -20,8 +20,7 @@ import numpy as np
 from fleetwise.control.protocols import DecisionPoint, GroupState, ScaleObs
 from fleetwise.errors import InputError
 from fleetwise.scenario import STORAGE_GBPS, Built, PlatformSpec
-
-COMPLETED, REJECTED = 1, 2
+from fleetwise.sim.records import COMPLETED, REJECTED
 
 
 @dataclass
@@ -146,8 +145,8 @@ class Platform:
     def __init__(self, built: Built, scaler=None, *, spec: PlatformSpec | None = None, seed: int = 0,
                  monitor: bool = True):
         from fleetwise.catalog import get_gpu
-        from fleetwise.platform import spot as spotmod
         from fleetwise.perf.capacity import capacity_rps
+        from fleetwise.platform import spot as spotmod
         from fleetwise.workload.slo import get_slo
 
         sc = built.scenario
@@ -619,9 +618,8 @@ class Platform:
     def _degrade(self, a: int, b: int, factor: float) -> None:
         sim = self.sim
         for x, y in ((a, b), (b, a)):
-            sim._rtt[x][y] *= factor
-            if sim._bw is not None:
-                sim._bw[x][y] /= factor
+            rtt, bw = sim.link(x, y)
+            sim.set_link(x, y, rtt * factor, None if bw is None else bw / factor)
 
     # ------------------------------------------------------------------ running and results
     def run(self, controller=None, progress=None):

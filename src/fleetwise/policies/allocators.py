@@ -11,8 +11,15 @@ from typing import Sequence
 import numpy as np
 
 from fleetwise.control.registry import register_allocator
-from fleetwise.envs.allocation import ACTIONS, CANON, GPU_COUNTS, N_ACTIONS, PARALLELISMS, AllocationConfig, \
-    AllocationCore
+from fleetwise.envs.allocation import (
+    ACTIONS,
+    CANON,
+    GPU_COUNTS,
+    N_ACTIONS,
+    PARALLELISMS,
+    AllocationConfig,
+    AllocationCore,
+)
 from fleetwise.errors import InputError
 
 

@@ -81,7 +81,7 @@ def _train_job(job: tuple) -> tuple:
 
 def _eval_job(job: tuple) -> tuple:
     """Evaluate one policy (with one trained agent where it needs one) on the evaluation days."""
-    from fleetwise.envs.torta import TortaConfig, evaluate
+    from fleetwise.worlds.torta import TortaConfig, evaluate
 
     topo, name, ckpt, train_seed, eval_seeds, trace, keep_day = job
     models = {}
@@ -162,7 +162,7 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
         TimeElapsedColumn,
     )
 
-    from fleetwise.envs.torta import TOPOLOGIES
+    from fleetwise.worlds.torta import TOPOLOGIES
 
     bud = _budget(quick)
     n_seeds = seeds or bud["seeds"]

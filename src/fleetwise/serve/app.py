@@ -268,7 +268,7 @@ class ScalePolicy:
 
 
 def load_scale_policy(spec: str) -> ScalePolicy:
-    from fleetwise.control.registry import make
+    from fleetwise.policies import make
 
     name, params = parse_spec(spec)
     return ScalePolicy(make("scaler", name, params, where="scaler: "), spec.strip())
@@ -291,7 +291,7 @@ class PlanPolicy:
     def obs(self, req: PlanRequest):
         import numpy as np
 
-        from fleetwise.envs.torta import SlotObs
+        from fleetwise.control.views import SlotObs
 
         m, n = len(req.origins), len(req.regions)
         if self.regions is not None and not (m == n == self.regions):
@@ -344,7 +344,7 @@ def _probe_plan(p: PlanPolicy) -> PlanPolicy:
 def load_plan_policy(spec: str | None = None, checkpoint: str | None = None) -> PlanPolicy:
     """A registered planner (``ot``, ``ot_capacity``, ...) or a TORTA PPO checkpoint (Stable-Baselines3 .zip,
     as trained by learn/torta.py): its action sets the OT target weights; otherwise free-capacity weights."""
-    from fleetwise.control.registry import make
+    from fleetwise.policies import make
 
     try:
         if checkpoint is not None:
@@ -364,8 +364,8 @@ def _load_checkpoint(path: str) -> PlanPolicy:
         raise InputError(f"checkpoint {path!r}: no such file")
     from stable_baselines3 import PPO
 
-    from fleetwise.envs.torta import TortaConfig
     from fleetwise.policies.planners import PolicyPlanner
+    from fleetwise.worlds.torta import TortaConfig
 
     try:
         model = PPO.load(str(p), device="cpu")

@@ -50,6 +50,7 @@ class Lane:
     run_prefill: list | tuple = ()  # (request id, chunk tokens) of the iteration in flight
     run_pf_tokens: int = 0
     run_time_s: float = 0.0
+    view: object = None  # its LaneView (fleetwise.sim.views.SimLaneView), made when first asked
 
     @property
     def free_blocks(self) -> int:
