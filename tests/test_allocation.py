@@ -8,19 +8,19 @@ import pytest
 
 gym = pytest.importorskip("gymnasium")
 
-from fleetwise.envs.allocation import (  # noqa: E402
+from fleetwise.envs.allocation import AllocationEnv  # noqa: E402
+from fleetwise.errors import InputError  # noqa: E402
+from fleetwise.learn import tabular  # noqa: E402
+from fleetwise.policies.allocation_model import (  # noqa: E402
     ACTIONS,
     CANON,
     N_ACTIONS,
     AllocationConfig,
-    AllocationEnv,
     Discretizer,
     _synthetic_series,
     deployment,
     perf_table,
 )
-from fleetwise.errors import InputError  # noqa: E402
-from fleetwise.learn import tabular  # noqa: E402
 from fleetwise.policies.allocators import (  # noqa: E402
     Constant,
     FixedThreshold,

@@ -210,7 +210,7 @@ def sweep(
 ) -> None:
     """Run an experiment: every scenario x policy x grid point x seed not already in the store."""
     from fleetwise.experiments.spec import load_experiment
-    from fleetwise.experiments.stats import aggregate
+    from fleetwise.metrics.stats import aggregate
 
     if backend not in ("local", "ray"):
         raise InputError(f"--backend {backend!r}: expected local or ray")
@@ -250,7 +250,7 @@ def compare(
 ) -> None:
     """Compare routers on one scenario: mean ± 95% CI over seeds, and the paired change against the first."""
     from fleetwise.experiments.spec import ExperimentSpec
-    from fleetwise.experiments.stats import aggregate
+    from fleetwise.metrics.stats import aggregate
     from fleetwise.scenario import load_scenario
 
     names = [r.strip() for r in routers.split(",") if r.strip()]

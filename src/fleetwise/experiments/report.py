@@ -35,7 +35,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from fleetwise.errors import InputError
-from fleetwise.experiments.stats import CI, aggregate
+from fleetwise.metrics.pareto import pareto_front
+from fleetwise.metrics.stats import CI, aggregate
 
 # (summary key, label, unit shown, scale applied for display, direction: +1 higher is better, -1 lower is, 0 neither)
 KEY_METRICS: list[tuple[str, str, str, float, int]] = [
@@ -598,17 +599,6 @@ def _load_html(ex: _Experiment, plots: _Plots) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------- section 4
-def _pareto_front(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Indices of the points not dominated in (lower x, lower y), sorted by x."""
-    order = np.lexsort((y, x))
-    front, best = [], math.inf
-    for i in order:
-        if y[i] < best:
-            front.append(i)
-            best = y[i]
-    return np.array(front, int)
-
-
 def _pareto_html(ex: _Experiment, plots: _Plots) -> str:
     parts = []
     for s in ex.scenarios:
@@ -643,7 +633,7 @@ def _pareto_html(ex: _Experiment, plots: _Plots) -> str:
                 ys.append(ym[ok])
             if xs:
                 x, y = np.concatenate(xs), np.concatenate(ys)
-                f = _pareto_front(x, y)
+                f = pareto_front(x, y)
                 ax.plot(x[f], y[f], ls="--", color="black", lw=1, drawstyle="steps-post", zorder=1)
                 ax.scatter(x[f], y[f], s=130, facecolors="none", edgecolors="black", lw=1.4, zorder=3,
                            label="Pareto front")

@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fleetwise.control.registry import register_scaler
-from fleetwise.envs.autoscaling import (
+from fleetwise.errors import InputError
+from fleetwise.policies.scaler_features import (
     N_GLOBAL_FEATURES,
     N_GROUP_FEATURES,
     features,
     symmetric_deltas,
     targets_from_action,
 )
-from fleetwise.errors import InputError
 
 if TYPE_CHECKING:  # pragma: no cover
     from fleetwise.control.protocols import ScaleObs

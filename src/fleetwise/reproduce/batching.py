@@ -58,7 +58,7 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from fleetwise.envs.edge import EdgeBatchingEnv
-    from fleetwise.experiments.stats import paired_change
+    from fleetwise.metrics.stats import paired_change
     from fleetwise.learn.disppo import DISPPOArgs, NumpyPolicy, train
     from fleetwise.reproduce.common import store_rows
     from fleetwise.worlds.edge import EdgeConfig, EdgePolicyBatcher, evaluate, with_batch_limit

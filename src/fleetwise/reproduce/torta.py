@@ -117,7 +117,7 @@ def _changes(rows: dict, train_seeds: int) -> dict:
     the baselines that left at most ``MAX_UNSERVED`` of the requests unserved), keyed by
     (training seed, day) with the baseline's value of that day; against the reactive PPO by (training seed, day)
     too, plus the mean change of each training seed on its own."""
-    from fleetwise.experiments.stats import paired_change
+    from fleetwise.metrics.stats import paired_change
 
     def by_key(rs, m):
         return {(r.get("train_seed", 0), r["seed"]): r[m] for r in rs}

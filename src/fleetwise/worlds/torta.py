@@ -245,7 +245,7 @@ def build_replicas(cfg: TortaConfig, fleet):
     speed = np.array([2048.0 / rp.perf.iteration_time_s(1024, 1024 * 1024, 64, 64 * 1200) for rp in reps])
     region = np.array([rp.region for rp in reps])
     srv = Servers(region=region, speed_tps=speed,
-                  gpu_usd_per_s=np.array([rp.price_usd_per_gpu_hour * rp.num_gpus / 3600 for rp in reps]),
+                  gpu_usd_per_s=np.array([rp.gpu_usd_per_s for rp in reps]),
                   power_idle_w=np.array([rp.perf.idle_power_w() for rp in reps]),
                   elec_usd_per_j=np.array([rp.electricity_usd_per_kwh / 3.6e6 for rp in reps]))
     srv.by_region = [np.flatnonzero(region == r) for r in range(len(fleet.names))]
