@@ -17,7 +17,7 @@ from fleetwise.policies.allocation_model import (  # noqa: E402
     N_ACTIONS,
     AllocationConfig,
     Discretizer,
-    _synthetic_series,
+    synthetic_series,
     deployment,
     perf_table,
 )
@@ -33,7 +33,7 @@ from fleetwise.workload.cpu import parse_cpu_text, read_cpu_series, read_cpu_tra
 
 def _series(n=12, seed=0):
     rng = np.random.default_rng(seed)
-    return [_synthetic_series(rng) for _ in range(n)]
+    return [synthetic_series(rng) for _ in range(n)]
 
 
 @pytest.fixture(scope="module")

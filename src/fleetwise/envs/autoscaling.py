@@ -172,7 +172,7 @@ def cached_servegen():
     from fleetwise.workload import readers
 
     orig = readers.read_servegen
-    if getattr(orig, "_fleetwise_cached", False):
+    if getattr(orig, "fleetwise_cached", False):
         yield
         return
 
@@ -182,7 +182,7 @@ def cached_servegen():
             _SERVEGEN[key] = orig(folder_or_model_dir, model=model, limit=limit)
         return _SERVEGEN[key]
 
-    cached._fleetwise_cached = True  # type: ignore[attr-defined]
+    cached.fleetwise_cached = True  # type: ignore[attr-defined]
     readers.read_servegen = cached
     try:
         yield

@@ -10,7 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
-from fleetwise.worlds.multicloud import MultiCloud, _region
+from fleetwise.worlds.multicloud import MultiCloud, region_of
 
 NODE_TYPES = ("cloud", "region", "pool", "instance", "class")
 EDGE_TYPES = (("region", "in", "cloud"), ("pool", "in", "region"), ("instance", "in", "pool"),
@@ -100,7 +100,7 @@ def graph_features(mc: MultiCloud, lay: GraphLayout) -> tuple[np.ndarray, np.nda
         busy_region[p.region] += float(np.sum(mc.busy_frac[p.replicas])) * p.spec.tp
     for c in range(len(mc.clouds)):
         x[C + c, c] = 1.0
-        x[C + c, 3] = sum(gpus_on_region[r] for r in range(nreg) if _region(cfg.regions[r]).cloud == mc.clouds[c]) / 64
+        x[C + c, 3] = sum(gpus_on_region[r] for r in range(nreg) if region_of(cfg.regions[r]).cloud == mc.clouds[c]) / 64
     ow = np.asarray(cfg.origin_weights, float)
     ow = ow / ow.sum()
     for r in range(nreg):

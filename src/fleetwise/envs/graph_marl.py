@@ -73,8 +73,8 @@ from fleetwise.worlds.multicloud import (
     ROUTE_RULES,
     GraphMARLConfig,
     MultiCloud,
-    _region,
     multicloud_workload,
+    region_of,
 )
 from fleetwise.worlds.multicloud_rules import HEURISTICS, heuristic
 
@@ -109,10 +109,10 @@ def _env_class():
             self.held_out, self.trace, self.duration_s = held_out, trace, duration_s
             cfg = self.cfg
             clouds = cfg.clouds
-            region_cloud = [clouds.index(_region(r).cloud) for r in cfg.regions]
+            region_cloud = [clouds.index(region_of(r).cloud) for r in cfg.regions]
             pool_region, inst_pool = [], []
             for ri, r in enumerate(cfg.regions):
-                for spec in cfg.pools[_region(r).cloud]:
+                for spec in cfg.pools[region_of(r).cloud]:
                     inst_pool += [len(pool_region)] * spec.max_replicas
                     pool_region.append(ri)
             self.layout = graph_layout(len(clouds), len(cfg.regions), region_cloud, pool_region, inst_pool,

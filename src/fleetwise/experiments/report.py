@@ -27,6 +27,7 @@ import re
 import struct
 import sys
 import time
+import weakref
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,6 +66,7 @@ MANIFEST = "report-manifest.json"
 # bottom (tick labels + x label), and between axes
 M_LEFT, M_RIGHT, M_TOP, M_BOTTOM, M_WSPACE, M_HSPACE = 0.85, 0.2, 0.68, 0.6, 0.95, 0.95
 LEGEND_FONT = 8.5
+_LEGENDS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # figure -> (legend columns, title)
 
 SECTIONS = [
     ("summary", "1. Summary"),
@@ -318,12 +320,12 @@ class _Plots:
                             bottom=(M_BOTTOM + extra) / h, wspace=M_WSPACE / ax_w, hspace=M_HSPACE / ax_h)
         axes = fig.subplots(nrows, ncols, squeeze=False, **kw)
         fig.suptitle(title, fontsize=11, y=1 - 0.1 / h, va="top")
-        fig._fw_legend = (ncol, legend_title)  # type: ignore[attr-defined]
+        _LEGENDS[fig] = (ncol, legend_title)
         return fig, axes
 
     @staticmethod
     def legend(fig, handles, labels) -> None:
-        ncol, title = getattr(fig, "_fw_legend", (len(labels), None))
+        ncol, title = _LEGENDS.get(fig, (len(labels), None))
         fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 0.06 / fig.get_size_inches()[1]),
                    ncol=ncol, fontsize=LEGEND_FONT, title=title, title_fontsize=LEGEND_FONT, frameon=True)
 

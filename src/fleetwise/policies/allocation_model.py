@@ -416,7 +416,7 @@ class Discretizer:
 
 
 # ------------------------------------------------------------------------------------------ Gymnasium env
-def _synthetic_series(rng: np.random.Generator, n: int = 288) -> np.ndarray:
+def synthetic_series(rng: np.random.Generator, n: int = 288) -> np.ndarray:
     t = np.arange(n)
     x = 0.4 + 0.3 * np.sin(2 * np.pi * t / n + rng.uniform(0, 2 * np.pi)) + rng.normal(0, 0.08, n)
     return np.clip(x, 0.0, 1.0)

@@ -312,10 +312,10 @@ def bench() -> dict[str, float]:
     """Environment steps per second of the tabular trainer's lean path (one core), and of gymnasium's step."""
     from fleetwise.envs.allocation import AllocationEnv
     from fleetwise.learn import tabular
-    from fleetwise.policies.allocation_model import _synthetic_series
+    from fleetwise.policies.allocation_model import synthetic_series
 
     rng = np.random.default_rng(0)
-    series = [_synthetic_series(rng) for _ in range(20)]
+    series = [synthetic_series(rng) for _ in range(20)]
     try:
         from fleetwise.workload.cpu import planetlab_days
 

@@ -221,7 +221,9 @@ def _train_rl(base: dict, bud: dict, out_dir: Path, prog) -> Path | None:
     """Train the RL scaler on ServeGen days 2-7 (never the evaluation day); None without the rl extra."""
     try:
         train_platform_autoscaler = _rl_trainer()
-    except ImportError:
+    except ImportError as e:
+        prog.console.print(f"warning: the RL scaler is left out: it needs the rl extra ({e}); "
+                           "pip install -c constraints.txt '.[rl]'", markup=False)
         return None
     task = prog.add_task("training the RL scaler", total=bud["rl_timesteps"])
     path = out_dir / "rl_scaler.zip"

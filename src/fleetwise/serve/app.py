@@ -407,7 +407,7 @@ class Metrics:
                               ["endpoint", "status"], registry=self.registry)
         self.reloads = Counter("fleetwise_reloads", "Policy reloads, by result", ["result"], registry=self.registry)
         self._dec: dict[tuple[str, str], Any] = {}
-        self._lat = {ep: self.latency.labels(ep) for ep in ("route", "scale", "plan")}
+        self.latency_by_endpoint = {ep: self.latency.labels(ep) for ep in ("route", "scale", "plan")}
 
     def decided(self, endpoint: str, policy: str) -> None:
         c = self._dec.get((endpoint, policy))
@@ -467,7 +467,7 @@ class _Edge:
             handler = self.fast.get((scope["method"], path)) if self.fast else None
             await (handler or self.app)(scope, receive, send_status)
         finally:
-            lat = m._lat.get(ep)
+            lat = m.latency_by_endpoint.get(ep)
             if lat is not None:
                 lat.observe(time.perf_counter() - t0)
             if status >= 400:

@@ -104,20 +104,20 @@ class GraphMARLConfig:
             raise InputError(f"{where}: need 0 < epoch_s <= segment_s, got epoch_s={self.epoch_s}, "
                              f"segment_s={self.segment_s}")
         for r in self.regions:
-            if _region(r).cloud not in self.pools:
-                raise InputError(f"{where}: region {r} is in cloud {_region(r).cloud}, which has no pools")
+            if region_of(r).cloud not in self.pools:
+                raise InputError(f"{where}: region {r} is in cloud {region_of(r).cloud}, which has no pools")
 
     @property
     def clouds(self) -> tuple[str, ...]:
         out = []
         for r in self.regions:
-            c = _region(r).cloud
+            c = region_of(r).cloud
             if c not in out:
                 out.append(c)
         return tuple(out)
 
 
-def _region(name: str):
+def region_of(name: str):
     from fleetwise.fleet.regions import get_region
 
     return get_region(name)
@@ -255,7 +255,7 @@ class MultiCloud:
         self.cfg = cfg
         self.clouds = cfg.clouds
         fleet = continental_backbone(list(cfg.regions))
-        idx = [fleet.index(_region(r).name) if _region(r).name in fleet.names else fleet.index(r)
+        idx = [fleet.index(region_of(r).name) if region_of(r).name in fleet.names else fleet.index(r)
                for r in cfg.regions]
         self.rtt = np.asarray(fleet.rtt_s)[np.ix_(idx, idx)]
         self.egress = np.asarray(fleet.egress_usd_per_gb)[np.ix_(idx, idx)]
@@ -263,7 +263,7 @@ class MultiCloud:
         reps = []
         perfs = {}
         for ri, rname in enumerate(cfg.regions):
-            cloud = _region(rname).cloud
+            cloud = region_of(rname).cloud
             for spec in cfg.pools[cloud]:
                 gpu = get_gpu(spec.gpu)
                 price = gpu.prices.get(cloud)
