@@ -4,6 +4,7 @@ private attributes, policies typed against views that both the simulator and the
 from __future__ import annotations
 
 import ast
+import json
 import shutil
 import subprocess
 import sys
@@ -110,3 +111,37 @@ def test_views_are_implemented_by_the_simulator_the_service_and_the_torta_world(
 
         w = torta_workload(cfg, fleet, 1.0, np.random.default_rng(0), True)
         assert isinstance(Day(cfg, fleet, w, 0, NearestPlanner(), make_micro("match", cfg)), PlanView)
+
+
+def _needs_data(name: str) -> bool:
+    from fleetwise.scenario import load_scenario
+
+    sc = load_scenario(name)
+    text = json.dumps(sc.model_dump(mode="json"))
+    return sc.scaler is not None or any(k in text for k in ('"trace"', '"servegen"', "spot_trace"))
+
+
+@pytest.mark.parametrize("name", __import__("fleetwise.scenario", fromlist=["x"]).scenario_names())
+def test_sweep_and_simulate_give_the_same_summary(name, tmp_path):
+    """One run path: a sweep's run and `simulate` of the same scenario, seed and request count agree exactly (a
+    scenario with a scaler runs the platform layer in both)."""
+    from fleetwise.data import data_dir
+    from fleetwise.experiments.runner import run_sweep
+    from fleetwise.experiments.spec import expand, parse_experiment
+    from fleetwise.experiments.store import Store
+    from fleetwise.run import run_scenario
+    from fleetwise.scenario import load_scenario
+
+    if _needs_data(name) and data_dir(required=False) is None:
+        pytest.skip("real datasets not found (set FLEETWISE_DATA)")
+    n, seed = 60, 3
+    spec = parse_experiment({"name": "same", "scenarios": [name], "seeds": [seed], "requests": n})
+    store = Store(str(tmp_path / "r.duckdb"))
+    res = run_sweep(expand(spec), store, workers=1)
+    assert res.ok == 1, store.runs(where="status = 'failed'")
+    stored = store.runs()[0]
+    direct = run_scenario(load_scenario(name), seed, num_requests=n).summary
+    numeric = {k: v for k, v in direct.items() if isinstance(v, (int, float))}
+    assert numeric.keys() <= stored.keys()
+    for k, v in numeric.items():
+        assert stored[k] == pytest.approx(v, rel=1e-12, nan_ok=True), k

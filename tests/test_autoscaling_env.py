@@ -134,7 +134,7 @@ def test_short_ppo_training_then_rl_scaler_runs_the_platform(tmp_path):
     import torch
 
     from fleetwise.learn.autoscaling import TrainConfig, train_autoscaler
-    from fleetwise.platform import run_platform
+    from fleetwise.run import run_platform
 
     torch.set_num_threads(1)
     path = tmp_path / "rl.zip"

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from fakes import LinearPerf
 from fleetwise.errors import InputError
-from fleetwise.platform import run_platform
+from fleetwise.run import run_platform
 from fleetwise.policies import make_controller
 from fleetwise.scenario import parse_scenario
 from fleetwise.sim.build import make_replica

@@ -84,7 +84,7 @@ def test_conservation_and_kv_capacity(n, rate, kv, block, pp, replicas, batcher,
 
 
 def test_same_seed_same_records_across_many_resets():
-    from fleetwise.scenario import load_scenario, simulate
+    from fleetwise import load_scenario, simulate
 
     sc = load_scenario("default")
     first, s0 = simulate(sc, seed=7, router="power_of_two", num_requests=300)

@@ -93,7 +93,7 @@ def _one(args) -> dict:
     """One evaluation run (in a worker process)."""
     data, seed, label, scaler, params, workload = args
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    from fleetwise.platform import run_platform
+    from fleetwise.run import run_platform
     from fleetwise.scenario import parse_scenario
 
     sc = parse_scenario(data, where="platform scenario")
@@ -328,7 +328,7 @@ def render(result: dict):
 
 def bench() -> dict:
     """Platform simulation speed: one hour of the platform scenario with the slo_aware scaler."""
-    from fleetwise.platform import run_platform
+    from fleetwise.run import run_platform
     from fleetwise.scenario import SCENARIO_DIR, parse_scenario, read_yaml
 
     _, base = read_yaml("platform", SCENARIO_DIR, "scenario")
