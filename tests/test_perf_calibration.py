@@ -260,9 +260,11 @@ def test_scenario_selects_a_calibration(synth_cal, tmp_path):
     base = {"name": "h200", "fleet": {"topology": "single"},
             "deployments": [{"model": "llama-3-8b", "gpu": "h200", "replicas": 1, "calibration": str(f)}],
             "workload": {"kind": "default", "rate_rps": 2.0, "num_requests": 20}}
-    b = build(parse_scenario(base), seed=0)
-    assert b.summary(b.run())["completed"] == 20
-    perf = b.sim.replicas[0].perf
+    from fleetwise.run import run_scenario
+
+    r = run_scenario(parse_scenario(base), seed=0)
+    assert r.summary["completed"] == 20
+    perf = r.built.sim.replicas[0].perf
     assert "H200" in perf.cal.gpus and perf.iteration_time_s(512, 512.0 * 512, 0, 0) == pytest.approx(
         PerfModel(H200, get_model("llama-3-8b"), calibration=load_calibration(f)).iteration_time_s(512, 512.0 * 512, 0, 0))
     bad = json.loads(json.dumps(base))
@@ -388,7 +390,7 @@ def test_perf_cli_bad_input(args, words, tmp_path, cli):
 
 
 def test_core_imports_without_torch():
-    code = ("import sys; sys.modules['torch'] = None; import fleetwise.perf, fleetwise.perf.profiler, "
+    code = ("import sys; sys.modules['torch'] = None; import fleetwise.perf, fleetwise.profiler, "
             "fleetwise.perf.validate_profile, fleetwise.scenario, fleetwise.cli; print('ok')")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr

@@ -369,7 +369,7 @@ def perf_profile(
     except ImportError:
         raise InputError("perf profile needs PyTorch: pip install 'fleetwise[profile]'") from None
     from fleetwise.catalog import get_model
-    from fleetwise.perf.profiler import round_profile, run_profile
+    from fleetwise.profiler import round_profile, run_profile
 
     names = [m.strip() for m in models.split(",") if m.strip()] if models else None
     for n in names or []:
