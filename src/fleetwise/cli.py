@@ -524,6 +524,34 @@ def serve(
                          token_file=token_file, seed=seed, log_level=log_level)
 
 
+@app.command("export-checkpoint")
+def export_checkpoint(
+    sb3_zip: str = typer.Argument(..., metavar="SB3_ZIP", help="a Stable-Baselines3 .zip YOU trained (trusted)"),
+    out_path: str = typer.Argument(..., metavar="OUT", help="the checkpoint to write: OUT.npz + OUT.card.json"),
+    level: str = typer.Option(..., help="decision level the policy decides: allocator, planner, scaler, router, "
+                              "batcher"),
+    policy: str = typer.Option(..., help="policy kind for the model card, e.g. torta or rl"),
+    rule: Optional[str] = typer.Option(None, help="the hand-written rule the policy adjusts, if any"),
+) -> None:
+    """Export a Stable-Baselines3 .zip to a fleetwise policy checkpoint that loads without running code
+    (docs/security.md). WARNING: reading the .zip unpickles objects from it, which can run code: use this only
+    on files you trust, never on a file someone sent you."""
+    from fleetwise.control.checkpoint import LEVELS, card_path
+
+    if level not in LEVELS:
+        raise InputError(f"--level {level!r}: expected one of {', '.join(LEVELS)}")
+    console.print("warning: export-checkpoint unpickles the .zip (runs code from it): only for files you trust",
+                  markup=False, highlight=False)
+    try:
+        from fleetwise.learn.export import export_file
+    except ModuleNotFoundError as e:
+        raise InputError(f"export-checkpoint needs the rl extra (missing module {e.name!r}): "
+                         "pip install -c constraints.txt 'fleetwise[rl]'") from None
+    p = export_file(sb3_zip, out_path, level=level, policy=policy, rule=rule)
+    out.print(f"wrote {p} and {card_path(p)}; serve it with `fleetwise serve --checkpoint-dir {p.parent} "
+              f"--checkpoint {p.name}`", markup=False, highlight=False)
+
+
 @bench_app.command("serve")
 def bench_serve(
     rate: float = typer.Option(1000.0, min=1.0, help="calls per second (open loop)"),
