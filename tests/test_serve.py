@@ -228,8 +228,12 @@ def test_unauthenticated_calls_get_401(web):
     ready = c.get("/readyz")
     assert ready.status_code == 200 and ready.json()["router"] == "least_outstanding_tokens"
     assert c.post("/v1/route", json=ROUTE_EXAMPLE, headers={"Authorization": f"bearer {TOKEN}"}).status_code == 200
-    # no token configured: no authentication (the CLI allows that on loopback only)
-    assert web.TestClient(web.create_app(token=None)).post("/v1/route", json=ROUTE_EXAMPLE).status_code == 200
+    # no token configured: no authentication (the CLI allows that on loopback only), loopback Host names only
+    open_app = web.create_app(token=None)
+    assert web.TestClient(open_app, base_url="http://127.0.0.1:8000").post(
+        "/v1/route", json=ROUTE_EXAMPLE).status_code == 200
+    r = web.TestClient(open_app).post("/v1/route", json=ROUTE_EXAMPLE)  # Host: testserver
+    assert r.status_code == 403 and "not a loopback name" in r.json()["detail"]
 
 
 def test_bad_bodies_get_422_with_one_clear_line(web):
@@ -435,23 +439,29 @@ def test_plan_from_a_torta_checkpoint(web, tmp_path):
         def step(self, a):
             return np.zeros(self.observation_space.shape, np.float32), 0.0, True, False, {}
 
-    path = tmp_path / "torta.zip"
-    PPO("MlpPolicy", Env(), n_steps=8, batch_size=8, device="cpu", seed=0).save(path)
-    c = client(web, checkpoint=str(path))
+    from fleetwise.learn.export import export_sb3
+
+    model = PPO("MlpPolicy", Env(), n_steps=8, batch_size=8, device="cpu", seed=0)
+    model.save(tmp_path / "torta.zip")
+    export_sb3(model, tmp_path / "torta.npz", level="planner", policy="torta")
+    c = client(web, checkpoint="torta.npz", checkpoint_dir=str(tmp_path))
     body = plan_body(3, 3, demand_history=[[1.0, 2.0, 3.0]])
     r = c.post("/v1/plan", json=body, headers=AUTH)
     assert r.status_code == 200, r.text
     check_plan(r.json(), body)
-    assert r.json()["policy"] == "checkpoint:torta.zip"
+    assert r.json()["policy"] == "checkpoint:torta.npz"
     r = c.post("/v1/plan", json=plan_body(2, 3), headers=AUTH)
     assert r.status_code == 422 and "trained on 3 regions" in r.json()["detail"]
-    # a checkpoint that is not there: the reload fails with 400, the loaded one stays
-    r = c.post("/v1/admin/reload", json={"checkpoint": str(tmp_path / "missing.zip")}, headers=AUTH)
-    assert r.status_code == 400 and "missing.zip" in r.json()["detail"] and "unchanged" in r.json()["detail"]
-    assert c.get("/readyz").json()["planner"] == "checkpoint:torta.zip"
-    (tmp_path / "junk.zip").write_bytes(b"not a zip")
-    with pytest.raises(InputError, match="junk.zip"):
-        web.create_app(checkpoint=str(tmp_path / "junk.zip"))
+    # a checkpoint that is not there, or SB3's zip: the reload fails with 400, the loaded one stays
+    r = c.post("/v1/admin/reload", json={"checkpoint": "missing.npz"}, headers=AUTH)
+    assert r.status_code == 400 and "missing.npz" in r.json()["detail"] and "unchanged" in r.json()["detail"]
+    r = c.post("/v1/admin/reload", json={"checkpoint": "torta.zip"}, headers=AUTH)
+    assert r.status_code == 400 and "export-checkpoint" in r.json()["detail"]
+    assert c.post("/v1/admin/reload", json={"checkpoint": "torta.npz"}, headers=AUTH).status_code == 200
+    assert c.get("/readyz").json()["planner"] == "checkpoint:torta.npz"
+    (tmp_path / "junk.npz").write_bytes(b"not a zip")
+    with pytest.raises(InputError, match="junk.npz"):
+        web.create_app(checkpoint=str(tmp_path / "junk.npz"))
 
 
 # --------------------------------------------------------------------------------------------- reload
@@ -563,7 +573,10 @@ def test_refuses_to_start_without_a_token_on_a_public_address(web, tmp_path):
         web.check_token("10.1.2.3", None)
     web.check_token("127.0.0.1", None)  # loopback: a warning, no error
     web.check_token("::1", None)
-    web.check_token("0.0.0.0", "tok")
+    with pytest.raises(InputError, match="token of 3 characters: use at least 16"):
+        web.check_token("0.0.0.0", "tok")
+    web.check_token("0.0.0.0", "x" * 16)
+    web.check_token("127.0.0.1", "tok")  # loopback: any token
     f = tmp_path / "token"
     f.write_text(f"{TOKEN}\n")
     assert web.resolve_token(str(f)) == TOKEN
