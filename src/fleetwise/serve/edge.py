@@ -417,9 +417,13 @@ def http_protocol(limits: Limits | None = None) -> type:
 
 def server_config(app: Any, host: str = "127.0.0.1", port: int = 8000, limits: Limits | None = None,
                   log_level: str = "warning", access_log: bool = False, lifespan: str = "on") -> Any:
+    """uvicorn's config for ``app`` with ``limits`` (given: also the body limit of the app's ``Edge``)."""
     import uvicorn
 
     lim = limits or Limits()
+    edge = getattr(app, "edge", None)
+    if limits is not None and isinstance(edge, Edge):  # one set of limits for the served app: the body's too
+        edge.limits = limits
     return uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=access_log,
                           http=http_protocol(lim), ws="none", lifespan=lifespan,
                           limit_concurrency=lim.max_concurrency, timeout_keep_alive=lim.keep_alive_s,  # type: ignore
