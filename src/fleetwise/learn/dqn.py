@@ -46,23 +46,33 @@ class DQNPolicy:
         return np.asarray(a, np.int64)
 
     def save(self, path: str | Path) -> Path:
-        self.model.save(str(path))
+        """SB3's zip (to resume training; it unpickles on load) and, beside it, the fleetwise checkpoint (.npz +
+        .card.json) that ``load`` and the allocator ``dqn`` read; returns the checkpoint's path."""
+        from fleetwise.learn.export import export_sb3
+
         p = Path(path)
-        return p if p.suffix == ".zip" else p.with_name(p.name + ".zip")
+        stem = p.with_suffix("") if p.suffix in (".zip", ".npz") else p
+        self.model.save(str(stem.with_suffix(".zip")))
+        return export_sb3(self.model, stem.with_suffix(".npz"), level="allocator", policy=self.name,
+                          training={"env": "fleetwise/Allocation-v0", "episodes_logged": len(self.curve)})
 
     @classmethod
     def load(cls, path: str | Path) -> "DQNPolicy":
-        import torch
-        from stable_baselines3 import DQN
+        """A saved policy from its fleetwise checkpoint (``NAME.npz`` or ``NAME``): numpy only, nothing in the
+        file runs; SB3's zip is refused (``fleetwise export-checkpoint`` converts one of yours)."""
+        from fleetwise.control.checkpoint import SUFFIX, load_policy
 
-        torch.set_num_threads(1)
         p = Path(path)
-        if not p.exists():
-            raise InputError(f"{p}: file not found (expected a Stable-Baselines3 DQN .zip)")
-        try:
-            return cls(DQN.load(str(p), device="cpu"))
-        except Exception as e:  # SB3 raises assorted errors for a file that is not its zip
-            raise InputError(f"{p}: not a saved DQN policy ({type(e).__name__}: {e})") from None
+        if p.suffix == ".zip":
+            raise InputError(f"{p}: a Stable-Baselines3 zip, which runs code when loaded; give its fleetwise "
+                             f"checkpoint {p.with_suffix(SUFFIX).name} (export one with `fleetwise export-checkpoint`, "
+                             "only for files you trust)")
+        if not p.name.endswith(SUFFIX) and not p.exists():
+            p = p.with_name(p.name + SUFFIX)
+        pol = load_policy(p, level="allocator")
+        if pol.action.kind != "discrete":
+            raise InputError(f"{p}: not an allocation policy (action {pol.action.to_json()})")
+        return cls(pol)
 
 
 def train(env, args: DQNArgs | None = None) -> DQNPolicy:
