@@ -415,28 +415,38 @@ def http_protocol(limits: Limits | None = None) -> type:
     return GuardedProtocol
 
 
+def server_options(limits: Limits | None = None, log_level: str = "warning", access_log: bool = False,
+                   lifespan: str = "on") -> dict[str, Any]:
+    """uvicorn's settings for ``limits``: the guarded protocol, the concurrency limit, the keep-alive timeout."""
+    lim = limits or Limits()
+    return {"log_level": log_level, "access_log": access_log, "http": http_protocol(lim), "ws": "none",
+            "lifespan": lifespan, "limit_concurrency": lim.max_concurrency, "timeout_keep_alive": lim.keep_alive_s,
+            "h11_max_incomplete_event_size": lim.max_header_bytes,
+            "proxy_headers": False, "server_header": False}  # no proxy headers: client addresses are the real ones
+
+
+def _apply(app: Any, limits: Limits | None) -> None:
+    edge = getattr(app, "edge", None)
+    if limits is not None and isinstance(edge, Edge):  # one set of limits for the served app: the body's too
+        edge.limits = limits
+
+
 def server_config(app: Any, host: str = "127.0.0.1", port: int = 8000, limits: Limits | None = None,
                   log_level: str = "warning", access_log: bool = False, lifespan: str = "on") -> Any:
     """uvicorn's config for ``app`` with ``limits`` (given: also the body limit of the app's ``Edge``)."""
     import uvicorn
 
-    lim = limits or Limits()
-    edge = getattr(app, "edge", None)
-    if limits is not None and isinstance(edge, Edge):  # one set of limits for the served app: the body's too
-        edge.limits = limits
-    return uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=access_log,
-                          http=http_protocol(lim), ws="none", lifespan=lifespan,
-                          limit_concurrency=lim.max_concurrency, timeout_keep_alive=lim.keep_alive_s,  # type: ignore
-                          h11_max_incomplete_event_size=lim.max_header_bytes,
-                          proxy_headers=False, server_header=False)  # no proxy headers: client addresses are real
+    _apply(app, limits)
+    return uvicorn.Config(app, host=host, port=port, **server_options(limits, log_level, access_log, lifespan))
 
 
 def run(app: Any, host: str, port: int, limits: Limits | None = None, log_level: str = "warning",
         access_log: bool = False) -> None:
-    """Serve ``app`` until interrupted, with the limits."""
+    """Serve ``app`` with ``limits`` until interrupted (``uvicorn.run``: its exit on a failed start included)."""
     import uvicorn
 
-    uvicorn.Server(server_config(app, host, port, limits, log_level, access_log)).run()
+    _apply(app, limits)
+    uvicorn.run(app, host=host, port=port, **server_options(limits, log_level, access_log))
 
 
 class ThreadedServer:
