@@ -6,12 +6,12 @@ so that the rest of fleetwise imports without them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from fleetwise.errors import InputError
+from fleetwise.policies.allocators import DQNPolicy  # noqa: F401  (re-exported: what training returns)
 
 
 @dataclass
@@ -31,23 +31,12 @@ class DQNArgs:
     log_every: int = 5_000
 
 
-@dataclass
-class DQNPolicy:
-    model: object
-    name: str = "dqn"
-    curve: list[tuple[int, float]] = field(default_factory=list)
-
-    def allocate(self, obs) -> int:
-        a, _ = self.model.predict(np.asarray(obs, np.float32), deterministic=True)
-        return int(a)
-
-    def allocate_batch(self, obs: np.ndarray) -> np.ndarray:
-        a, _ = self.model.predict(np.asarray(obs, np.float32), deterministic=True)
-        return np.asarray(a, np.int64)
+class TrainedDQN(DQNPolicy):
+    """What training returns: the allocator with its SB3 model, which it can save."""
 
     def save(self, path: str | Path) -> Path:
         """SB3's zip (to resume training; it unpickles on load) and, beside it, the fleetwise checkpoint (.npz +
-        .card.json) that ``load`` and the allocator ``dqn`` read; returns the checkpoint's path."""
+        .card.json) that ``DQNPolicy.load`` and the allocator ``dqn`` read; returns the checkpoint's path."""
         from fleetwise.learn.export import export_sb3
 
         p = Path(path)
@@ -56,26 +45,8 @@ class DQNPolicy:
         return export_sb3(self.model, stem.with_suffix(".npz"), level="allocator", policy=self.name,
                           training={"env": "fleetwise/Allocation-v0", "episodes_logged": len(self.curve)})
 
-    @classmethod
-    def load(cls, path: str | Path) -> "DQNPolicy":
-        """A saved policy from its fleetwise checkpoint (``NAME.npz`` or ``NAME``): numpy only, nothing in the
-        file runs; SB3's zip is refused (``fleetwise export-checkpoint`` converts one of yours)."""
-        from fleetwise.control.checkpoint import SUFFIX, load_policy
 
-        p = Path(path)
-        if p.suffix == ".zip":
-            raise InputError(f"{p}: a Stable-Baselines3 zip, which runs code when loaded; give its fleetwise "
-                             f"checkpoint {p.with_suffix(SUFFIX).name} (export one with `fleetwise export-checkpoint`, "
-                             "only for files you trust)")
-        if not p.name.endswith(SUFFIX) and not p.exists():
-            p = p.with_name(p.name + SUFFIX)
-        pol = load_policy(p, level="allocator")
-        if pol.action.kind != "discrete":
-            raise InputError(f"{p}: not an allocation policy (action {pol.action.to_json()})")
-        return cls(pol)
-
-
-def train(env, args: DQNArgs | None = None) -> DQNPolicy:
+def train(env, args: DQNArgs | None = None) -> TrainedDQN:
     """SB3 DQN with the literature's hyperparameter names; returns the greedy policy and its learning curve
     (mean training return per episode every ``log_every`` steps)."""
     import gymnasium as gym
@@ -112,4 +83,4 @@ def train(env, args: DQNArgs | None = None) -> DQNPolicy:
                 exploration_fraction=args.exploration_fraction, exploration_final_eps=args.exploration_final_eps,
                 policy_kwargs={"net_arch": list(args.net_arch)}, seed=args.seed, device="cpu", verbose=0)
     model.learn(total_timesteps=args.total_timesteps)
-    return DQNPolicy(model, "dqn", wrapped.curve)
+    return TrainedDQN(model, "dqn", wrapped.curve)

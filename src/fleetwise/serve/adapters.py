@@ -23,8 +23,9 @@ DEFAULT_PLANNER = "ot_capacity"
 
 
 def _torta():
-    """TORTA's slot observation and config: ``/v1/plan``'s one import of them (their home may move)."""
-    from fleetwise.envs.torta import SlotObs, TortaConfig
+    """TORTA's slot observation and config: ``/v1/plan``'s one import of them."""
+    from fleetwise.control.views import SlotObs
+    from fleetwise.worlds.torta import TortaConfig
 
     return SlotObs, TortaConfig
 
@@ -81,7 +82,7 @@ class ScalePolicy:
 def load_scale_policy(spec: str, files: CheckpointFiles | None = None) -> ScalePolicy:
     """A registered scaler by spec (``name?param=value``). A ``checkpoint`` parameter (the scaler ``rl``) names a
     file: ``files`` resolves it (inside the checkpoint folder); None: the path as given (a trusted caller)."""
-    from fleetwise.control.registry import make
+    from fleetwise.policies import make
 
     name, params = parse_spec(spec)
     if files is not None and "checkpoint" in params:
@@ -160,7 +161,7 @@ def load_plan_policy(spec: str | None = None, checkpoint: str | None = None) -> 
     + model card, as written by learn/export.py after training; never an SB3 .zip): its action sets the OT target
     weights; otherwise free-capacity weights. ``checkpoint`` is loaded as given: the service resolves it inside its
     checkpoint folder first (``CheckpointFiles``)."""
-    from fleetwise.control.registry import make
+    from fleetwise.policies import make
 
     try:
         if checkpoint is not None:
