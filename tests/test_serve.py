@@ -345,6 +345,23 @@ def scale_body(**group):
     return b
 
 
+def test_scale_fast_path_and_fastapi_path_answer_alike(web, test_scalers):
+    bodies = [scale_body(), scale_body(min_replicas=5, max_replicas=2), scale_body(ready=-1), {}, [1],
+              {"time_s": 0, "epoch_s": 1, "groups": []}]
+    for scaler in (None, "test_plus_step?step=2", "hpa", "test_broken"):
+        fast, slow = client(web, scaler=scaler), client(web, scaler=scaler, fast_route=False)
+        for b in bodies:
+            rf, rs = fast.post("/v1/scale", json=b, headers=AUTH), slow.post("/v1/scale", json=b, headers=AUTH)
+            assert rf.status_code == rs.status_code, (scaler, b, rf.text, rs.text)
+            if "errors" in rf.json():  # validation: the same fields (JSON-mode wording may differ)
+                assert [e["loc"] for e in rf.json()["errors"]] == [e["loc"] for e in rs.json()["errors"]]
+            else:
+                assert rf.json() == rs.json()
+    assert client(web).post("/v1/scale", json=scale_body(), headers=AUTH).status_code == 409
+    r = client(web, scaler="hpa").post("/v1/scale", content=b"{}", headers={**AUTH, "content-type": "text/plain"})
+    assert r.status_code == 422 and "Content-Type" in r.json()["detail"]
+
+
 def test_scale_with_a_registered_scaler(web, test_scalers):
     c = client(web, scaler="test_plus_step?step=2")
     r = c.post("/v1/scale", json=scale_body(), headers=AUTH)

@@ -1,9 +1,10 @@
 """``fleetwise bench scale``: how ``POST /v1/scale`` grows with the number of scaling groups (docs/serve.md).
 
 For each size, one model's groups spread over 50 zones, on-demand and spot, 1-4 replicas each: the whole request
-through a real service on loopback (wall time, median of ``repeat``), and in process the two parts of it: parsing
-and validating the body, and the scaler's decision (``ScalePolicy.scale``, which includes ``split_replicas``), both
-as CPU time of this process (the machine's load average is printed: on a shared machine wall time is not the cost).
+through ``fleetwise serve`` in a subprocess on loopback (wall time, median of ``repeat``), and in this process the
+two parts of it: parsing and validating the body, and the scaler's decision (``ScalePolicy.scale``, which includes
+``split_replicas``), both as CPU time (the machine's load average is printed: on a shared machine wall time is not
+the cost).
 """
 
 from __future__ import annotations
@@ -38,35 +39,63 @@ def _cpu_ms(f, repeat: int) -> float:
     return 1e3 * statistics.median(ts)
 
 
+def _service(port: int, scaler: str, token: str):
+    """``fleetwise serve`` in a subprocess (as deployed), ready."""
+    import subprocess
+    import sys
+
+    import httpx
+
+    env = {**os.environ, "FLEETWISE_SERVE_TOKEN": token}
+    proc = subprocess.Popen([sys.executable, "-m", "fleetwise", "serve", "--port", str(port), "--scaler", scaler,
+                             "--max-body-bytes", str(16 << 20)], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    for _ in range(1200):
+        if proc.poll() is not None:
+            raise RuntimeError(f"fleetwise serve exited: {proc.stderr.read()[-2000:]}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/readyz").status_code == 200:
+                return proc
+        except httpx.TransportError:
+            pass
+        time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("fleetwise serve did not become ready in 60 s")
+
+
 def run(groups: list[int], scaler: str = "slo_aware", repeat: int = 5) -> list[dict]:
     import httpx
 
     from fleetwise.serve.adapters import load_scale_policy
-    from fleetwise.serve.app import create_app
-    from fleetwise.serve.edge import Limits, ThreadedServer
+    from fleetwise.serve.localbackends import free_port
     from fleetwise.serve.schemas import ScaleRequest
 
     token = "bench-token-0123456789"
+    port = free_port()
+    proc = _service(port, scaler, token)
     rows = []
-    with ThreadedServer(create_app(scaler=scaler, token=token), limits=Limits(max_body_bytes=64 << 20)) as srv, \
-            httpx.Client(base_url=srv.url, headers={"authorization": f"Bearer {token}",
-                                                    "content-type": "application/json"}, timeout=600) as h:
-        for n in groups:
-            raw = json.dumps(scale_body(n)).encode()
-            walls = []
-            for _ in range(repeat):
-                t0 = time.perf_counter()
-                r = h.post("/v1/scale", content=raw)
-                walls.append(time.perf_counter() - t0)
-                if r.status_code != 200:
-                    raise RuntimeError(f"/v1/scale with {n} groups: HTTP {r.status_code}: {r.text[:300]}")
-            req = ScaleRequest.model_validate_json(raw)
-            pol = load_scale_policy(scaler)
-            rows.append({"groups": n, "body_mb": len(raw) / 1e6, "request_ms": 1e3 * statistics.median(walls),
-                         "parse_cpu_ms": _cpu_ms(lambda: ScaleRequest.model_validate_json(raw), repeat),
-                         "decide_cpu_ms": _cpu_ms(lambda: pol.scale(req), repeat),
-                         "replicas": sum(r.json()["targets"].values()), "scaler": scaler,
-                         "load_avg": os.getloadavg()[0], "cpus": os.cpu_count()})
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=600,
+                          headers={"authorization": f"Bearer {token}", "content-type": "application/json"}) as h:
+            for n in groups:
+                raw = json.dumps(scale_body(n)).encode()
+                walls = []
+                for _ in range(repeat):
+                    t0 = time.perf_counter()
+                    r = h.post("/v1/scale", content=raw)
+                    walls.append(time.perf_counter() - t0)
+                    if r.status_code != 200:
+                        raise RuntimeError(f"/v1/scale with {n} groups: HTTP {r.status_code}: {r.text[:300]}")
+                req = ScaleRequest.model_validate_json(raw)
+                pol = load_scale_policy(scaler)
+                rows.append({"groups": n, "body_mb": len(raw) / 1e6, "request_ms": 1e3 * statistics.median(walls),
+                             "parse_cpu_ms": _cpu_ms(lambda: ScaleRequest.model_validate_json(raw), repeat),
+                             "decide_cpu_ms": _cpu_ms(lambda: pol.scale(req), repeat),
+                             "replicas": sum(r.json()["targets"].values()), "scaler": scaler,
+                             "load_avg": os.getloadavg()[0], "cpus": os.cpu_count()})
+    finally:
+        proc.terminate()
+        proc.wait(30)
     return rows
 
 
