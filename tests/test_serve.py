@@ -262,6 +262,8 @@ def test_bad_bodies_get_422_with_one_clear_line(web):
         r = c.post("/v1/route", content=raw, headers={**AUTH, "Content-Type": "application/json"})
         assert r.status_code == 422 and r.json()["detail"].startswith("body"), r.text
     r = c.post("/v1/scale", content=b"\xff", headers={**AUTH, "Content-Type": "application/json"})
+    assert r.status_code == 422 and "Invalid JSON" in r.json()["detail"]  # the fast path, as /v1/route
+    r = c.post("/v1/plan", content=b"\xff", headers={**AUTH, "Content-Type": "application/json"})
     assert r.status_code == 422 and "not valid JSON" in r.json()["detail"]
     plan = {"origins": ["a"], "demand_rps": [1.0], "regions": [{"name": "x", "capacity_rps": 1.0}], "rtt_s": [[0, 1]]}
     r = c.post("/v1/plan", json=plan, headers=AUTH)

@@ -32,6 +32,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from pydantic import ValidationError
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from fleetwise.errors import InputError
@@ -169,7 +170,11 @@ class Service:
 
     async def scale_fast(self, scope: dict, body: bytes) -> tuple[int, bytes]:
         """POST /v1/scale the same way: its bodies reach 10,000 groups (MBs), where FastAPI's generic JSON and
-        response passes cost more than the decision. Answers as the endpoint."""
+        response passes cost more than the decision. Parsing and deciding run in the thread pool, as FastAPI runs
+        a plain ``def`` endpoint: the event loop keeps serving other calls meanwhile. Answers as the endpoint."""
+        return await run_in_threadpool(self._scale_fast, scope, body)
+
+    def _scale_fast(self, scope: dict, body: bytes) -> tuple[int, bytes]:
         req = _parse_fast(ScaleRequest, scope, body)
         if isinstance(req, tuple):
             return req

@@ -27,8 +27,16 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fleetwise.errors import InputError
-from fleetwise.serve.edge import ThreadedServer  # noqa: F401  (public here since the gateway's first version)
-from fleetwise.serve.edge import Edge, Guard, Limits, check_token, fronted, is_loopback, resolve_token  # noqa: F401
+from fleetwise.serve.edge import (  # noqa: F401
+    Edge,
+    Guard,
+    Limits,
+    ThreadedServer,  # noqa: F401  (public here since the gateway's first version)
+    check_token,
+    fronted,
+    is_loopback,
+    resolve_token,
+)
 from fleetwise.serve.gateway_pool import BackendState, GatewayConfig, Pool, normalise_backend_url
 from fleetwise.serve.policy import load_route_policy
 

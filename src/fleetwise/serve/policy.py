@@ -31,7 +31,7 @@ from urllib.parse import parse_qsl
 import numpy as np
 
 from fleetwise.errors import InputError
-from fleetwise.serve.schemas import ROUTE_EXAMPLE, MAX_REPLICAS, ReplicaSnapshot, RouteRequest  # noqa: F401 (the wire)
+from fleetwise.serve.schemas import MAX_REPLICAS, ROUTE_EXAMPLE, ReplicaSnapshot, RouteRequest  # noqa: F401 (the wire)
 
 DEFAULT_TOKENS_PER_S = 10_000.0  # prefill throughput assumed when no replica reports one
 
