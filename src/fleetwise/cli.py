@@ -555,7 +555,7 @@ def export_checkpoint(
     if level not in LEVELS:
         raise InputError(f"--level {level!r}: expected one of {', '.join(LEVELS)}")
     console.print("warning: export-checkpoint unpickles the .zip (runs code from it): only for files you trust",
-                  markup=False, highlight=False)
+                  markup=False, highlight=False, soft_wrap=True)
     try:
         from fleetwise.learn.export import export_file
     except ModuleNotFoundError as e:
