@@ -597,38 +597,80 @@ def _serve_module(name: str = "app"):
 
 @app.command()
 def serve(
-    host: str = typer.Option("127.0.0.1", help="address to bind (not loopback: a token is required)"),
+    host: str = typer.Option("127.0.0.1", help="address to bind (not loopback: a token of 16+ characters is required)"),
     port: int = typer.Option(8000, min=0, max=65535),
     router: str = typer.Option("least_outstanding_tokens", help="router policy, e.g. prefix_aware?hit_weight=0.5"),
     scaler: Optional[str] = typer.Option(None, help="scaler policy for /v1/scale (default: none loaded)"),
     planner: Optional[str] = typer.Option(None, help="planner for /v1/plan (default: ot_capacity)"),
-    checkpoint: Optional[str] = typer.Option(None, help="TORTA planner checkpoint (Stable-Baselines3 .zip)"),
+    checkpoint: Optional[str] = typer.Option(None, help="TORTA planner checkpoint (fleetwise NAME.npz + "
+                                             "NAME.card.json; inside --checkpoint-dir when given)"),
+    checkpoint_dir: Optional[str] = typer.Option(None, help="the folder checkpoints load from; a reload may name "
+                                                 "files inside it only (without it, reloading a checkpoint is "
+                                                 "refused)"),
     token_file: Optional[str] = typer.Option(None, help="file with the bearer token (default: $FLEETWISE_SERVE_TOKEN)"),
+    insecure_admin: bool = typer.Option(False, "--insecure-admin", help="without a token, allow /v1/admin/* "
+                                        "(loopback only; refused by default)"),
     seed: int = typer.Option(0, help="seed of the random routers"),
     log_level: str = typer.Option("warning", help="uvicorn log level"),
+    max_body_bytes: int = typer.Option(8 << 20, min=1, help="largest request body, every path (413 beyond)"),
+    max_concurrency: int = typer.Option(500, min=1, help="connections + requests in progress (503 beyond)"),
+    header_timeout: float = typer.Option(5.0, min=0.1, help="seconds to receive a whole request head"),
     gateway: bool = typer.Option(False, "--gateway", help="run the OpenAI-compatible gateway in front of --backend "
                                  "servers instead (docs/serve.md#gateway); --router picks the backend"),
     backend: Optional[list[str]] = typer.Option(None, "--backend", help="with --gateway: an OpenAI-compatible "
                                                 "server's base URL, e.g. http://127.0.0.1:8001 (repeat the option)"),
     max_attempts: int = typer.Option(3, min=1, help="with --gateway: distinct backends tried per request"),
 ) -> None:
-    """The decision service: route, scale and plan over HTTP (docs/serve.md). With --gateway: an OpenAI-compatible
-    proxy that routes each request to one of the --backend servers."""
+    """The decision service: route, scale and plan over HTTP (docs/serve.md, docs/security.md). With --gateway: an
+    OpenAI-compatible proxy that routes each request to one of the --backend servers."""
+    from fleetwise.serve.edge import Limits
+
+    limits = Limits(max_body_bytes=max_body_bytes, max_concurrency=max_concurrency, header_timeout_s=header_timeout)
     if gateway:
         if not backend:
             raise InputError("--gateway: give at least one --backend URL")
-        if scaler is not None or planner is not None or checkpoint is not None:
-            raise InputError("--gateway routes only: --scaler, --planner and --checkpoint do not apply")
+        if scaler is not None or planner is not None or checkpoint is not None or checkpoint_dir is not None:
+            raise InputError("--gateway routes only: --scaler, --planner, --checkpoint and --checkpoint-dir do not "
+                             "apply")
         _serve_module("gateway").serve_gateway(list(backend), host=host, port=port, route_policy=router,
                                                token_file=token_file, log_level=log_level, seed=seed,
-                                               max_attempts=max_attempts)
+                                               max_attempts=max_attempts, limits=limits)
         return
     if backend:
         raise InputError("--backend needs --gateway")
     if planner is not None and checkpoint is not None:
         raise InputError("give --planner or --checkpoint, not both")
     _serve_module().main(host=host, port=port, router=router, scaler=scaler, planner=planner, checkpoint=checkpoint,
-                         token_file=token_file, seed=seed, log_level=log_level)
+                         token_file=token_file, seed=seed, log_level=log_level, checkpoint_dir=checkpoint_dir,
+                         insecure_admin=insecure_admin, limits=limits)
+
+
+@app.command("export-checkpoint")
+def export_checkpoint(
+    sb3_zip: str = typer.Argument(..., metavar="SB3_ZIP", help="a Stable-Baselines3 .zip YOU trained (trusted)"),
+    out_path: str = typer.Argument(..., metavar="OUT", help="the checkpoint to write: OUT.npz + OUT.card.json"),
+    level: str = typer.Option(..., help="decision level the policy decides: allocator, planner, scaler, router, "
+                              "batcher"),
+    policy: str = typer.Option(..., help="policy kind for the model card, e.g. torta or rl"),
+    rule: Optional[str] = typer.Option(None, help="the hand-written rule the policy adjusts, if any"),
+) -> None:
+    """Export a Stable-Baselines3 .zip to a fleetwise policy checkpoint that loads without running code
+    (docs/security.md). WARNING: reading the .zip unpickles objects from it, which can run code: use this only
+    on files you trust, never on a file someone sent you."""
+    from fleetwise.control.checkpoint import LEVELS, card_path
+
+    if level not in LEVELS:
+        raise InputError(f"--level {level!r}: expected one of {', '.join(LEVELS)}")
+    console.print("warning: export-checkpoint unpickles the .zip (runs code from it): only for files you trust",
+                  markup=False, highlight=False, soft_wrap=True)
+    try:
+        from fleetwise.learn.export import export_file
+    except ModuleNotFoundError as e:
+        raise InputError(f"export-checkpoint needs the rl extra (missing module {e.name!r}): "
+                         "pip install -c constraints.txt 'fleetwise[rl]'") from None
+    p = export_file(sb3_zip, out_path, level=level, policy=policy, rule=rule)
+    out.print(f"wrote {p} and {card_path(p)}; serve it with `fleetwise serve --checkpoint-dir {p.parent} "
+              f"--checkpoint {p.name}`", markup=False, highlight=False)
 
 
 @bench_app.command("serve")
@@ -661,6 +703,30 @@ def bench_serve(
             out.print(mod.render_summary(runs, summary), highlight=False)
     elif as_json:
         out.print_json(json.dumps(runs[0]))
+
+
+@bench_app.command("scale")
+def bench_scale(
+    groups: str = typer.Option("250,1000,10000", help="comma-separated numbers of scaling groups"),
+    scaler: str = typer.Option("slo_aware", help="the scaler loaded in the service"),
+    repeat: int = typer.Option(5, min=1, max=100, help="runs per size (the median is printed)"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """How POST /v1/scale grows with the number of scaling groups: request wall time on loopback, and the CPU time
+    of parsing and of the scaler's decision (docs/serve.md)."""
+    mod = _serve_module("bench_scale")
+    _serve_module()
+    try:
+        sizes = [int(x) for x in groups.split(",") if x.strip()]
+    except ValueError:
+        raise InputError(f"--groups {groups!r}: expected comma-separated positive integers") from None
+    if not sizes or any(n < 1 or n > 10_000 for n in sizes):
+        raise InputError(f"--groups {groups!r}: each size must be 1..10000 (the service's limit)")
+    rows = mod.run(sizes, scaler=scaler, repeat=repeat)
+    if as_json:
+        out.print_json(json.dumps(rows))
+    else:
+        out.print(mod.render(rows), highlight=False, markup=False)
 
 
 @bench_app.command("gateway")
