@@ -712,7 +712,7 @@ def test_load_generator_reopens_connections_the_server_closes():
         server = await asyncio.start_server(handle, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
         try:
-            return await loadgen._drive(port, [loadgen._request("/v1/route", b"{}", "t")], 400.0, 60, 2)
+            return await loadgen._drive(port, [loadgen._request("/v1/route", b"{}", "t")], 100.0, 60, 2)
         finally:
             server.close()
 
