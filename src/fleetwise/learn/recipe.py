@@ -1,0 +1,230 @@
+"""The one recipe every learned policy follows (docs/learning.md).
+
+1. **The policy contains its rule.** An environment of a learned policy exposes ``rule_action()``: the action
+   that reproduces the best hand-written rule of its level exactly (for a residual action, zero). A test per
+   policy checks that this action gives the rule's decisions, decision for decision, over a whole run.
+2. **Warm start at the rule**: :func:`rule_demonstrations` runs the rule's action through the environment and
+   :func:`behaviour_clone` fits the policy to it (supervised maximum likelihood, a few lines of torch), so
+   training starts where the rule is.
+3. **Service level as a constraint**: :class:`Lagrangian` keeps a multiplier for "measured >= target" (or <=),
+   updated by dual ascent from what each rollout measured; the environment subtracts ``lambda x violation`` from
+   its reward. The multiplier is logged in the learning curve.
+4. **Train / validation / test**: :class:`Validator` scores the policy on validation windows against the rule every
+   few rollouts, keeps the best parameters and stops when they stop improving; only test windows are reported.
+5. **The deployment gate**: :func:`gate` compares the policy with its rule on paired windows (mean change and
+   its 95% CI); the result goes into the checkpoint's model card, and ``fleetwise serve`` refuses a checkpoint whose
+   card does not say it passed (``--force`` overrides).
+6. **Training at scale**: :func:`run_jobs` runs training jobs (topologies x training seeds x variants) on the
+   same backends as sweeps: local processes by default, Ray for a cluster.
+
+torch and Stable-Baselines3 are imported inside the functions that need them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+
+# --------------------------------------------------------------------------------------------- 3. constraint
+@dataclass
+class Lagrangian:
+    """A Lagrange multiplier for the constraint ``measured >= target`` (``sense=">="``) or ``<=``.
+
+    ``update(measured)`` is one step of (projected) dual ascent on the normalised violation
+    ``(target - measured) / scale`` (``>=``; the opposite sign for ``<=``): ``lam <- clip(lam + lr * v, 0, lam_max)``,
+    with an optional integral term ``ki`` (PI-Lagrangian, Stooke et al. 2020) that damps the oscillation of plain
+    dual ascent. ``penalty(measured)`` is what the reward loses: ``lam * max(violation, 0)`` when ``hinge``, else
+    ``lam * violation`` (the exact Lagrangian, which also pays the policy for slack)."""
+
+    target: float
+    sense: str = ">="
+    lr: float = 0.5
+    ki: float = 0.0
+    lam: float = 0.0
+    lam_max: float = 100.0
+    scale: float = 1.0
+    hinge: bool = True
+    history: list[tuple[int, float, float]] = field(default_factory=list)  # (step, lam, measured)
+    _integral: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.sense not in (">=", "<="):
+            raise ValueError(f"Lagrangian sense {self.sense!r}: expected '>=' or '<='")
+        if not (math.isfinite(self.target) and self.scale > 0 and self.lr >= 0 and self.lam >= 0):
+            raise ValueError("Lagrangian: target finite, scale > 0, lr >= 0, lam >= 0")
+
+    def violation(self, measured: float) -> float:
+        v = (self.target - measured) if self.sense == ">=" else (measured - self.target)
+        return v / self.scale
+
+    def penalty(self, measured: float) -> float:
+        v = self.violation(measured)
+        return self.lam * (max(v, 0.0) if self.hinge else v)
+
+    def update(self, measured: float, step: int = 0) -> float:
+        if not math.isfinite(measured):
+            return self.lam
+        v = self.violation(measured)
+        self._integral = max(0.0, self._integral + v)
+        self.lam = float(min(self.lam_max, max(0.0, self.lam + self.lr * v + self.ki * self._integral)))
+        self.history.append((int(step), self.lam, float(measured)))
+        return self.lam
+
+
+# --------------------------------------------------------------------------------------------- 2. warm start
+def rule_demonstrations(make_env: Callable[[], Any], episodes: int, seed: int = 0,
+                        max_steps: int = 1_000_000) -> tuple[np.ndarray, np.ndarray]:
+    """(observations, actions) of the rule: ``episodes`` episodes in which every step takes ``env.rule_action()``
+    (the action that reproduces the rule)."""
+    obs_l, act_l = [], []
+    env = make_env()
+    base = getattr(env, "unwrapped", env)
+    steps = 0
+    for k in range(episodes):
+        obs, _ = env.reset(seed=seed + k)
+        done = False
+        while not done and steps < max_steps:
+            a = base.rule_action()
+            obs_l.append(np.asarray(obs, np.float32))
+            act_l.append(np.asarray(a))
+            obs, _, term, trunc, _ = env.step(a)
+            done = term or trunc
+            steps += 1
+    env.close()
+    return np.stack(obs_l), np.stack(act_l)
+
+
+def behaviour_clone(model, obs: np.ndarray, actions: np.ndarray, epochs: int = 20, lr: float = 1e-3,
+                    batch_size: int = 256, seed: int = 0) -> list[float]:
+    """Fit a Stable-Baselines3 actor-critic policy to ``actions`` given ``obs`` by maximum likelihood (the
+    negative log-likelihood of the demonstrated actions under the policy's distribution; works for Box, Discrete and
+    MultiDiscrete actions). Returns the mean loss of each epoch."""
+    import torch
+
+    policy = model.policy
+    opt = torch.optim.Adam(policy.parameters(), lr=lr)
+    rng = np.random.default_rng(seed)
+    obs_t = torch.as_tensor(obs, dtype=torch.float32)
+    act_t = torch.as_tensor(actions)
+    if act_t.dtype in (torch.float64,):
+        act_t = act_t.float()
+    losses = []
+    policy.set_training_mode(True)
+    for _ in range(epochs):
+        order = rng.permutation(len(obs))
+        tot, n = 0.0, 0
+        for i in range(0, len(order), batch_size):
+            ix = torch.as_tensor(order[i:i + batch_size])
+            dist = policy.get_distribution(obs_t[ix])
+            loss = -dist.log_prob(act_t[ix]).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            tot += float(loss) * len(ix)
+            n += len(ix)
+        losses.append(tot / max(n, 1))
+    policy.set_training_mode(False)
+    return losses
+
+
+# --------------------------------------------------------------------------------------------- 4. validation
+@dataclass
+class Validator:
+    """Checkpoint choice and early stopping on validation data.
+
+    ``score(model) -> float`` evaluates the current policy on validation windows (higher is better, e.g. minus
+    the mean paired change against the rule, with the constraint's violation subtracted). ``check(model, step)``
+    runs it, keeps a copy of the best parameters, and returns False once ``patience`` checks in a row brought no
+    improvement (stop training). ``restore(model)`` puts the best parameters back."""
+
+    score: Callable[[Any], float]
+    patience: int = 4
+    min_delta: float = 0.0
+    best: float = -math.inf
+    best_step: int = -1
+    curve: list[tuple[int, float]] = field(default_factory=list)
+    _best_state: Any = None
+    _bad: int = 0
+
+    def check(self, model, step: int) -> bool:
+        import copy
+
+        s = float(self.score(model))
+        self.curve.append((int(step), s))
+        if s > self.best + self.min_delta:
+            self.best, self.best_step, self._bad = s, int(step), 0
+            self._best_state = copy.deepcopy(model.policy.state_dict())
+        else:
+            self._bad += 1
+        return self._bad < self.patience
+
+    def restore(self, model) -> None:
+        if self._best_state is not None:
+            model.policy.load_state_dict(self._best_state)
+
+
+def sb3_callback(every_rollouts: int = 1, on_rollout: Callable[[Any, int], bool] | None = None,
+                 on_episode: Callable[[dict], None] | None = None):
+    """A Stable-Baselines3 callback: ``on_episode(info)`` for every finished episode (``info["episode"]``),
+    ``on_rollout(model, timesteps)`` after every ``every_rollouts`` rollouts; training stops when it returns
+    False (early stopping)."""
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class _CB(BaseCallback):
+        def __init__(self):
+            super().__init__()
+            self.rollouts = 0
+            self.keep_going = True
+
+        def _on_step(self) -> bool:
+            if on_episode is not None:
+                for info in self.locals.get("infos", []):
+                    if info.get("episode") is not None:
+                        on_episode(info)
+            return self.keep_going
+
+        def _on_rollout_end(self) -> None:
+            self.rollouts += 1
+            if on_rollout is not None and self.rollouts % every_rollouts == 0:
+                self.keep_going = bool(on_rollout(self.model, self.num_timesteps))
+
+    return _CB()
+
+
+# --------------------------------------------------------------------------------------------- 5. the gate
+def gate(policy: dict[Any, float], rule: dict[Any, float], *, lower_is_better: bool = True,
+         margin: float = 0.0, constraint_ok: bool = True) -> dict[str, Any]:
+    """The deployment gate on paired validation windows (keys: window ids): the policy's mean relative change
+    against its rule on the primary metric, with its 95% bootstrap interval. It passes when the policy beat the
+    rule — the interval's bound on the bad side is below ``margin`` (0: the whole interval is a gain) — and the
+    service-level constraint held on those windows (``constraint_ok``)."""
+    from fleetwise.metrics.stats import paired_change
+
+    ch = paired_change(rule, policy)
+    bad_side = ch.hi if lower_is_better else -ch.lo
+    passed = bool(constraint_ok and math.isfinite(bad_side) and bad_side < margin)
+    return {"change": ch.mean, "ci95": [ch.lo, ch.hi], "windows": ch.n, "lower_is_better": lower_is_better,
+            "margin": margin, "constraint_ok": bool(constraint_ok), "passed": passed}
+
+
+# --------------------------------------------------------------------------------------------- 6. at scale
+def run_jobs(fn: Callable[[Any], Any], jobs: Sequence[Any], *, backend: str = "local", workers: int | None = None,
+             address: str | None = None, on_result: Callable[[Any], None] | None = None) -> list[Any]:
+    """``fn`` over ``jobs`` on the sweep backends (``fleetwise.experiments.runner``): worker processes (spawned, so
+    each imports torch itself) or Ray tasks. Returns the results in job order; ``on_result`` as each finishes."""
+    from fleetwise.experiments.runner import run_tasks
+
+    return run_tasks(fn, list(jobs), backend=backend, workers=workers, address=address, on_result=on_result,
+                     spawn=True)
+
+
+def mean_ci(values: Iterable[float]) -> tuple[float, float, float]:
+    """(mean, lo, hi) with a 95% bootstrap interval (``fleetwise.metrics.stats``)."""
+    from fleetwise.metrics.stats import bootstrap_ci
+
+    ci = bootstrap_ci(list(values))
+    return ci.mean, ci.lo, ci.hi
