@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from fleetwise.errors import InputError
@@ -190,19 +189,17 @@ def scenario_names() -> list[str]:
 
 
 def read_yaml(path_or_name: str | Path, builtin_dir: Path, what: str) -> tuple[Path, Any]:
-    """Find a YAML file (a path, or a name in ``builtin_dir``) and parse it; one-line errors with the file."""
+    """Find a YAML file (a path, or a name in ``builtin_dir``) and parse it; one-line errors with the file
+    (not found, a folder, not UTF-8, invalid YAML, a key given twice)."""
+    from fleetwise.yamlio import load_file
+
     p = Path(path_or_name)
     if not p.exists() and (builtin_dir / f"{path_or_name}.yaml").exists():
         p = builtin_dir / f"{path_or_name}.yaml"
     if not p.exists():
         names = ", ".join(sorted(q.stem for q in builtin_dir.glob("*.yaml")))
         raise InputError(f"{path_or_name}: {what} file not found (built-in: {names})")
-    try:
-        return p, yaml.safe_load(p.read_text())
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = f" line {mark.line + 1}" if mark is not None else ""
-        raise InputError(f"{p}:{line} invalid YAML: {getattr(e, 'problem', e)}") from None
+    return p, load_file(p, what)
 
 
 def load_scenario(path_or_name: str | Path | None = None) -> Scenario:
