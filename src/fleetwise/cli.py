@@ -18,6 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from fleetwise.errors import InputError
+from fleetwise.limits import MAX_REQUESTS, MAX_SEED, MAX_SEEDS
 
 app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,
                   help="Decide and learn how an LLM inference fleet spends its GPUs.")
@@ -68,8 +69,9 @@ def simulate(
     router: Optional[str] = typer.Option(None, help="router policy name (overrides the scenario)"),
     batcher: Optional[str] = typer.Option(None, help="batcher policy name (overrides the scenario)"),
     trace: Optional[str] = typer.Option(None, help="replay this trace file (or alias azure-conv, mooncake, ...)"),
-    requests: Optional[int] = typer.Option(None, "--requests", "-n", min=1, help="number of requests"),
-    seed: Optional[int] = typer.Option(None, help="random seed (default: the scenario's)"),
+    requests: Optional[int] = typer.Option(None, "--requests", "-n", min=1, max=MAX_REQUESTS,
+                                           help="number of requests (a mix: its first ones)"),
+    seed: Optional[int] = typer.Option(None, min=0, max=MAX_SEED, help="random seed (default: the scenario's)"),
     scaler: Optional[str] = typer.Option(None, help="autoscaler (runs the platform layer; overrides the scenario)"),
     monitor: Optional[Path] = typer.Option(None, help="platform runs: write the monitoring series here "
                                            "(Prometheus text, Parquet, PNG)"),
@@ -82,14 +84,27 @@ def simulate(
     sc, workload = _load(scenario, trace, requests)
     if scaler is not None:
         sc = sc.model_copy(update={"scaler": PolicyRef(name=scaler)})
-    b = build(sc, seed, workload=workload, num_requests=requests)
-    plat = None
-    if sc.scaler is not None:
-        from fleetwise.control.registry import make
-        from fleetwise.platform.runner import Platform
+    if sc.platform is not None and sc.scaler is None:
+        raise InputError(f"{scenario or 'default'}: platform: runs only with a scaler (add scaler: static for a "
+                         "fixed fleet, or --scaler)")
+    if monitor is not None:
+        from fleetwise.experiments.store import check_writable_dir
 
-        plat = Platform(b, make("scaler", sc.scaler.name, sc.scaler.params, where="scaler: "),
-                        seed=sc.seed if seed is None else seed, monitor=monitor is not None)
+        check_writable_dir(monitor, "--monitor folder")
+    from fleetwise.control.registry import make
+
+    router_pol = make("router", router, where="--router: ") if router is not None else None  # noqa: F841
+    batcher_pol = make("batcher", batcher, where="--batcher: ") if batcher is not None else None  # noqa: F841
+    plat = None
+    try:
+        b = build(sc, seed, workload=workload, num_requests=requests)
+        if sc.scaler is not None:
+            from fleetwise.platform.runner import Platform
+
+            plat = Platform(b, make("scaler", sc.scaler.name, sc.scaler.params, where="scaler: "),
+                            seed=sc.seed if seed is None else seed, monitor=monitor is not None)
+    except InputError as e:  # the scenario's parts checked when built: name the scenario too
+        raise InputError(f"{scenario or 'default'}: {e}") from None
     with _progress() as prog:
         task = prog.add_task(f"simulating {sc.name}", total=len(b.workload))
         prog_fn = lambda k: prog.advance(task, k)  # noqa: E731
@@ -189,8 +204,8 @@ def _execute(spec, db: Optional[str], backend: str, workers: Optional[int], addr
     from fleetwise.experiments.spec import expand
     from fleetwise.experiments.store import Store
 
-    store = Store(db)
     runs = expand(spec, where=label, records_dir=str(Path(db).parent / "records") if db else None)
+    store = Store(db)  # after the spec is expanded and validated: a bad spec writes nothing
     with _progress() as prog:
         task = prog.add_task(f"{spec.name}: {len(runs)} runs", total=len(runs))
         res = run_sweep(runs, store, backend=backend, workers=workers, address=address,
@@ -212,8 +227,13 @@ def sweep(
     from fleetwise.experiments.spec import load_experiment
     from fleetwise.experiments.stats import aggregate
 
+    from fleetwise.experiments.store import check_writable_dir, check_writable_file
+
     if backend not in ("local", "ray"):
         raise InputError(f"--backend {backend!r}: expected local or ray")
+    check_writable_file(db, "results store (--db)")  # before any work: nothing is run for a store we cannot write
+    if report:
+        check_writable_dir(Path(db).parent / "report", "report folder")
     spec = load_experiment(spec_file)
     store, runs, res = _execute(spec, db, backend, workers, address, spec_file)
     ids = [r.run_id for r in runs]
@@ -242,8 +262,8 @@ def compare(
     routers: str = typer.Option("round_robin,least_outstanding_requests,least_outstanding_tokens,power_of_two",
                                 help="comma-separated router names; the first is the baseline"),
     batcher: Optional[str] = typer.Option(None, help="batcher for every run (default: the scenario's)"),
-    seeds: int = typer.Option(3, min=1, help="number of seeds per router"),
-    requests: Optional[int] = typer.Option(None, "--requests", "-n", min=1),
+    seeds: int = typer.Option(3, min=1, max=MAX_SEEDS, help="number of seeds per router"),
+    requests: Optional[int] = typer.Option(None, "--requests", "-n", min=1, max=MAX_REQUESTS),
     trace: Optional[str] = typer.Option(None, help="replay this trace file instead of the scenario's workload"),
     workers: Optional[int] = typer.Option(None, min=1, help="parallel runs (default: all cores)"),
     as_json: bool = typer.Option(False, "--json"),
@@ -286,8 +306,11 @@ def _report(db: str, out_dir: str, experiment: Optional[str] = None, baseline: O
     from fleetwise.experiments.report import write_report
     from fleetwise.experiments.store import Store
 
-    if not Path(db).exists():
+    from fleetwise.experiments.store import check_writable_dir
+
+    if not Path(db).is_file():
         raise InputError(f"{db}: results store not found (run `fleetwise sweep` first)")
+    check_writable_dir(out_dir, "report folder (--out)")
     index = write_report(Store(db), Path(out_dir), experiment=experiment, baseline=baseline)
     console.print(f"report written: open file://{index.resolve()}", highlight=False)
 
@@ -349,8 +372,25 @@ def bench_sim_speed(
 ) -> None:
     """Simulated requests per wall-second and peak memory, each size in a fresh process."""
     from fleetwise.bench import sim_speed
+    from fleetwise.control.registry import make
+    from fleetwise.scenario import load_scenario
 
-    res = sim_speed([int(x) for x in sizes.split(",") if x.strip()], scenario=scenario, router=router)
+    ns = []
+    for x in sizes.split(","):
+        if not x.strip():
+            continue
+        try:
+            n = int(x)
+        except ValueError:
+            raise InputError(f"--sizes {sizes!r}: {x.strip()!r} is not a whole number") from None
+        if not 1 <= n <= MAX_REQUESTS:
+            raise InputError(f"--sizes {sizes!r}: {n} is not from 1 to {MAX_REQUESTS:,} requests")
+        ns.append(n)
+    if not ns:
+        raise InputError(f"--sizes {sizes!r}: give at least one request count")
+    load_scenario(scenario)  # a bad name or file fails here, before any child process
+    make("router", router, where="--router: ")
+    res = sim_speed(ns, scenario=scenario, router=router)
     if as_json:
         out.print_json(json.dumps(res))
         return
@@ -380,6 +420,10 @@ def _paper_module(name: str):
 
 def _reproduce(name: str, quick: bool, as_json: bool, eval_trace: Optional[str], seeds: Optional[int],
                db: Optional[str], **extra) -> None:
+    if db:
+        from fleetwise.experiments.store import check_writable_file
+
+        check_writable_file(db, "results store (--db)")  # before training, not after
     mod = _paper_module(name)
     try:
         res = mod.run(quick=quick, seeds=seeds, eval_trace=eval_trace, db=db, **extra)
@@ -394,7 +438,7 @@ def _reproduce(name: str, quick: bool, as_json: bool, eval_trace: Optional[str],
 _QUICK = typer.Option(False, "--quick", help="small budget (minutes on 2 cores)")
 _JSON = typer.Option(False, "--json", help="print one JSON object")
 _EVAL = typer.Option(None, "--eval-trace", help="evaluate on this trace file or folder instead of the held-out data")
-_SEEDS = typer.Option(None, min=1, help="seeds (default: the paper's protocol; fewer with --quick)")
+_SEEDS = typer.Option(None, min=1, max=MAX_SEEDS, help="seeds (default: the paper's protocol; fewer with --quick)")
 _DB = typer.Option(str(Path("results") / "fleetwise.duckdb"), help="results store for runs and learning curves")
 
 
@@ -488,6 +532,29 @@ def _serve_module(name: str = "app"):
                          "pip install -c constraints.txt 'fleetwise[serve]'") from None
 
 
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")  # uvicorn's
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """Bind and release the address first, so that a port in use is one line and exit status 2 (uvicorn would
+    log it and exit with status 3). Port 0 (any free port) always works."""
+    import socket
+
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        raise InputError(f"--host {host!r}: cannot resolve it ({e.strerror})") from None
+    family, _, _, _, addr = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: TIME_WAIT is no conflict
+        try:
+            s.bind(addr)
+        except OSError as e:
+            raise InputError(f"--host {host} --port {port}: cannot listen there ({e.strerror})") from None
+
+
 @app.command()
 def serve(
     host: str = typer.Option("127.0.0.1", help="address to bind (not loopback: a token is required)"),
@@ -507,6 +574,10 @@ def serve(
 ) -> None:
     """The decision service: route, scale and plan over HTTP (docs/serve.md). With --gateway: an OpenAI-compatible
     proxy that routes each request to one of the --backend servers."""
+    if log_level.lower() not in LOG_LEVELS:
+        raise InputError(f"--log-level {log_level!r}: expected one of {', '.join(LOG_LEVELS)}")
+    log_level = log_level.lower()
+    _check_port_free(host, port)
     if gateway:
         if not backend:
             raise InputError("--gateway: give at least one --backend URL")
@@ -584,22 +655,36 @@ def bench_gateway(
         out.print(mod.render(res), highlight=False)
 
 
-def main() -> None:
+def main(argv: Optional[list[str]] = None) -> None:
+    """The ``fleetwise`` entry point: bad input (an :class:`InputError` or a command-line usage error) prints one
+    line on stderr and exits with status 2, without a traceback."""
     try:
-        app(standalone_mode=False)
+        rc = app(args=argv, standalone_mode=False)
     except InputError as e:
-        console.print("[red]error:[/red] ", end="", soft_wrap=True)
-        console.print(str(e), soft_wrap=True, highlight=False, markup=False)
+        _error_line(str(e))
         sys.exit(2)
     except SystemExit:
         raise
     except Exception as e:  # usage errors of the command-line parser (typer's click layer)
-        if hasattr(e, "show") and hasattr(e, "exit_code"):
-            e.show()
+        if hasattr(e, "format_message") and hasattr(e, "exit_code"):
+            ctx = getattr(e, "ctx", None)
+            if type(e).__name__ == "NoArgsIsHelpError":  # a group without its subcommand: the help text
+                e.show()
+            else:
+                hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+                _error_line(e.format_message().replace("\n", " ") + hint)
             sys.exit(e.exit_code)
         if type(e).__name__ == "Abort":
             sys.exit(130)
         raise
+    if isinstance(rc, int) and rc:  # e.g. 130 after Ctrl-C (typer returns it instead of exiting)
+        sys.exit(rc)
+
+
+def _error_line(msg: str) -> None:
+    console.print("[red]error:[/red] ", end="", soft_wrap=True)
+    console.print(msg, soft_wrap=True, highlight=False, markup=False)
+
 
 if __name__ == "__main__":
     main()

@@ -399,6 +399,15 @@ def parse_workload_spec(data: dict) -> "WorkloadSpec":
     return _ADAPTER.validate_python(data)
 
 
+def expected_span_s(spec) -> float | None:
+    """Simulated seconds a validated spec's arrivals cover on average; None where only the data tell (traces,
+    ServeGen)."""
+    if isinstance(spec, MixSpec):
+        spans = [expected_span_s(p.workload) for p in spec.parts]
+        return None if any(x is None for x in spans) else max(spans)
+    return spec.expected_span_s() if isinstance(spec, _Generated) else None
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # build
 
