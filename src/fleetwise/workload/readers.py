@@ -517,7 +517,7 @@ def read_servegen(
         f = files[i]
         ts, rate, cv, pat, shp, scl = [], [], [], [], [], []
         with _open_text(f) as fh:
-            for r, row in enumerate(_checked(csv.reader(fh), f), start=1):
+            for r, row in enumerate(csv.reader(fh), start=1):
                 if not row or not any(c.strip() for c in row):
                     continue
                 if len(row) != 6:

@@ -456,7 +456,10 @@ def build_workload(spec, rng: np.random.Generator) -> Workload:
             w = replay(w, speedup=1.0 / spec.time_scale)
     elif isinstance(spec, ServeGenSpec):
         folder = Path(spec.path).expanduser() if spec.path else data_path("servegen-alibaba-modelstudio")
-        rates = readers.read_servegen(folder, model=spec.servegen_model)
+        try:
+            rates = readers.read_servegen(folder, model=spec.servegen_model)
+        except readers._READ_ERRORS as e:  # a chunk file that is not UTF-8 text, a truncated .gz
+            raise InputError(f"servegen folder {folder}: {readers._read_error(Path(spec.servegen_model), e)}") from None
         w = readers.servegen_workload(
             rates, rng, lengths=_lengths_sampler(spec.lengths), start_s=spec.start_s, end_s=spec.end_s,
             rate_scale=spec.rate_scale,
