@@ -191,6 +191,9 @@ CASES = [
     ("bench-sizes-huge", "4", ["bench", "sim-speed", "--sizes", "1000000000000"], ["--sizes"]),
     ("bench-scenario-nope", "4", ["bench", "sim-speed", "--sizes", "10", "--scenario", "nope"], ["nope", "not found"]),
     ("serve-log-level", "4", ["serve", "--log-level", "bogus", "--port", "0"], ["--log-level", "bogus"]),
+    ("bench-serve-calls", "6", ["bench", "serve", "--rate", "1000000", "--duration", "86400"], ["--rate x --duration"]),
+    ("bench-serve-rate-nan", "5", ["bench", "serve", "--rate", "nan"], ["--rate"]),
+    ("sweep-workers-huge", "6", ["sweep", "default", "--workers", "100000"], ["--workers"]),
     # §4: --eval-trace checked before any training, in every reproduction
     ("reproduce-platform-eval-trace", "4", ["reproduce", "platform", "--quick", "--eval-trace", "zero.csv"],
      ["zero.csv row 1"]),

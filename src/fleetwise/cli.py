@@ -18,7 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from fleetwise.errors import InputError
-from fleetwise.limits import MAX_REQUESTS, MAX_SEED, MAX_SEEDS
+from fleetwise.limits import MAX_REPLICAS, MAX_REQUESTS, MAX_SEED, MAX_SEEDS, MAX_WORKERS
 
 app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,
                   help="Decide and learn how an LLM inference fleet spends its GPUs.")
@@ -219,7 +219,7 @@ def sweep(
     db: str = typer.Option(str(Path("results") / "fleetwise.duckdb"), help="results store (DuckDB file)"),
     backend: str = typer.Option("local", help="local (process pool) or ray"),
     address: Optional[str] = typer.Option(None, help="Ray cluster address (with --backend ray)"),
-    workers: Optional[int] = typer.Option(None, min=1, help="parallel runs (default: all cores)"),
+    workers: Optional[int] = typer.Option(None, min=1, max=MAX_WORKERS, help="parallel runs (default: all cores)"),
     report: bool = typer.Option(False, "--report", help="write the HTML report when done"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
@@ -265,7 +265,7 @@ def compare(
     seeds: int = typer.Option(3, min=1, max=MAX_SEEDS, help="number of seeds per router"),
     requests: Optional[int] = typer.Option(None, "--requests", "-n", min=1, max=MAX_REQUESTS),
     trace: Optional[str] = typer.Option(None, help="replay this trace file instead of the scenario's workload"),
-    workers: Optional[int] = typer.Option(None, min=1, help="parallel runs (default: all cores)"),
+    workers: Optional[int] = typer.Option(None, min=1, max=MAX_WORKERS, help="parallel runs (default: all cores)"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Compare routers on one scenario: mean ± 95% CI over seeds, and the paired change against the first."""
@@ -459,9 +459,11 @@ def reproduce_batching(quick: bool = _QUICK, as_json: bool = _JSON, eval_trace: 
 @reproduce_app.command("torta")
 def reproduce_torta(quick: bool = _QUICK, as_json: bool = _JSON, eval_trace: Optional[str] = _EVAL,
                     seeds: Optional[int] = _SEEDS, db: str = _DB,
-                    train_seeds: Optional[int] = typer.Option(None, min=1, help="agents trained per kind and "
+                    train_seeds: Optional[int] = typer.Option(None, min=1, max=MAX_SEEDS,
+                                                              help="agents trained per kind and "
                                                               "topology (default 3; 1 with --quick)"),
-                    workers: Optional[int] = typer.Option(None, min=1, help="processes (default: one per CPU)")) -> None:
+                    workers: Optional[int] = typer.Option(None, min=1, max=MAX_WORKERS,
+                                                          help="processes (default: one per CPU)")) -> None:
     """TORTA: RL + optimal transport across regions, switching-aware allocation within them."""
     _reproduce("torta", quick, as_json, eval_trace, seeds, db, train_seeds=train_seeds, workers=workers)
 
@@ -505,7 +507,7 @@ def bench_env_steps(
 @bench_app.command("sweep")
 def bench_sweep(
     spec: str = typer.Option("default", help="experiment to run (file or built-in name)"),
-    workers: Optional[int] = typer.Option(None, min=1, help="pool size (default: all cores)"),
+    workers: Optional[int] = typer.Option(None, min=1, max=MAX_WORKERS, help="pool size (default: all cores)"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Sweep throughput: runs per minute one after another vs on the local process pool."""
@@ -570,7 +572,7 @@ def serve(
                                  "servers instead (docs/serve.md#gateway); --router picks the backend"),
     backend: Optional[list[str]] = typer.Option(None, "--backend", help="with --gateway: an OpenAI-compatible "
                                                 "server's base URL, e.g. http://127.0.0.1:8001 (repeat the option)"),
-    max_attempts: int = typer.Option(3, min=1, help="with --gateway: distinct backends tried per request"),
+    max_attempts: int = typer.Option(3, min=1, max=100, help="with --gateway: distinct backends tried per request"),
 ) -> None:
     """The decision service: route, scale and plan over HTTP (docs/serve.md). With --gateway: an OpenAI-compatible
     proxy that routes each request to one of the --backend servers."""
@@ -597,17 +599,20 @@ def serve(
 
 @bench_app.command("serve")
 def bench_serve(
-    rate: float = typer.Option(1000.0, min=1.0, help="calls per second (open loop)"),
-    duration: float = typer.Option(10.0, min=0.1, help="seconds; rate x duration calls in all"),
-    connections: int = typer.Option(8, min=1, help="keep-alive client connections"),
-    replicas: int = typer.Option(8, min=1, help="replicas in each route snapshot"),
+    rate: float = typer.Option(1000.0, min=1.0, max=1e6, help="calls per second (open loop)"),
+    duration: float = typer.Option(10.0, min=0.1, max=86400.0, help="seconds; rate x duration calls in all"),
+    connections: int = typer.Option(8, min=1, max=1000, help="keep-alive client connections"),
+    replicas: int = typer.Option(8, min=1, max=MAX_REPLICAS, help="replicas in each route snapshot"),
     router: str = typer.Option("least_outstanding_tokens"),
     pin: bool = typer.Option(False, "--pin", help="service on CPU 0, load generator on CPU 1"),
     floor: bool = typer.Option(False, "--floor", help="the same load on a trivial app: HTTP + uvicorn alone"),
-    repeat: int = typer.Option(1, min=1, help="runs, each with a fresh service; prints every run and the median"),
+    repeat: int = typer.Option(1, min=1, max=100, help="runs, each with a fresh service; prints every run and the median"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Decision latency (P50/P99) and throughput of `fleetwise serve` on loopback under a bounded open-loop load."""
+    if rate * duration > MAX_REQUESTS:
+        raise InputError(f"--rate x --duration = {rate * duration:.3g} calls, above the limit of {MAX_REQUESTS:,} "
+                         "(docs/limits.md)")
     mod = _serve_module("loadgen")
     _serve_module()  # the service's own dependencies
     runs = []
@@ -631,10 +636,10 @@ def bench_serve(
 def bench_gateway(
     backend: Optional[list[str]] = typer.Option(None, "--backend", help="backend base URL (repeat); default: start "
                                                 "--servers local llama.cpp servers with a tiny random model"),
-    servers: int = typer.Option(3, min=1, help="local llama.cpp servers to start when no --backend is given"),
-    requests: int = typer.Option(200, min=1, help="requests per path (direct, gateway) and mode (plain, stream)"),
-    concurrency: int = typer.Option(1, min=1, help="client threads"),
-    max_tokens: int = typer.Option(8, min=1),
+    servers: int = typer.Option(3, min=1, max=MAX_WORKERS, help="local llama.cpp servers to start when no --backend is given"),
+    requests: int = typer.Option(200, min=1, max=MAX_REQUESTS, help="requests per path (direct, gateway) and mode (plain, stream)"),
+    concurrency: int = typer.Option(1, min=1, max=1000, help="client threads"),
+    max_tokens: int = typer.Option(8, min=1, max=100_000),
     router: str = typer.Option("least_outstanding_tokens"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
