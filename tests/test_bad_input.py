@@ -100,6 +100,7 @@ def _files(d: Path) -> None:
     w("exp_timeline.yaml", exp + "seeds: 1\ntimeline_bucket_s: 1e-9\n")
     w("exp_timeline_span.yaml", exp + "seeds: 1\ntimeline_bucket_s: 0.01\ngrid: {workload.rate_rps: [0.001]}\n")
     w("exp_dupkey.yaml", exp + "seeds: 1\nseeds: 2\n")
+    w("exp_trace.yaml", exp + "seeds: 1\ngrid: {workload: [{kind: trace, path: zero.csv}]}\n")
     w("exp_policy_nan.yaml", exp + "seeds: 1\npolicies: {batcher: [{name: sarathi, chunk_tokens: .nan}]}\n")
     # files in the way of outputs
     w("afile", "not a folder\n")
@@ -228,6 +229,7 @@ CASES = [
     ("grid-inf", "5", ["sweep", "grid_inf.yaml", "--db", "r/x.duckdb"], ["grid_inf.yaml", "rate_rps=inf"]),
     ("grid-requests-1e12", "5", ["sweep", "grid_requests.yaml", "--db", "r/x.duckdb"], ["num_requests"]),
     ("experiment-requests-1e12", "5", ["sweep", "exp_requests.yaml", "--db", "r/x.duckdb"], ["requests"]),
+    ("grid-trace-zero-tokens", "5", ["sweep", "exp_trace.yaml", "--db", "r/x.duckdb"], ["zero.csv row 1"]),
     ("experiment-requests-span", "5", ["sweep", "exp_requests_span.yaml", "--db", "r/x.duckdb"], ["span"]),
     # §5: empty traces, report baseline, Azure timestamps, duplicate keys
     ("trace-empty-csv", "5", ["simulate", "--trace", "empty.csv"], ["empty.csv", "no requests"]),

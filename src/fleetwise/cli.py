@@ -279,9 +279,9 @@ def compare(
     sc = load_scenario(scenario)  # validates early, with the file name in the message
     grid = {}
     if trace is not None:
-        from fleetwise.workload.spec import resolve_trace
+        from fleetwise.workload.spec import load_trace
 
-        resolve_trace(trace)  # a missing file fails here, with its name
+        load_trace(trace, limit=requests)  # a missing or bad file fails here, with its name, before any run
         grid["workload"] = [{"kind": "trace", "path": trace}]
     data = {"name": "compare", "scenarios": [scenario or "default"], "policies": {"router": names},
             "seeds": seeds, "requests": requests, "grid": grid, "baseline": {"router": names[0]}}

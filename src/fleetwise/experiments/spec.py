@@ -167,9 +167,10 @@ def parse_experiment(data: Any, where: str = "experiment") -> ExperimentSpec:
     return spec
 
 
-def _check_run_size(workload: dict, spec: ExperimentSpec, where: str) -> None:
-    """What a run will ask for, checked before any run starts: the workload with the spec's ``requests``, and
-    the utilisation timeline's bucket count where the arrivals' span is known (generated workloads)."""
+def _check_run_size(workload: dict, spec: ExperimentSpec, where: str, traces: dict) -> None:
+    """What a run will ask for, checked before any run starts: the workload with the spec's ``requests``, its
+    trace files (read once per expansion), and the utilisation timeline's bucket count where the arrivals' span
+    is known (generated workloads)."""
     from pydantic import ValidationError
 
     from fleetwise.scenario import format_validation_error, with_requests
@@ -180,6 +181,16 @@ def _check_run_size(workload: dict, spec: ExperimentSpec, where: str) -> None:
         parsed = parse_workload_spec(w)
     except ValidationError as e:
         raise InputError(format_validation_error(e, f"{where}: with requests: {spec.requests}: workload")) from None
+    from fleetwise.workload.spec import MixSpec, TraceSpec, load_trace
+
+    for part in parsed.parts if isinstance(parsed, MixSpec) else [parsed]:
+        part = getattr(part, "workload", part)
+        key = (part.path, part.format, part.num_requests) if isinstance(part, TraceSpec) else None
+        if key is not None and key not in traces:
+            try:
+                traces[key] = load_trace(part.path, part.format, limit=part.num_requests) is not None
+            except InputError as e:
+                raise InputError(f"{where}: workload: {e}") from None
     span = expected_span_s(parsed)
     if spec.timeline_bucket_s and span is not None and span / spec.timeline_bucket_s > MAX_TIMELINE_BUCKETS:
         raise InputError(f"{where}: timeline_bucket_s {spec.timeline_bucket_s:g} over ~{span:.3g} s of arrivals is "
@@ -203,6 +214,7 @@ def expand(spec: ExperimentSpec, where: str = "experiment", records_dir: str | N
         raise InputError(f"{where}: the spec expands to {n_runs:,} runs, above the limit of {MAX_RUNS:,} "
                          "(docs/limits.md)")
     points = list(itertools.product(*(spec.grid[k] for k in keys))) or [()]
+    traces: dict = {}  # trace files read once while checking
     for sname in spec.scenarios:
         try:
             base = load_scenario(sname)
@@ -218,7 +230,7 @@ def expand(spec: ExperimentSpec, where: str = "experiment", records_dir: str | N
             label = f"{where}: scenario {base.name}" + (f" with {tag}" if tag else "")
             scenario = parse_scenario(sc, where=label)
             sc = scenario.model_dump(mode="json")
-            _check_run_size(sc["workload"], spec, label)
+            _check_run_size(sc["workload"], spec, label, traces)
             routers = spec.policies.get("router") or [scenario.router]
             batchers = spec.policies.get("batcher") or [scenario.batcher]
             for r in routers:
