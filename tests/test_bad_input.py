@@ -34,6 +34,14 @@ def _files(d: Path) -> None:
     w("rate_x_duration.yaml", DEP + "workload: {kind: poisson, rate_rps: 1000, duration_s: 1.0e6}\n")
     w("negseed.yaml", DEP + WL + "seed: -1\n")
     w("cv.yaml", DEP + "workload: {kind: gamma, rate_rps: 5, cv: 1e200, num_requests: 40}\n")
+    w("cv_tiny.yaml", DEP + "workload: {kind: gamma, rate_rps: 5, cv: 1.0e-300, num_requests: 40}\n")
+    w("mmpp_sojourn.yaml", DEP + "workload: {kind: mmpp, base_rate_rps: 1.0e+300, burst_rate_rps: 1, mean_base_s: 60, "
+                                 "mean_burst_s: 10, num_requests: 20}\n")
+    w("lognormal_mu.yaml", DEP + "workload: {kind: poisson, rate_rps: 5, num_requests: 40, lengths: {kind: lognormal, "
+                                 "prompt_mu: 800, prompt_sigma: 1, output_mu: 4, output_sigma: 1}}\n")
+    w("origin_weights.yaml", DEP + "fleet: {topology: backbone, regions: [us-east-1, us-west-2]}\n"
+                                   "workload: {kind: poisson, rate_rps: 5, num_requests: 20, origin: [{region: us-east-1, "
+                                   "weight: 1.0e308}, {region: us-west-2, weight: 1.0e308}]}\n")
     w("nan_chunk.yaml", DEP + WL + "batcher: {name: sarathi, chunk_tokens: .nan}\n")
     w("static_zero.yaml", DEP + WL + "batcher: {name: static, max_batch: 0}\n")
     w("router_inf.yaml", DEP + WL + "router: {name: prefix_aware, hit_weight: .inf}\n")
@@ -255,6 +263,10 @@ CASES = [
     ("timeline-bucket-1e-9", "6", ["sweep", "exp_timeline.yaml", "--db", "r/x.duckdb"], ["timeline_bucket_s"]),
     ("timeline-buckets-span", "6", ["sweep", "exp_timeline_span.yaml", "--db", "r/x.duckdb"], ["buckets"]),
     ("fleet-grid-size", "6", ["simulate", "-s", "grid_size.yaml"], ["rows x cols"]),
+    ("cv-1e-300", "6", ["simulate", "-s", "cv_tiny.yaml"], ["cv"]),
+    ("mmpp-arrivals-per-sojourn", "6", ["simulate", "-s", "mmpp_sojourn.yaml"], ["per sojourn"]),
+    ("lognormal-mu-800", "6", ["simulate", "-s", "lognormal_mu.yaml"], ["prompt_mu"]),
+    ("origin-weights-sum", "6", ["simulate", "-s", "origin_weights.yaml"], ["weight"]),
 ]
 
 

@@ -35,7 +35,7 @@ MAX_TIMELINE_BUCKETS = 1_000_000
 # MMPP arrivals: state switches are drawn one by one, so their expected number over the arrival span is bounded
 MAX_MMPP_SWITCHES = 1_000_000
 # a Gamma renewal process's coefficient of variation (shape = 1 / cv^2; beyond ~100 the gaps underflow to 0)
-MAX_CV = 100.0
+MAX_CV = 100.0  # (and at least 1 / MAX_CV)
 # processes a command may start (--workers of sweep / compare / reproduce, bench gateway --servers): each
 # imports numpy and the simulator (~100 MB)
 MAX_WORKERS = 256

@@ -171,7 +171,7 @@ class _Model(BaseModel):
 
 class OriginWeight(_Model):
     region: str = Field(min_length=1)
-    weight: float = Field(default=1.0, gt=0)
+    weight: float = Field(default=1.0, gt=0, le=1e9)  # relative; bounded so that their sum is finite
     utc_offset_h: float | None = Field(default=None, ge=-12, le=14)  # used by kind=diurnal
 
 
@@ -185,10 +185,10 @@ class TraceLengths(_Model):
 
 class LognormalLengthsSpec(_Model):
     kind: Literal["lognormal"]
-    prompt_mu: float
-    prompt_sigma: float = Field(ge=0)
-    output_mu: float
-    output_sigma: float = Field(ge=0)
+    prompt_mu: float = Field(ge=-20, le=20)  # natural log of tokens: e^20 is far above any context
+    prompt_sigma: float = Field(ge=0, le=10)
+    output_mu: float = Field(ge=-20, le=20)
+    output_sigma: float = Field(ge=0, le=10)
     rho: float = Field(default=0.0, ge=-1, le=1)
     prompt_min: int = Field(default=1, ge=1, le=MAX_TOKENS)
     prompt_max: int = Field(default=1_000_000, ge=1, le=MAX_TOKENS)
@@ -288,7 +288,7 @@ class PoissonSpec(_Generated):
 class GammaSpec(_Generated):
     kind: Literal["gamma"]
     rate_rps: float = Field(gt=0)
-    cv: float = Field(gt=0, le=MAX_CV)
+    cv: float = Field(ge=1 / MAX_CV, le=MAX_CV)
 
 
 class MMPPSpec(_Generated):
@@ -304,6 +304,11 @@ class MMPPSpec(_Generated):
 
     @model_validator(mode="after")
     def _switches(self):
+        for state, rate, mean_s in (("base", self.base_rate_rps, self.mean_base_s),
+                                    ("burst", self.burst_rate_rps, self.mean_burst_s)):
+            if rate * mean_s > MAX_REQUESTS / 10:  # a sojourn's arrivals are drawn at once
+                raise ValueError(f"{state}_rate_rps x mean_{state}_s = {rate * mean_s:.3g} arrivals per sojourn, above "
+                                 f"the limit of {MAX_REQUESTS // 10:,} (docs/limits.md)")
         cycle = self.mean_base_s + self.mean_burst_s
         n = 2 * self.expected_span_s() / cycle
         if n > MAX_MMPP_SWITCHES:
