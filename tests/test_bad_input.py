@@ -109,6 +109,8 @@ def _files(d: Path) -> None:
     w("exp_timeline_span.yaml", exp + "seeds: 1\ntimeline_bucket_s: 0.01\ngrid: {workload.rate_rps: [0.001]}\n")
     w("exp_dupkey.yaml", exp + "seeds: 1\nseeds: 2\n")
     w("exp_trace.yaml", exp + "seeds: 1\ngrid: {workload: [{kind: trace, path: zero.csv}]}\n")
+    w("exp_fault.yaml", "name: g\nscenarios: [fault_zone.yaml]\nseeds: 1\n")
+    w("exp_no_scaler.yaml", "name: g\nscenarios: [platform_no_scaler.yaml]\nseeds: 1\n")
     w("exp_policy_nan.yaml", exp + "seeds: 1\npolicies: {batcher: [{name: sarathi, chunk_tokens: .nan}]}\n")
     # files in the way of outputs
     w("afile", "not a folder\n")
@@ -232,6 +234,8 @@ CASES = [
     ("fault-region-nowhere", "5", ["simulate", "-s", "fault_region.yaml"], ["nowhere", "region"]),
     ("fault-link-nowhere", "5", ["simulate", "-s", "fault_link.yaml"], ["nowhere", "link"]),
     ("fault-gpu-nowhere", "5", ["simulate", "-s", "fault_gpu.yaml"], ["nowhere", "gpu"]),
+    ("sweep-fault-zone-nowhere", "5", ["sweep", "exp_fault.yaml", "--db", "r/x.duckdb"], ["nowhere", "zone"]),
+    ("sweep-platform-without-scaler", "5", ["sweep", "exp_no_scaler.yaml", "--db", "r/x.duckdb"], ["scaler"]),
     ("platform-without-scaler", "5", ["simulate", "-s", "platform_no_scaler.yaml"], ["platform", "scaler"]),
     # §5: sweep grids validated up front (docs/experiments.md)
     ("grid-inf", "5", ["sweep", "grid_inf.yaml", "--db", "r/x.duckdb"], ["grid_inf.yaml", "rate_rps=inf"]),
@@ -326,7 +330,7 @@ def test_duplicate_keys_in_topology_files_and_merge_keys(tmp_path):
         parse_yaml("b: {c: 2, c: 3}\n", "x.yaml")
     # a << merge may be overridden (YAML's merge-key rule), that is not a duplicate
     assert parse_yaml("base: &b {x: 1, y: 2}\nd: {<<: *b, y: 3}\n", "x.yaml")["d"] == {"x": 1, "y": 3}
-    from fleetwise.envs.torta import load_topology_file
+    from fleetwise.worlds.torta import load_topology_file
 
     p = tmp_path / "topo.json"
     p.write_text('{"topology": "ring", "n": 4, "n": 5}')
@@ -335,7 +339,7 @@ def test_duplicate_keys_in_topology_files_and_merge_keys(tmp_path):
 
 
 def test_policy_params_checked_in_make():
-    from fleetwise.control.registry import make
+    from fleetwise.policies import make
 
     for level, name, params, needle in [
         ("batcher", "sarathi", {"chunk_tokens": float("nan")}, "chunk_tokens"),

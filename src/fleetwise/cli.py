@@ -79,39 +79,29 @@ def simulate(
 ) -> None:
     """Run one scenario (default: the embedded default) and print its summary. A scenario with a ``scaler``
     (or ``--scaler``) runs with the platform layer: autoscaling, spot, faults, tenants (docs/platform.md)."""
-    from fleetwise.scenario import PolicyRef, build
+    from fleetwise.run import run_scenario
 
     sc, workload = _load(scenario, trace, requests)
-    if scaler is not None:
-        sc = sc.model_copy(update={"scaler": PolicyRef(name=scaler)})
-    if sc.platform is not None and sc.scaler is None:
-        raise InputError(f"{scenario or 'default'}: platform: runs only with a scaler (add scaler: static for a "
-                         "fixed fleet, or --scaler)")
     if monitor is not None:
         from fleetwise.experiments.store import check_writable_dir
 
         check_writable_dir(monitor, "--monitor folder")
-    from fleetwise.control.registry import make
+    from fleetwise.policies import make
 
-    router_pol = make("router", router, where="--router: ") if router is not None else None  # noqa: F841
-    batcher_pol = make("batcher", batcher, where="--batcher: ") if batcher is not None else None  # noqa: F841
-    plat = None
-    try:
-        b = build(sc, seed, workload=workload, num_requests=requests)
-        if sc.scaler is not None:
-            from fleetwise.platform.runner import Platform
-
-            plat = Platform(b, make("scaler", sc.scaler.name, sc.scaler.params, where="scaler: "),
-                            seed=sc.seed if seed is None else seed, monitor=monitor is not None)
-    except InputError as e:  # the scenario's parts checked when built: name the scenario too
-        raise InputError(f"{scenario or 'default'}: {e}") from None
+    for level, name in (("router", router), ("batcher", batcher), ("scaler", scaler)):
+        if name is not None:  # a bad name fails before the workload is built
+            make(level, name, where=f"--{level}: ")
     with _progress() as prog:
-        task = prog.add_task(f"simulating {sc.name}", total=len(b.workload))
-        prog_fn = lambda k: prog.advance(task, k)  # noqa: E731
-        records = b.run(router, batcher, progress=prog_fn) if plat is None else \
-            plat.run(b.controller(router, batcher), progress=prog_fn)
-    s = b.summary(records) if plat is None else plat.results(records)
-    s["reject_reasons"] = records.reject_reasons()
+        task = prog.add_task(f"simulating {sc.name}", total=None)
+        try:
+            r = run_scenario(sc, seed, router=router, batcher=batcher, scaler=scaler, workload=workload,
+                             num_requests=requests, monitor=monitor is not None,
+                             on_built=lambda b: prog.update(task, total=len(b.workload)),
+                             progress=lambda k: prog.advance(task, k))
+        except InputError as e:  # the scenario's parts are checked when built: name the scenario too
+            raise InputError(f"{scenario or 'default'}: {e}") from None
+    b, s, plat = r.built, r.summary, r.platform
+    sc = b.scenario
     if plat is not None and monitor is not None:
         from fleetwise.platform.monitor import plot_monitor
 
@@ -225,7 +215,7 @@ def sweep(
 ) -> None:
     """Run an experiment: every scenario x policy x grid point x seed not already in the store."""
     from fleetwise.experiments.spec import load_experiment
-    from fleetwise.experiments.stats import aggregate
+    from fleetwise.metrics.stats import aggregate
 
     from fleetwise.experiments.store import check_writable_dir, check_writable_file
 
@@ -270,7 +260,7 @@ def compare(
 ) -> None:
     """Compare routers on one scenario: mean ± 95% CI over seeds, and the paired change against the first."""
     from fleetwise.experiments.spec import ExperimentSpec
-    from fleetwise.experiments.stats import aggregate
+    from fleetwise.metrics.stats import aggregate
     from fleetwise.scenario import load_scenario
 
     names = [r.strip() for r in routers.split(",") if r.strip()]
@@ -335,7 +325,7 @@ def report(
 @app.command("policies")
 def policies() -> None:
     """List the registered policies of every decision level."""
-    from fleetwise.control.registry import LEVELS, names
+    from fleetwise.policies import LEVELS, names
 
     for level in LEVELS:
         n = names(level)
@@ -372,7 +362,7 @@ def bench_sim_speed(
 ) -> None:
     """Simulated requests per wall-second and peak memory, each size in a fresh process."""
     from fleetwise.bench import sim_speed
-    from fleetwise.control.registry import make
+    from fleetwise.policies import make
     from fleetwise.scenario import load_scenario
 
     ns = []

@@ -198,7 +198,7 @@ def parse_scenario(data: Any, where: str = "scenario") -> Scenario:
         raise InputError(format_validation_error(e, where)) from None
     except InputError as e:
         raise InputError(f"{where}: {e}") from None
-    from fleetwise.control.registry import check, make
+    from fleetwise.policies import check, make
 
     # policy parameters are checked here too (types, no NaN/infinity, the constructor's own checks); the scaler
     # is only checked, not built (a learned one loads its checkpoint)
@@ -247,18 +247,16 @@ class Built:
     models: list | None = None  # model names by model index
 
     def controller(self, router: PolicyRef | str | None = None, batcher: PolicyRef | str | None = None):
+        """A Controller with the scenario's router and batcher (or the ones given: a name, a mapping or a
+        PolicyRef). Run it with ``fleetwise.run.run_scenario`` (the one run path) or ``self.sim.run``."""
         from fleetwise.control.controller import Controller
-        from fleetwise.control.registry import make
+        from fleetwise.policies import make
 
         r = PolicyRef.model_validate(router) if router is not None else self.scenario.router
         b = PolicyRef.model_validate(batcher) if batcher is not None else self.scenario.batcher
-        return Controller(router=make("router", r.name, r.params), batcher=make("batcher", b.name, b.params))
-
-    def run(self, router: PolicyRef | str | None = None, batcher: PolicyRef | str | None = None, progress=None):
-        """Run the simulator to the end with the scenario's policies (or the ones given); return the records."""
-        ctl = self.controller(router, batcher)
-        self.chunk_tokens = getattr(ctl.batcher, "chunk_tokens", None)
-        return self.sim.run(ctl, progress=progress)
+        ctl = Controller(router=make("router", r.name, r.params), batcher=make("batcher", b.name, b.params))
+        self.chunk_tokens = getattr(ctl.batcher, "chunk_tokens", None)  # the summary's prefill-chunk figures
+        return ctl
 
     def summary(self, records) -> dict[str, float]:
         from fleetwise.metrics.summary import summarize
@@ -275,12 +273,10 @@ def check_seed(seed: Any, where: str = "seed") -> None:
 
 def with_requests(workload: dict, n: int) -> dict:
     """The workload spec asking for ``n`` requests (``--requests``): a generated kind draws ``n`` instead of its
-    ``duration_s``, a trace reads its first ``n`` rows, and a ``mix`` asks each part for ``n`` (the caller keeps
-    the first ``n`` of the merged arrivals, which are then the mix's first ``n``)."""
+    ``duration_s``, a trace reads its first ``n`` rows; a ``mix`` is unchanged (``build`` keeps the first ``n`` of
+    its merged arrivals)."""
     w = dict(workload)
     if w.get("kind") == "mix":
-        w["parts"] = [dict(p, workload=with_requests(p.get("workload") or {}, n)) if isinstance(p, dict) else p
-                      for p in w.get("parts") or []]
         return w
     w["num_requests"] = n
     w.pop("duration_s", None)
@@ -294,7 +290,7 @@ def build(scenario: Scenario, seed: int | None = None, *, workload=None, num_req
     from fleetwise.fleet.spec import build_fleet
     from fleetwise.perf import PerfModel
     from fleetwise.sim.build import make_replica
-    from fleetwise.sim.simulator import SimOptions, Simulator
+    from fleetwise.sim.simulator import Simulator
     from fleetwise.workload.slo import get_slo
     from fleetwise.workload.spec import build_workload
 
@@ -313,10 +309,8 @@ def build(scenario: Scenario, seed: int | None = None, *, workload=None, num_req
             workload = build_workload(wspec, work_rng)
         except ValidationError as e:
             raise InputError(format_validation_error(e, "workload")) from None
-        if num_requests is not None:
-            workload = workload.head(num_requests)
-    elif num_requests is not None:
-        workload = workload.head(num_requests)
+    if num_requests is not None and len(workload) > num_requests:
+        workload = workload.head(num_requests)  # a given workload, or a mix of tenants: its first requests
 
     # deployments -> replicas; replicas of one deployment share one performance model
     models: list[str] = []
@@ -382,8 +376,7 @@ def build(scenario: Scenario, seed: int | None = None, *, workload=None, num_req
     workload.origin = np.asarray(ocode, dtype=np.int16)[workload.origin] if len(workload) else workload.origin
     workload.origins = [fleet.regions[i].name for i in ocode]
 
-    opts = options or SimOptions(prefix_caching=scenario.options.prefix_caching, max_waiting=scenario.options.max_waiting,
-                                 kv_offload=scenario.options.kv_offload)
+    opts = options or sim_options(scenario)
     sim = Simulator(replicas, workload, rtt_s=np.asarray(fleet.rtt_s, dtype=float), model_index=model_index,
                     max_context=max_ctx, seed=int(sim_seed), options=opts,
                     bandwidth_gbps=np.asarray(fleet.bandwidth_gbps, dtype=float) if hasattr(fleet, "bandwidth_gbps") else None)
@@ -392,9 +385,10 @@ def build(scenario: Scenario, seed: int | None = None, *, workload=None, num_req
                  models=models)
 
 
-def simulate(scenario: Scenario, seed: int | None = None, *, router=None, batcher=None, workload=None,
-             num_requests: int | None = None, progress=None) -> tuple[Any, dict[str, float]]:
-    """Build and run a scenario; return (records, summary)."""
-    b = build(scenario, seed, workload=workload, num_requests=num_requests)
-    records = b.run(router, batcher, progress=progress)
-    return records, b.summary(records)
+def sim_options(scenario: Scenario, **overrides):
+    """The simulator options a scenario asks for (``options:``), with ``overrides`` (e.g. ``timeline_bucket_s``)."""
+    from fleetwise.sim.simulator import SimOptions
+
+    o = scenario.options
+    return SimOptions(prefix_caching=o.prefix_caching, max_waiting=o.max_waiting, kv_offload=o.kv_offload,
+                      **overrides)

@@ -1,4 +1,9 @@
-"""One registry per decision level. A new policy is one definition: ``@register_router("power_of_two")``."""
+"""One registry per decision level. A new policy is one definition: ``@register_router("power_of_two")``.
+
+This module only keeps the tables; ``fleetwise.policies.make(level, name, params)`` loads the built-in policies
+(importing their modules runs the decorators) and builds one. A package of your own registers its policies the
+same way when it is imported.
+"""
 
 from __future__ import annotations
 
@@ -43,23 +48,10 @@ def register_allocator(name: str):
     return register("allocator", name)
 
 
-def _load_builtins() -> None:
-    # Importing the modules runs their @register decorators.
-    import fleetwise.policies.batchers  # noqa: F401
-    import fleetwise.policies.planners  # noqa: F401
-    import fleetwise.policies.routers  # noqa: F401
-    import fleetwise.policies.scalers  # noqa: F401
-
-    try:  # allocators need gymnasium (the ``rl`` extra)
-        import fleetwise.policies.allocators  # noqa: F401
-        import fleetwise.policies.scalers_rl  # noqa: F401  (the trained scaler "rl")
-    except ImportError:
-        pass
-
-
-def names(level: str) -> list[str]:
-    _load_builtins()
-    return sorted(_REGISTRY[level])
+def registered(level: str) -> dict[str, Callable[..., Any]]:
+    """The policies registered for ``level`` so far (name -> factory). ``fleetwise.policies.make`` and ``names``
+    load the built-in policies first; use those."""
+    return _REGISTRY[level]
 
 
 _ADAPTERS: dict[Any, Any] = {}
@@ -97,9 +89,9 @@ def _non_finite(v: Any) -> bool:
 
 
 def check(level: str, name: str, params: dict[str, Any] | None = None, where: str = "") -> Callable[..., Any]:
-    """Check a policy reference without building it: the name is registered, every parameter exists, has the
-    annotated type and holds no NaN or infinity. Returns the factory; bad input gives an InputError."""
-    _load_builtins()
+    """Check a reference to a registered policy without building it: the name is registered, every parameter
+    exists, has the annotated type (validated with pydantic) and holds no NaN or infinity. Returns the factory;
+    bad input gives an InputError. ``fleetwise.policies.check`` loads the built-ins first."""
     table = _REGISTRY[level]
     if name not in table:
         raise InputError(f"{where}unknown {level} {name!r}; expected one of: {', '.join(sorted(table))}")
@@ -126,14 +118,14 @@ def check(level: str, name: str, params: dict[str, Any] | None = None, where: st
             try:
                 ta.validate_python(v)
             except ValidationError as e:
-                err = e.errors()[0]
-                raise InputError(f"{where}{level} {name!r}: {k}: {err['msg']} (got {v!r})") from None
+                raise InputError(f"{where}{level} {name!r}: {k}: {e.errors()[0]['msg']} (got {v!r})") from None
     return factory
 
 
-def make(level: str, name: str, params: dict[str, Any] | None = None, where: str = "") -> Any:
-    """Build the policy ``name`` of ``level`` with keyword ``params``; unknown names/params, a parameter of the
-    wrong type, NaN or infinity, or one its constructor refuses give an InputError."""
+def build(level: str, name: str, params: dict[str, Any] | None = None, where: str = "") -> Any:
+    """Build the registered policy ``name`` of ``level`` with keyword ``params``; unknown names or parameters, a
+    parameter of the wrong type, NaN or infinity (see :func:`check`), or one the constructor refuses give an
+    InputError. Only what is registered already is known: ``fleetwise.policies.make`` loads the built-ins."""
     factory = check(level, name, params, where)
     try:
         return factory(**dict(params or {}))

@@ -153,7 +153,7 @@ def parse_experiment(data: Any, where: str = "experiment") -> ExperimentSpec:
         spec = ExperimentSpec.model_validate(data)
     except ValidationError as e:
         raise InputError(format_validation_error(e, where)) from None
-    from fleetwise.control.registry import make
+    from fleetwise.policies import make
 
     for level, refs in spec.policies.items():
         for i, ref in enumerate(refs):
@@ -229,6 +229,16 @@ def expand(spec: ExperimentSpec, where: str = "experiment", records_dir: str | N
             tag = ",".join(f"{k}={v}" for k, v in params.items())
             label = f"{where}: scenario {base.name}" + (f" with {tag}" if tag else "")
             scenario = parse_scenario(sc, where=label)
+            if scenario.platform is not None:  # runs with the platform layer: what it checks, checked now
+                from fleetwise.platform.runner import check_scenario_faults
+
+                if scenario.scaler is None:
+                    raise InputError(f"{label}: platform: runs only with a scaler (add scaler: static for a "
+                                     "fixed fleet)")
+                try:
+                    check_scenario_faults(scenario)
+                except InputError as e:
+                    raise InputError(f"{label}: {e}") from None
             sc = scenario.model_dump(mode="json")
             _check_run_size(sc["workload"], spec, label, traces)
             routers = spec.policies.get("router") or [scenario.router]

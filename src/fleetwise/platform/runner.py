@@ -21,8 +21,7 @@ from fleetwise.control.protocols import DecisionPoint, GroupState, ScaleObs
 from fleetwise.errors import InputError
 from fleetwise.limits import MAX_PERIODIC_EVENTS
 from fleetwise.scenario import STORAGE_GBPS, Built, PlatformSpec
-
-COMPLETED, REJECTED = 1, 2
+from fleetwise.sim.records import COMPLETED, REJECTED
 
 
 @dataclass
@@ -138,17 +137,18 @@ class Admission:
         return ""
 
 
-def check_fault_targets(faults, groups: list, regions: list[str]) -> None:
-    """Every fault must hit something that exists (a target naming nothing used to be ignored silently)."""
-    zones = sorted({g.zone for g in groups})
+def check_fault_targets(faults, zones: list[str], n_groups: int, regions: list[str]) -> None:
+    """Every fault must hit something that exists (a target naming nothing used to be ignored silently):
+    ``zones`` of the deployments (groups), their number, the fleet's ``regions``."""
+    zones = sorted(set(zones))
     for k, f in enumerate(faults):
         t, where = f.target.strip(), f"platform.faults[{k}]: {f.kind} target {f.target!r}"
         if f.kind in ("gpu", "node"):
             forms = "empty (random), g<deployment index>" + (" or r<replica index>" if f.kind == "gpu" else "")
-            ok = t == "" or (t[:1] == "g" and t[1:].isdigit() and int(t[1:]) < len(groups)) or \
+            ok = t == "" or (t[:1] == "g" and t[1:].isdigit() and int(t[1:]) < n_groups) or \
                 (f.kind == "gpu" and t[:1] == "r" and t[1:].isdigit())
             if not ok:
-                raise InputError(f"{where}: expected {forms} (deployments: {len(groups)})")
+                raise InputError(f"{where}: expected {forms} (deployments: {n_groups})")
         elif f.kind == "zone" and t not in zones:
             raise InputError(f"{where}: not a zone of the deployments ({', '.join(zones)})")
         elif f.kind == "region" and t not in regions:
@@ -160,6 +160,25 @@ def check_fault_targets(faults, groups: list, regions: list[str]) -> None:
                                  f"({', '.join(regions)})")
 
 
+def check_scenario_faults(scenario) -> None:
+    """A scenario's fault targets, checked from its fleet and deployments alone (before anything is built, e.g.
+    when a sweep is expanded)."""
+    if scenario.platform is None or not scenario.platform.faults:
+        return
+    from fleetwise.fleet.spec import build_fleet
+
+    fleet = build_fleet(scenario.fleet, np.random.default_rng(0))
+    names = [r.name for r in fleet.regions]
+    zones = []
+    for di, d in enumerate(scenario.deployments):
+        try:
+            region = names[fleet.index(d.region)] if d.region is not None else names[0]
+        except InputError as e:
+            raise InputError(f"deployments[{di}]: {e}") from None
+        zones.append(d.zone or f"{region}-a")
+    check_fault_targets(scenario.platform.faults, zones, len(scenario.deployments), names)
+
+
 class Platform:
     """Attach the platform layer to a built scenario (``fleetwise.scenario.build``) and run it.
 
@@ -169,8 +188,8 @@ class Platform:
     def __init__(self, built: Built, scaler=None, *, spec: PlatformSpec | None = None, seed: int = 0,
                  monitor: bool = True):
         from fleetwise.catalog import get_gpu
-        from fleetwise.platform import spot as spotmod
         from fleetwise.perf.capacity import capacity_rps
+        from fleetwise.platform import spot as spotmod
         from fleetwise.workload.slo import get_slo
 
         sc = built.scenario
@@ -248,7 +267,7 @@ class Platform:
                 g.notice_s = float(notice) if notice is not None else spotmod.PREEMPTION_NOTICE_S.get(cloud, 30.0)
             self.groups.append(g)
         self.by_key = {g.key: g for g in self.groups}
-        check_fault_targets(spec.faults, self.groups, [r.name for r in fleet.regions])
+        check_fault_targets(spec.faults, [g.zone for g in self.groups], len(self.groups), [r.name for r in fleet.regions])
         self.model_groups: dict[int, list[Group]] = {}
         for g in self.groups:
             self.model_groups.setdefault(g.model_index, []).append(g)
@@ -528,9 +547,7 @@ class Platform:
         for g in self.groups:
             ready, starting, draining, waiting, running, kv, busy = self._group_now(g, dt, "m")
             m = g.model_index
-            cost = sum(reps[i].num_gpus * reps[i].price_usd_per_gpu_hour
-                       * max(0.0, (reps[i].stop_s if reps[i].stop_s is not None else now) - reps[i].start_s)
-                       for i in g.replicas) / 3600.0
+            cost = sum(reps[i].gpu_cost_usd(reps[i].active_s(now)) for i in g.replicas)
             t = tt.get(g.index)
             cols["replicas_ready"].append(ready)
             cols["replicas_starting"].append(starting)
@@ -648,9 +665,8 @@ class Platform:
     def _degrade(self, a: int, b: int, factor: float) -> None:
         sim = self.sim
         for x, y in ((a, b), (b, a)):
-            sim._rtt[x][y] *= factor
-            if sim._bw is not None:
-                sim._bw[x][y] /= factor
+            rtt, bw = sim.link(x, y)
+            sim.set_link(x, y, rtt * factor, None if bw is None else bw / factor)
 
     # ------------------------------------------------------------------ running and results
     def run(self, controller=None, progress=None):
@@ -715,9 +731,7 @@ class Platform:
         out: dict[str, dict[str, float]] = {"model": {}, "region": {}, "pool": {}, "tenant": {}}
         rep_cost = []
         for r in sim.replicas:
-            active = max((r.stop_s if r.stop_s is not None else sim.now) - r.start_s, 0.0)
-            e = r.energy_busy_j + r.perf.idle_power_w() * max(active - r.busy_s, 0.0)
-            c = r.num_gpus * r.price_usd_per_gpu_hour * active / 3600.0 + e / 3.6e6 * r.electricity_usd_per_kwh
+            c = r.cost_usd(r.active_s(sim.now))
             rep_cost.append(c)
             for k, v in (("model", r.model_name), ("region", self.built.fleet.regions[r.region].name), ("pool", r.pool)):
                 out[k][v] = out[k].get(v, 0.0) + c

@@ -58,17 +58,17 @@ def _check_file(path: str | Path) -> Path:
     return p
 
 
-def _open_text(p: Path) -> io.TextIOBase:
+def open_text(p: Path) -> io.TextIOBase:
     if p.suffix == ".gz":
         return io.TextIOWrapper(gzip.open(p, "rb"), encoding="utf-8", newline="")
     return open(p, "r", encoding="utf-8", newline="")
 
 
 # what reading a text file (maybe gzipped) can raise on a bad file: not UTF-8, a truncated or corrupt .gz, I/O
-_READ_ERRORS = (UnicodeDecodeError, EOFError, zlib.error, OSError, csv.Error)
+READ_ERRORS = (UnicodeDecodeError, EOFError, zlib.error, OSError, csv.Error)
 
 
-def _read_error(p: Path, e: BaseException, where: str = "") -> InputError:
+def read_error(p: Path, e: BaseException, where: str = "") -> InputError:
     """One line for a file that cannot be read as text (``where``: e.g. " line 12")."""
     if isinstance(e, UnicodeDecodeError):
         why = f"not UTF-8 text (byte 0x{e.object[e.start]:02x})"
@@ -89,8 +89,8 @@ def _checked(rows: Iterable, p: Path) -> Iterator:
     """``rows`` (e.g. a ``csv.reader``), with a read error turned into one line naming the file."""
     try:
         yield from rows
-    except _READ_ERRORS as e:
-        raise _read_error(p, e) from None
+    except READ_ERRORS as e:
+        raise read_error(p, e) from None
 
 
 def _check_limit(limit: int | None) -> None:
@@ -101,7 +101,7 @@ def _check_limit(limit: int | None) -> None:
 def _read_csv(p: Path, required: Iterable[str], limit: int | None) -> tuple[dict[str, int], list[list[str]]]:
     """Header -> column index map, and the data rows (at most ``limit``). Checks required columns are present."""
     try:
-        with _open_text(p) as f:
+        with open_text(p) as f:
             reader = csv.reader(f)
             try:
                 header = next(reader)
@@ -121,8 +121,8 @@ def _read_csv(p: Path, required: Iterable[str], limit: int | None) -> tuple[dict
                     if len(rows) >= limit:
                         break
                     rows.append(r)
-    except _READ_ERRORS as e:
-        raise _read_error(p, e) from None
+    except READ_ERRORS as e:
+        raise read_error(p, e) from None
     # drop fully empty trailing lines
     while rows and not any(x.strip() for x in rows[-1]):
         rows.pop()
@@ -289,7 +289,7 @@ def read_mooncake(path: str | Path, limit: int | None = None, name: str | None =
             try:
                 s = raw.decode("utf-8").strip()
             except UnicodeDecodeError as e:
-                raise _read_error(p, e, f" line {lineno}") from None
+                raise read_error(p, e, f" line {lineno}") from None
             if not s:
                 continue
             try:
@@ -516,7 +516,7 @@ def read_servegen(
     for i in idx:
         f = files[i]
         ts, rate, cv, pat, shp, scl = [], [], [], [], [], []
-        with _open_text(f) as fh:
+        with open_text(f) as fh:
             for r, row in enumerate(csv.reader(fh), start=1):
                 if not row or not any(c.strip() for c in row):
                     continue

@@ -109,10 +109,10 @@ def _sniff_format(p: Path) -> str:
     if "burstgpt" in name:
         return "burstgpt"
     try:
-        with readers._open_text(p) as f:
+        with readers.open_text(p) as f:
             header = next(csv.reader(f), [])
-    except readers._READ_ERRORS as e:
-        raise readers._read_error(p, e) from None
+    except readers.READ_ERRORS as e:
+        raise readers.read_error(p, e) from None
     h = {x.strip() for x in header}
     if "TIMESTAMP" in h and "ContextTokens" in h:
         return "azure"
@@ -250,7 +250,7 @@ class _Generated(_Common):
                 raise ValueError(f"rate x duration_s = {rate * self.duration_s:.3g} expected requests, above the "
                                  f"limit of {MAX_REQUESTS:,} per run (docs/limits.md)")
         elif self.expected_span_s() > MAX_SPAN_S:
-            raise ValueError(f"{self._count()['num_requests']} requests at {rate:.3g} requests/s span "
+            raise ValueError(f"{self.count_kwargs()['num_requests']} requests at {rate:.3g} requests/s span "
                              f"{self.expected_span_s():.3g} s, above the limit of {MAX_SPAN_S:.0f} s (docs/limits.md)")
         return self
 
@@ -262,14 +262,14 @@ class _Generated(_Common):
         """Simulated seconds the arrivals cover (on average)."""
         if self.duration_s is not None:
             return self.duration_s
-        return self._count()["num_requests"] / self.arrival_rate_rps()
+        return self.count_kwargs()["num_requests"] / self.arrival_rate_rps()
 
     def expected_requests(self) -> float:
         if self.duration_s is not None:
             return self.arrival_rate_rps() * self.duration_s
-        return self._count()["num_requests"]
+        return self.count_kwargs()["num_requests"]
 
-    def _count(self) -> dict:
+    def count_kwargs(self) -> dict:
         if self.duration_s is not None:
             return {"duration_s": self.duration_s}
         return {"num_requests": self.num_requests if self.num_requests is not None else 1000}
@@ -463,8 +463,8 @@ def build_workload(spec, rng: np.random.Generator) -> Workload:
         folder = Path(spec.path).expanduser() if spec.path else data_path("servegen-alibaba-modelstudio")
         try:
             rates = readers.read_servegen(folder, model=spec.servegen_model)
-        except readers._READ_ERRORS as e:  # a chunk file that is not UTF-8 text, a truncated .gz
-            raise InputError(f"servegen folder {folder}: {readers._read_error(Path(spec.servegen_model), e)}") from None
+        except readers.READ_ERRORS as e:  # a chunk file that is not UTF-8 text, a truncated .gz
+            raise InputError(f"servegen folder {folder}: {readers.read_error(Path(spec.servegen_model), e)}") from None
         w = readers.servegen_workload(
             rates, rng, lengths=_lengths_sampler(spec.lengths), start_s=spec.start_s, end_s=spec.end_s,
             rate_scale=spec.rate_scale,
@@ -472,7 +472,7 @@ def build_workload(spec, rng: np.random.Generator) -> Workload:
         if spec.num_requests is not None:
             w = w.head(spec.num_requests)
     else:
-        count = spec._count()
+        count = spec.count_kwargs()
         if isinstance(spec, (DefaultWorkloadSpec, PoissonSpec)):
             t = poisson_arrivals(rng, spec.rate_rps, **count)
         elif isinstance(spec, GammaSpec):
