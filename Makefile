@@ -27,6 +27,7 @@ test: $(VENV)/.installed
 bench: $(VENV)/.installed
 	$(VENV)/bin/fleetwise bench sim-speed --sizes 10000,100000,1000000
 	$(VENV)/bin/fleetwise perf validate
+	$(VENV)/bin/fleetwise perf validate --profile $${FLEETWISE_DATA:-../shared/data}/h200-operator-timings/h200-ops-2026-11-30.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
