@@ -40,8 +40,8 @@ def _files(d: Path) -> None:
     w("lognormal_mu.yaml", DEP + "workload: {kind: poisson, rate_rps: 5, num_requests: 40, lengths: {kind: lognormal, "
                                  "prompt_mu: 800, prompt_sigma: 1, output_mu: 4, output_sigma: 1}}\n")
     w("origin_weights.yaml", DEP + "fleet: {topology: backbone, regions: [us-east-1, us-west-2]}\n"
-                                   "workload: {kind: poisson, rate_rps: 5, num_requests: 20, origin: [{region: us-east-1, "
-                                   "weight: 1.0e308}, {region: us-west-2, weight: 1.0e308}]}\n")
+                                   "workload: {kind: poisson, rate_rps: 5, num_requests: 20, origin: "
+                                   "[{region: us-east-1, weight: 1.0e308}, {region: us-west-2, weight: 1.0e308}]}\n")
     w("nan_chunk.yaml", DEP + WL + "batcher: {name: sarathi, chunk_tokens: .nan}\n")
     w("static_zero.yaml", DEP + WL + "batcher: {name: static, max_batch: 0}\n")
     w("router_inf.yaml", DEP + WL + "router: {name: prefix_aware, hit_weight: .inf}\n")

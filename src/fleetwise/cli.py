@@ -215,9 +215,8 @@ def sweep(
 ) -> None:
     """Run an experiment: every scenario x policy x grid point x seed not already in the store."""
     from fleetwise.experiments.spec import load_experiment
-    from fleetwise.metrics.stats import aggregate
-
     from fleetwise.experiments.store import check_writable_dir, check_writable_file
+    from fleetwise.metrics.stats import aggregate
 
     if backend not in ("local", "ray"):
         raise InputError(f"--backend {backend!r}: expected local or ray")
@@ -294,9 +293,7 @@ def compare(
 
 def _report(db: str, out_dir: str, experiment: Optional[str] = None, baseline: Optional[dict] = None) -> None:
     from fleetwise.experiments.report import write_report
-    from fleetwise.experiments.store import Store
-
-    from fleetwise.experiments.store import check_writable_dir
+    from fleetwise.experiments.store import Store, check_writable_dir
 
     if not Path(db).is_file():
         raise InputError(f"{db}: results store not found (run `fleetwise sweep` first)")
@@ -754,7 +751,8 @@ def bench_serve(
     router: str = typer.Option("least_outstanding_tokens"),
     pin: bool = typer.Option(False, "--pin", help="service on CPU 0, load generator on CPU 1"),
     floor: bool = typer.Option(False, "--floor", help="the same load on a trivial app: HTTP + uvicorn alone"),
-    repeat: int = typer.Option(1, min=1, max=100, help="runs, each with a fresh service; prints every run and the median"),
+    repeat: int = typer.Option(1, min=1, max=100,
+                               help="runs, each with a fresh service; prints every run and the median"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Decision latency (P50/P99) and throughput of `fleetwise serve` on loopback under a bounded open-loop load."""
@@ -808,8 +806,10 @@ def bench_scale(
 def bench_gateway(
     backend: Optional[list[str]] = typer.Option(None, "--backend", help="backend base URL (repeat); default: start "
                                                 "--servers local llama.cpp servers with a tiny random model"),
-    servers: int = typer.Option(3, min=1, max=MAX_WORKERS, help="local llama.cpp servers to start when no --backend is given"),
-    requests: int = typer.Option(200, min=1, max=MAX_REQUESTS, help="requests per path (direct, gateway) and mode (plain, stream)"),
+    servers: int = typer.Option(3, min=1, max=MAX_WORKERS,
+                                help="local llama.cpp servers to start when no --backend is given"),
+    requests: int = typer.Option(200, min=1, max=MAX_REQUESTS,
+                                 help="requests per path (direct, gateway) and mode (plain, stream)"),
     concurrency: int = typer.Option(1, min=1, max=1000, help="client threads"),
     max_tokens: int = typer.Option(8, min=1, max=100_000),
     router: str = typer.Option("least_outstanding_tokens"),

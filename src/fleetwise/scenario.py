@@ -120,7 +120,7 @@ class PlatformSpec(_Model):
 
     epoch_s: float = Field(default=30.0, ge=MIN_PERIOD_S, le=MAX_SPAN_S)
     monitor_s: float = Field(default=60.0, ge=MIN_PERIOD_S, le=MAX_SPAN_S)
-    health_check_s: float = Field(default=5.0, ge=0, le=MAX_SPAN_S)  # a dead replica is routed to until the next failed check
+    health_check_s: float = Field(default=5.0, ge=0, le=MAX_SPAN_S)  # dead replicas get requests until a check
     notice_s: float | None = Field(default=None, ge=0, le=MAX_SPAN_S)  # spot notice; default: by cloud (AWS 120 s)
     migrate: bool = True  # spot: running sequences move with their KV cache at the end of the notice
     node_cache: bool = True  # replicas packed on a node share one host copy of the weights (fast reload)

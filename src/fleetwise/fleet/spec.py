@@ -27,12 +27,12 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from fleetwise.errors import InputError
-from fleetwise.limits import MAX_REGIONS, MAX_SEED
 from fleetwise.fleet.network import DEFAULT_EGRESS_USD_PER_GB
 from fleetwise.fleet.regions import CATALOG, get_region
 from fleetwise.fleet.topology import continental_backbone, grid, random_geometric, ring, single_region
 from fleetwise.fleet.types import DEFAULT_BANDWIDTH_GBPS, Fleet, Region
 from fleetwise.fleet.zones import ECONOMIC_ZONES
+from fleetwise.limits import MAX_REGIONS, MAX_SEED
 
 
 class _Model(BaseModel):
@@ -73,7 +73,8 @@ class SingleSpec(_Model):
 
 class BackboneSpec(_Model):
     topology: Literal["backbone"]
-    regions: list[str | RegionEntry] | None = Field(default=None, min_length=1, max_length=MAX_REGIONS)  # None: DEFAULT_BACKBONE
+    # None: DEFAULT_BACKBONE
+    regions: list[str | RegionEntry] | None = Field(default=None, min_length=1, max_length=MAX_REGIONS)
     bandwidth_gbps: float = Field(default=DEFAULT_BANDWIDTH_GBPS, gt=0)
     measured_rtt: bool = True
     links: list[LinkOverride] = Field(default_factory=list)

@@ -267,7 +267,8 @@ class Platform:
                 g.notice_s = float(notice) if notice is not None else spotmod.PREEMPTION_NOTICE_S.get(cloud, 30.0)
             self.groups.append(g)
         self.by_key = {g.key: g for g in self.groups}
-        check_fault_targets(spec.faults, [g.zone for g in self.groups], len(self.groups), [r.name for r in fleet.regions])
+        check_fault_targets(spec.faults, [g.zone for g in self.groups], len(self.groups),
+                            [r.name for r in fleet.regions])
         self.model_groups: dict[int, list[Group]] = {}
         for g in self.groups:
             self.model_groups.setdefault(g.model_index, []).append(g)
