@@ -95,7 +95,38 @@ class Store:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as e:
                 raise InputError(f"{self.path}: cannot create the results store's folder ({e.strerror or e})") from None
+            if not self.path.exists():
+                self._create()
         self._with(lambda con: [con.execute(s) for s in SCHEMA])
+
+    def _create(self) -> None:
+        """A new store file appears whole: it is built under a temporary name and linked into place, so another
+        process opening (or creating) it at the same moment never sees a half-written file."""
+        import os
+
+        import duckdb
+
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        try:
+            con = duckdb.connect(str(tmp))
+            try:
+                for sql in SCHEMA:
+                    con.execute(sql)
+            finally:
+                con.close()
+            try:
+                os.link(tmp, self.path)  # atomic, and fails if another process got there first: then its file is used
+            except FileExistsError:
+                pass
+            except OSError:  # a file system without hard links
+                if not self.path.exists():
+                    os.replace(tmp, self.path)
+        except (OSError, duckdb.Error) as e:
+            msg = getattr(e, "strerror", None) or str(e).strip().splitlines()[0]
+            raise InputError(f"{self.path}: cannot create the results store ({msg})") from None
+        finally:
+            for f in (tmp, tmp.with_name(tmp.name + ".wal")):
+                f.unlink(missing_ok=True)
 
     # ------------------------------------------------------------------ connections
     def _connect(self, read_only: bool = False):
