@@ -38,7 +38,10 @@ def test_bad_topology_file_gives_one_line_error(tmp_path):
         make_fleet(TortaConfig(topology=str(p)))
     assert str(p) in str(e.value) and "mars-1" in str(e.value) and "\n" not in str(e.value)
     p.write_text("fleet: [unclosed\n")
-    with pytest.raises(InputError, match="cannot parse"):
+    with pytest.raises(InputError, match="invalid YAML"):
+        make_fleet(TortaConfig(topology=str(p)))
+    p.write_text("fleet: {topology: ring, n: 4}\nfleet: {topology: ring, n: 5}\n")
+    with pytest.raises(InputError, match="duplicate key 'fleet'"):
         make_fleet(TortaConfig(topology=str(p)))
     with pytest.raises(InputError, match="no such file"):
         make_fleet(TortaConfig(topology=str(tmp_path / "missing.yaml")))

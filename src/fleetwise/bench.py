@@ -37,6 +37,11 @@ def sim_speed(sizes: list[int], scenario: str = "vidur-parity", router: str = "r
         code = f"import json; from fleetwise.bench import _one; print(json.dumps(_one({int(n)}, {scenario!r}, {router!r})))"
         p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         if p.returncode != 0:
+            last = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ""
+            if last.startswith("fleetwise.errors.InputError: "):  # bad input found in the child: its one line
+                from fleetwise.errors import InputError
+
+                raise InputError(last.split(": ", 1)[1])
             raise RuntimeError(f"bench run with {n} requests failed:\n{p.stderr[-2000:]}")
         res[str(n)] = json.loads(p.stdout.strip().splitlines()[-1])
     return res

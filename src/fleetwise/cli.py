@@ -18,6 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from fleetwise.errors import InputError
+from fleetwise.limits import MAX_REPLICAS, MAX_REQUESTS, MAX_SEED, MAX_SEEDS, MAX_WORKERS
 
 app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,
                   help="Decide and learn how an LLM inference fleet spends its GPUs.")
@@ -68,8 +69,9 @@ def simulate(
     router: Optional[str] = typer.Option(None, help="router policy name (overrides the scenario)"),
     batcher: Optional[str] = typer.Option(None, help="batcher policy name (overrides the scenario)"),
     trace: Optional[str] = typer.Option(None, help="replay this trace file (or alias azure-conv, mooncake, ...)"),
-    requests: Optional[int] = typer.Option(None, "--requests", "-n", min=1, help="number of requests"),
-    seed: Optional[int] = typer.Option(None, help="random seed (default: the scenario's)"),
+    requests: Optional[int] = typer.Option(None, "--requests", "-n", min=1, max=MAX_REQUESTS,
+                                           help="number of requests (a mix: its first ones)"),
+    seed: Optional[int] = typer.Option(None, min=0, max=MAX_SEED, help="random seed (default: the scenario's)"),
     scaler: Optional[str] = typer.Option(None, help="autoscaler (runs the platform layer; overrides the scenario)"),
     monitor: Optional[Path] = typer.Option(None, help="platform runs: write the monitoring series here "
                                            "(Prometheus text, Parquet, PNG)"),
@@ -80,12 +82,24 @@ def simulate(
     from fleetwise.run import run_scenario
 
     sc, workload = _load(scenario, trace, requests)
+    if monitor is not None:
+        from fleetwise.experiments.store import check_writable_dir
+
+        check_writable_dir(monitor, "--monitor folder")
+    from fleetwise.policies import make
+
+    for level, name in (("router", router), ("batcher", batcher), ("scaler", scaler)):
+        if name is not None:  # a bad name fails before the workload is built
+            make(level, name, where=f"--{level}: ")
     with _progress() as prog:
         task = prog.add_task(f"simulating {sc.name}", total=None)
-        r = run_scenario(sc, seed, router=router, batcher=batcher, scaler=scaler, workload=workload,
-                         num_requests=requests, monitor=monitor is not None,
-                         on_built=lambda b: prog.update(task, total=len(b.workload)),
-                         progress=lambda k: prog.advance(task, k))
+        try:
+            r = run_scenario(sc, seed, router=router, batcher=batcher, scaler=scaler, workload=workload,
+                             num_requests=requests, monitor=monitor is not None,
+                             on_built=lambda b: prog.update(task, total=len(b.workload)),
+                             progress=lambda k: prog.advance(task, k))
+        except InputError as e:  # the scenario's parts are checked when built: name the scenario too
+            raise InputError(f"{scenario or 'default'}: {e}") from None
     b, s, plat = r.built, r.summary, r.platform
     sc = b.scenario
     if plat is not None and monitor is not None:
@@ -180,8 +194,8 @@ def _execute(spec, db: Optional[str], backend: str, workers: Optional[int], addr
     from fleetwise.experiments.spec import expand
     from fleetwise.experiments.store import Store
 
-    store = Store(db)
     runs = expand(spec, where=label, records_dir=str(Path(db).parent / "records") if db else None)
+    store = Store(db)  # after the spec is expanded and validated: a bad spec writes nothing
     with _progress() as prog:
         task = prog.add_task(f"{spec.name}: {len(runs)} runs", total=len(runs))
         res = run_sweep(runs, store, backend=backend, workers=workers, address=address,
@@ -195,16 +209,20 @@ def sweep(
     db: str = typer.Option(str(Path("results") / "fleetwise.duckdb"), help="results store (DuckDB file)"),
     backend: str = typer.Option("local", help="local (process pool) or ray"),
     address: Optional[str] = typer.Option(None, help="Ray cluster address (with --backend ray)"),
-    workers: Optional[int] = typer.Option(None, min=1, help="parallel runs (default: all cores)"),
+    workers: Optional[int] = typer.Option(None, min=1, max=MAX_WORKERS, help="parallel runs (default: all cores)"),
     report: bool = typer.Option(False, "--report", help="write the HTML report when done"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Run an experiment: every scenario x policy x grid point x seed not already in the store."""
     from fleetwise.experiments.spec import load_experiment
+    from fleetwise.experiments.store import check_writable_dir, check_writable_file
     from fleetwise.metrics.stats import aggregate
 
     if backend not in ("local", "ray"):
         raise InputError(f"--backend {backend!r}: expected local or ray")
+    check_writable_file(db, "results store (--db)")  # before any work: nothing is run for a store we cannot write
+    if report:
+        check_writable_dir(Path(db).parent / "report", "report folder")
     spec = load_experiment(spec_file)
     store, runs, res = _execute(spec, db, backend, workers, address, spec_file)
     ids = [r.run_id for r in runs]
@@ -233,10 +251,10 @@ def compare(
     routers: str = typer.Option("round_robin,least_outstanding_requests,least_outstanding_tokens,power_of_two",
                                 help="comma-separated router names; the first is the baseline"),
     batcher: Optional[str] = typer.Option(None, help="batcher for every run (default: the scenario's)"),
-    seeds: int = typer.Option(3, min=1, help="number of seeds per router"),
-    requests: Optional[int] = typer.Option(None, "--requests", "-n", min=1),
+    seeds: int = typer.Option(3, min=1, max=MAX_SEEDS, help="number of seeds per router"),
+    requests: Optional[int] = typer.Option(None, "--requests", "-n", min=1, max=MAX_REQUESTS),
     trace: Optional[str] = typer.Option(None, help="replay this trace file instead of the scenario's workload"),
-    workers: Optional[int] = typer.Option(None, min=1, help="parallel runs (default: all cores)"),
+    workers: Optional[int] = typer.Option(None, min=1, max=MAX_WORKERS, help="parallel runs (default: all cores)"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Compare routers on one scenario: mean ± 95% CI over seeds, and the paired change against the first."""
@@ -250,9 +268,9 @@ def compare(
     sc = load_scenario(scenario)  # validates early, with the file name in the message
     grid = {}
     if trace is not None:
-        from fleetwise.workload.spec import resolve_trace
+        from fleetwise.workload.spec import load_trace
 
-        resolve_trace(trace)  # a missing file fails here, with its name
+        load_trace(trace, limit=requests)  # a missing or bad file fails here, with its name, before any run
         grid["workload"] = [{"kind": "trace", "path": trace}]
     data = {"name": "compare", "scenarios": [scenario or "default"], "policies": {"router": names},
             "seeds": seeds, "requests": requests, "grid": grid, "baseline": {"router": names[0]}}
@@ -275,10 +293,11 @@ def compare(
 
 def _report(db: str, out_dir: str, experiment: Optional[str] = None, baseline: Optional[dict] = None) -> None:
     from fleetwise.experiments.report import write_report
-    from fleetwise.experiments.store import Store
+    from fleetwise.experiments.store import Store, check_writable_dir
 
-    if not Path(db).exists():
+    if not Path(db).is_file():
         raise InputError(f"{db}: results store not found (run `fleetwise sweep` first)")
+    check_writable_dir(out_dir, "report folder (--out)")
     index = write_report(Store(db), Path(out_dir), experiment=experiment, baseline=baseline)
     console.print(f"report written: open file://{index.resolve()}", highlight=False)
 
@@ -456,8 +475,25 @@ def bench_sim_speed(
 ) -> None:
     """Simulated requests per wall-second and peak memory, each size in a fresh process."""
     from fleetwise.bench import sim_speed
+    from fleetwise.policies import make
+    from fleetwise.scenario import load_scenario
 
-    res = sim_speed([int(x) for x in sizes.split(",") if x.strip()], scenario=scenario, router=router)
+    ns = []
+    for x in sizes.split(","):
+        if not x.strip():
+            continue
+        try:
+            n = int(x)
+        except ValueError:
+            raise InputError(f"--sizes {sizes!r}: {x.strip()!r} is not a whole number") from None
+        if not 1 <= n <= MAX_REQUESTS:
+            raise InputError(f"--sizes {sizes!r}: {n} is not from 1 to {MAX_REQUESTS:,} requests")
+        ns.append(n)
+    if not ns:
+        raise InputError(f"--sizes {sizes!r}: give at least one request count")
+    load_scenario(scenario)  # a bad name or file fails here, before any child process
+    make("router", router, where="--router: ")
+    res = sim_speed(ns, scenario=scenario, router=router)
     if as_json:
         out.print_json(json.dumps(res))
         return
@@ -487,6 +523,10 @@ def _paper_module(name: str):
 
 def _reproduce(name: str, quick: bool, as_json: bool, eval_trace: Optional[str], seeds: Optional[int],
                db: Optional[str], **extra) -> None:
+    if db:
+        from fleetwise.experiments.store import check_writable_file
+
+        check_writable_file(db, "results store (--db)")  # before training, not after
     mod = _paper_module(name)
     try:
         res = mod.run(quick=quick, seeds=seeds, eval_trace=eval_trace, db=db, **extra)
@@ -501,7 +541,7 @@ def _reproduce(name: str, quick: bool, as_json: bool, eval_trace: Optional[str],
 _QUICK = typer.Option(False, "--quick", help="small budget (minutes on 2 cores)")
 _JSON = typer.Option(False, "--json", help="print one JSON object")
 _EVAL = typer.Option(None, "--eval-trace", help="evaluate on this trace file or folder instead of the held-out data")
-_SEEDS = typer.Option(None, min=1, help="seeds (default: the paper's protocol; fewer with --quick)")
+_SEEDS = typer.Option(None, min=1, max=MAX_SEEDS, help="seeds (default: the paper's protocol; fewer with --quick)")
 _DB = typer.Option(str(Path("results") / "fleetwise.duckdb"), help="results store for runs and learning curves")
 
 
@@ -522,9 +562,11 @@ def reproduce_batching(quick: bool = _QUICK, as_json: bool = _JSON, eval_trace: 
 @reproduce_app.command("torta")
 def reproduce_torta(quick: bool = _QUICK, as_json: bool = _JSON, eval_trace: Optional[str] = _EVAL,
                     seeds: Optional[int] = _SEEDS, db: str = _DB,
-                    train_seeds: Optional[int] = typer.Option(None, min=1, help="agents trained per kind and "
+                    train_seeds: Optional[int] = typer.Option(None, min=1, max=MAX_SEEDS,
+                                                              help="agents trained per kind and "
                                                               "topology (default 3; 1 with --quick)"),
-                    workers: Optional[int] = typer.Option(None, min=1, help="processes (default: one per CPU)")) -> None:
+                    workers: Optional[int] = typer.Option(None, min=1, max=MAX_WORKERS,
+                                                          help="processes (default: one per CPU)")) -> None:
     """TORTA: RL + optimal transport across regions, switching-aware allocation within them."""
     _reproduce("torta", quick, as_json, eval_trace, seeds, db, train_seeds=train_seeds, workers=workers)
 
@@ -568,7 +610,7 @@ def bench_env_steps(
 @bench_app.command("sweep")
 def bench_sweep(
     spec: str = typer.Option("default", help="experiment to run (file or built-in name)"),
-    workers: Optional[int] = typer.Option(None, min=1, help="pool size (default: all cores)"),
+    workers: Optional[int] = typer.Option(None, min=1, max=MAX_WORKERS, help="pool size (default: all cores)"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Sweep throughput: runs per minute one after another vs on the local process pool."""
@@ -595,6 +637,29 @@ def _serve_module(name: str = "app"):
                          "pip install -c constraints.txt 'fleetwise[serve]'") from None
 
 
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")  # uvicorn's
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """Bind and release the address first, so that a port in use is one line and exit status 2 (uvicorn would
+    log it and exit with status 3). Port 0 (any free port) always works."""
+    import socket
+
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        raise InputError(f"--host {host!r}: cannot resolve it ({e.strerror})") from None
+    family, _, _, _, addr = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: TIME_WAIT is no conflict
+        try:
+            s.bind(addr)
+        except OSError as e:
+            raise InputError(f"--host {host} --port {port}: cannot listen there ({e.strerror})") from None
+
+
 @app.command()
 def serve(
     host: str = typer.Option("127.0.0.1", help="address to bind (not loopback: a token of 16+ characters is required)"),
@@ -619,13 +684,17 @@ def serve(
                                  "servers instead (docs/serve.md#gateway); --router picks the backend"),
     backend: Optional[list[str]] = typer.Option(None, "--backend", help="with --gateway: an OpenAI-compatible "
                                                 "server's base URL, e.g. http://127.0.0.1:8001 (repeat the option)"),
-    max_attempts: int = typer.Option(3, min=1, help="with --gateway: distinct backends tried per request"),
+    max_attempts: int = typer.Option(3, min=1, max=100, help="with --gateway: distinct backends tried per request"),
 ) -> None:
     """The decision service: route, scale and plan over HTTP (docs/serve.md, docs/security.md). With --gateway: an
     OpenAI-compatible proxy that routes each request to one of the --backend servers."""
     from fleetwise.serve.edge import Limits
 
+    if log_level.lower() not in LOG_LEVELS:
+        raise InputError(f"--log-level {log_level!r}: expected one of {', '.join(LOG_LEVELS)}")
+    log_level = log_level.lower()
     limits = Limits(max_body_bytes=max_body_bytes, max_concurrency=max_concurrency, header_timeout_s=header_timeout)
+    _check_port_free(host, port)
     if gateway:
         if not backend:
             raise InputError("--gateway: give at least one --backend URL")
@@ -675,17 +744,21 @@ def export_checkpoint(
 
 @bench_app.command("serve")
 def bench_serve(
-    rate: float = typer.Option(1000.0, min=1.0, help="calls per second (open loop)"),
-    duration: float = typer.Option(10.0, min=0.1, help="seconds; rate x duration calls in all"),
-    connections: int = typer.Option(8, min=1, help="keep-alive client connections"),
-    replicas: int = typer.Option(8, min=1, help="replicas in each route snapshot"),
+    rate: float = typer.Option(1000.0, min=1.0, max=1e6, help="calls per second (open loop)"),
+    duration: float = typer.Option(10.0, min=0.1, max=86400.0, help="seconds; rate x duration calls in all"),
+    connections: int = typer.Option(8, min=1, max=1000, help="keep-alive client connections"),
+    replicas: int = typer.Option(8, min=1, max=MAX_REPLICAS, help="replicas in each route snapshot"),
     router: str = typer.Option("least_outstanding_tokens"),
     pin: bool = typer.Option(False, "--pin", help="service on CPU 0, load generator on CPU 1"),
     floor: bool = typer.Option(False, "--floor", help="the same load on a trivial app: HTTP + uvicorn alone"),
-    repeat: int = typer.Option(1, min=1, help="runs, each with a fresh service; prints every run and the median"),
+    repeat: int = typer.Option(1, min=1, max=100,
+                               help="runs, each with a fresh service; prints every run and the median"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Decision latency (P50/P99) and throughput of `fleetwise serve` on loopback under a bounded open-loop load."""
+    if rate * duration > MAX_REQUESTS:
+        raise InputError(f"--rate x --duration = {rate * duration:.3g} calls, above the limit of {MAX_REQUESTS:,} "
+                         "(docs/limits.md)")
     mod = _serve_module("loadgen")
     _serve_module()  # the service's own dependencies
     runs = []
@@ -733,10 +806,12 @@ def bench_scale(
 def bench_gateway(
     backend: Optional[list[str]] = typer.Option(None, "--backend", help="backend base URL (repeat); default: start "
                                                 "--servers local llama.cpp servers with a tiny random model"),
-    servers: int = typer.Option(3, min=1, help="local llama.cpp servers to start when no --backend is given"),
-    requests: int = typer.Option(200, min=1, help="requests per path (direct, gateway) and mode (plain, stream)"),
-    concurrency: int = typer.Option(1, min=1, help="client threads"),
-    max_tokens: int = typer.Option(8, min=1),
+    servers: int = typer.Option(3, min=1, max=MAX_WORKERS,
+                                help="local llama.cpp servers to start when no --backend is given"),
+    requests: int = typer.Option(200, min=1, max=MAX_REQUESTS,
+                                 help="requests per path (direct, gateway) and mode (plain, stream)"),
+    concurrency: int = typer.Option(1, min=1, max=1000, help="client threads"),
+    max_tokens: int = typer.Option(8, min=1, max=100_000),
     router: str = typer.Option("least_outstanding_tokens"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
@@ -757,22 +832,36 @@ def bench_gateway(
         out.print(mod.render(res), highlight=False)
 
 
-def main() -> None:
+def main(argv: Optional[list[str]] = None) -> None:
+    """The ``fleetwise`` entry point: bad input (an :class:`InputError` or a command-line usage error) prints one
+    line on stderr and exits with status 2, without a traceback."""
     try:
-        app(standalone_mode=False)
+        rc = app(args=argv, standalone_mode=False)
     except InputError as e:
-        console.print("[red]error:[/red] ", end="", soft_wrap=True)
-        console.print(str(e), soft_wrap=True, highlight=False, markup=False)
+        _error_line(str(e))
         sys.exit(2)
     except SystemExit:
         raise
     except Exception as e:  # usage errors of the command-line parser (typer's click layer)
-        if hasattr(e, "show") and hasattr(e, "exit_code"):
-            e.show()
+        if hasattr(e, "format_message") and hasattr(e, "exit_code"):
+            ctx = getattr(e, "ctx", None)
+            if type(e).__name__ == "NoArgsIsHelpError":  # a group without its subcommand: the help text
+                e.show()
+            else:
+                hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+                _error_line(e.format_message().replace("\n", " ") + hint)
             sys.exit(e.exit_code)
         if type(e).__name__ == "Abort":
             sys.exit(130)
         raise
+    if isinstance(rc, int) and rc:  # e.g. 130 after Ctrl-C (typer returns it instead of exiting)
+        sys.exit(rc)
+
+
+def _error_line(msg: str) -> None:
+    console.print("[red]error:[/red] ", end="", soft_wrap=True)
+    console.print(msg, soft_wrap=True, highlight=False, markup=False)
+
 
 if __name__ == "__main__":
     main()

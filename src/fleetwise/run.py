@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from fleetwise.errors import InputError
 from fleetwise.scenario import PolicyRef, Scenario, build, sim_options
 
 
@@ -39,6 +40,8 @@ def run_scenario(scenario: Scenario, seed: int | None = None, *, router=None, ba
     scaler_obj = scaler if scaler is not None and hasattr(scaler, "scale") else None
     if scaler is not None and scaler_obj is None:
         scenario = scenario.model_copy(update={"scaler": PolicyRef.model_validate(scaler)})
+    if scenario.platform is not None and scenario.scaler is None and scaler_obj is None:
+        raise InputError("platform: runs only with a scaler (add scaler: static for a fixed fleet)")
     built = build(scenario, seed, workload=workload, num_requests=num_requests,
                   options=sim_options(scenario, **(sim_overrides or {})))
     ctl = built.controller(router, batcher)

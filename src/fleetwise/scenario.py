@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from fleetwise.errors import InputError
+from fleetwise.limits import MAX_REPLICAS, MAX_REQUESTS, MAX_SEED, MAX_SPAN_S, MIN_PERIOD_S
 
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
 
@@ -29,7 +29,7 @@ STORAGE_GBPS = {"local_nvme": 5.0, "nfs": 1.1, "object_store": 0.5}
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # no NaN or infinity in any number
 
 
 class PolicyRef(_Model):
@@ -53,7 +53,7 @@ class Deployment(_Model):
     gpu: str
     tp: int = Field(default=1, ge=1, le=64)
     pp: int = Field(default=1, ge=1, le=64)
-    replicas: int = Field(default=1, ge=0)
+    replicas: int = Field(default=1, ge=0, le=MAX_REPLICAS)
     region: str | None = None  # default: the fleet's first region
     cloud: str | None = None  # price list to bill from; default: the region's cloud
     pool: Literal["on_demand", "spot"] = "on_demand"
@@ -61,13 +61,13 @@ class Deployment(_Model):
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     cold_start: bool = False  # replicas load their weights at t=0 before serving
     storage: Literal["local_nvme", "nfs", "object_store"] = "local_nvme"
-    provision_s: float = Field(default=0.0, ge=0)  # node start-up before the model load, when cold
+    provision_s: float = Field(default=0.0, ge=0, le=MAX_SPAN_S)  # node start-up before the model load, when cold
     # platform (autoscaling, issue 8): this deployment is one scaling group
     zone: str | None = None  # availability zone (e.g. us-east-1a); default: "<region>-a"
-    min_replicas: int = Field(default=0, ge=0)
-    max_replicas: int | None = Field(default=None, ge=0)  # default: max(replicas, 1) * 4
+    min_replicas: int = Field(default=0, ge=0, le=MAX_REPLICAS)
+    max_replicas: int | None = Field(default=None, ge=0, le=MAX_REPLICAS)  # default: max(replicas, 1) * 4
     spot_trace: str | None = None  # spot capacity trace (platform.spot names, or "auto" by zone); spot pools only
-    spot_offset_s: float = Field(default=0.0, ge=0)  # where in the trace the simulation starts
+    spot_offset_s: float = Field(default=0.0, ge=0, le=MAX_SPAN_S)  # where in the trace the simulation starts
     calibration: str | None = None  # a GPU calibration file (fleetwise perf calibrate) for this deployment's GPU
 
     @model_validator(mode="after")
@@ -103,30 +103,32 @@ class AdmissionSpec(_Model):
 
 
 class FaultSpec(_Model):
-    """A fault in the schedule. ``target``: gpu -> a replica index or a group (deployment) index, node -> a group
-    index, zone -> a zone name, region -> a region name, link -> "regionA,regionB"; empty: chosen at random."""
+    """A fault in the schedule. ``target``: gpu -> a replica (``r3``) or a group (deployment, ``g1``), node -> a
+    group, zone -> a zone of the deployments, region -> a region of the fleet, link -> "regionA,regionB"; gpu and
+    node faults with an empty target hit one at random. A target naming nothing is an error (checked when the
+    platform layer starts, before it runs)."""
 
-    at_s: float = Field(ge=0)
+    at_s: float = Field(ge=0, le=MAX_SPAN_S)
     kind: Literal["gpu", "node", "zone", "region", "link"]
     target: str = ""
-    duration_s: float | None = Field(default=None, gt=0)  # zone/region outage and link degradation length
-    factor: float = Field(default=10.0, ge=1)  # link degradation: round trip x factor, bandwidth / factor
+    duration_s: float | None = Field(default=None, gt=0, le=MAX_SPAN_S)  # zone/region outage, link degradation
+    factor: float = Field(default=10.0, ge=1, le=1e6)  # link degradation: round trip x factor, bandwidth / factor
 
 
 class PlatformSpec(_Model):
     """How the platform layer runs: scaling epochs, health checks, spot notices, faults, tenants, monitoring."""
 
-    epoch_s: float = Field(default=30.0, gt=0)
-    monitor_s: float = Field(default=60.0, gt=0)
-    health_check_s: float = Field(default=5.0, ge=0)  # a dead replica is routed to until the next failed check
-    notice_s: float | None = Field(default=None, ge=0)  # spot interruption notice; default: by cloud (AWS 120 s)
+    epoch_s: float = Field(default=30.0, ge=MIN_PERIOD_S, le=MAX_SPAN_S)
+    monitor_s: float = Field(default=60.0, ge=MIN_PERIOD_S, le=MAX_SPAN_S)
+    health_check_s: float = Field(default=5.0, ge=0, le=MAX_SPAN_S)  # dead replicas get requests until a check
+    notice_s: float | None = Field(default=None, ge=0, le=MAX_SPAN_S)  # spot notice; default: by cloud (AWS 120 s)
     migrate: bool = True  # spot: running sequences move with their KV cache at the end of the notice
     node_cache: bool = True  # replicas packed on a node share one host copy of the weights (fast reload)
     host_load_gbps: float = Field(default=25.0, gt=0)  # host memory -> GPU weight load bandwidth (node cache hit)
-    duration_s: float | None = Field(default=None, gt=0)  # billing window; default: last arrival + drain
-    drain_s: float = Field(default=1800.0, ge=0)  # after the last arrival, to let requests finish
-    retry_backoff_s: float = Field(default=0.5, gt=0)
-    retry_backoff_max_s: float = Field(default=30.0, gt=0)
+    duration_s: float | None = Field(default=None, gt=0, le=MAX_SPAN_S)  # billing window; default: last arrival + drain
+    drain_s: float = Field(default=1800.0, ge=0, le=MAX_SPAN_S)  # after the last arrival, to let requests finish
+    retry_backoff_s: float = Field(default=0.5, gt=0, le=MAX_SPAN_S)
+    retry_backoff_max_s: float = Field(default=30.0, gt=0, le=MAX_SPAN_S)
     tenants: list[TenantSpec] = Field(default_factory=list)
     admission: AdmissionSpec = Field(default_factory=AdmissionSpec)
     faults: list[FaultSpec] = Field(default_factory=list)
@@ -135,7 +137,7 @@ class PlatformSpec(_Model):
 class Scenario(_Model):
     name: str = "scenario"
     description: str = ""
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, le=MAX_SEED)
     fleet: dict[str, Any] = Field(default_factory=lambda: {"topology": "single"})
     deployments: list[Deployment] = Field(min_length=1)
     workload: dict[str, Any] = Field(default_factory=lambda: {"kind": "default", "rate_rps": 4.0})
@@ -151,7 +153,17 @@ class Scenario(_Model):
         from fleetwise.workload.spec import parse_workload_spec
 
         parse_fleet_spec(self.fleet)
-        parse_workload_spec(self.workload)
+        try:
+            parse_workload_spec(self.workload)
+        except ValidationError as e:
+            raise ValueError(format_validation_error(e, "workload")) from None
+        total = sum(d.replicas for d in self.deployments)
+        if self.scaler is not None:  # the platform may scale every group up to its max_replicas
+            total = max(total, sum(d.max_replicas if d.max_replicas is not None else max(d.replicas, 1) * 4
+                                   for d in self.deployments))
+        if total > MAX_REPLICAS:
+            raise ValueError(f"deployments: {total:,} replicas in all{' (max_replicas)' if self.scaler else ''}, "
+                             f"above the limit of {MAX_REPLICAS:,} (docs/limits.md)")
         return self
 
     def digest(self) -> str:
@@ -166,12 +178,15 @@ def _fmt_loc(loc: tuple) -> str:
 def format_validation_error(e: ValidationError, where: str) -> str:
     err = e.errors()[0]
     loc = _fmt_loc(err["loc"])
-    msg = err["msg"]
+    msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
         msg = "unknown field"
     more = f" (and {len(e.errors()) - 1} more)" if len(e.errors()) > 1 else ""
     got = err.get("input")
-    got_s = "" if err["type"] in ("missing", "extra_forbidden") or isinstance(got, (dict, list)) else f" (got {got!r})"
+    got_s = "" if err["type"] in ("missing", "extra_forbidden", "value_error") or isinstance(got, (dict, list)) \
+        else f" (got {got!r})"
+    if not loc and err["type"] == "value_error":  # a check of the whole model: its message names the fields
+        return f"{where}: {msg}{more}"
     return f"{where}: {loc or '<top>'}: {msg}{got_s}{more}"
 
 
@@ -179,11 +194,20 @@ def parse_scenario(data: Any, where: str = "scenario") -> Scenario:
     if not isinstance(data, dict):
         raise InputError(f"{where}: expected a mapping at the top level, got {type(data).__name__}")
     try:
-        return Scenario.model_validate(data)
+        sc = Scenario.model_validate(data)
     except ValidationError as e:
         raise InputError(format_validation_error(e, where)) from None
     except InputError as e:
         raise InputError(f"{where}: {e}") from None
+    from fleetwise.policies import check, make
+
+    # policy parameters are checked here too (types, no NaN/infinity, the constructor's own checks); the scaler
+    # is only checked, not built (a learned one loads its checkpoint)
+    make("router", sc.router.name, sc.router.params, where=f"{where}: router: ")
+    make("batcher", sc.batcher.name, sc.batcher.params, where=f"{where}: batcher: ")
+    if sc.scaler is not None:
+        check("scaler", sc.scaler.name, sc.scaler.params, where=f"{where}: scaler: ")
+    return sc
 
 
 def scenario_names() -> list[str]:
@@ -191,19 +215,17 @@ def scenario_names() -> list[str]:
 
 
 def read_yaml(path_or_name: str | Path, builtin_dir: Path, what: str) -> tuple[Path, Any]:
-    """Find a YAML file (a path, or a name in ``builtin_dir``) and parse it; one-line errors with the file."""
+    """Find a YAML file (a path, or a name in ``builtin_dir``) and parse it; one-line errors with the file
+    (not found, a folder, not UTF-8, invalid YAML, a key given twice)."""
+    from fleetwise.yamlio import load_file
+
     p = Path(path_or_name)
     if not p.exists() and (builtin_dir / f"{path_or_name}.yaml").exists():
         p = builtin_dir / f"{path_or_name}.yaml"
     if not p.exists():
         names = ", ".join(sorted(q.stem for q in builtin_dir.glob("*.yaml")))
         raise InputError(f"{path_or_name}: {what} file not found (built-in: {names})")
-    try:
-        return p, yaml.safe_load(p.read_text())
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = f" line {mark.line + 1}" if mark is not None else ""
-        raise InputError(f"{p}:{line} invalid YAML: {getattr(e, 'problem', e)}") from None
+    return p, load_file(p, what)
 
 
 def load_scenario(path_or_name: str | Path | None = None) -> Scenario:
@@ -245,6 +267,23 @@ class Built:
                          chunk_tokens=self.chunk_tokens)
 
 
+def check_seed(seed: Any, where: str = "seed") -> None:
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed <= MAX_SEED:
+        raise InputError(f"{where} {seed!r}: expected an integer from 0 to 2^63 - 1")
+
+
+def with_requests(workload: dict, n: int) -> dict:
+    """The workload spec asking for ``n`` requests (``--requests``): a generated kind draws ``n`` instead of its
+    ``duration_s``, a trace reads its first ``n`` rows; a ``mix`` is unchanged (``build`` keeps the first ``n`` of
+    its merged arrivals)."""
+    w = dict(workload)
+    if w.get("kind") == "mix":
+        return w
+    w["num_requests"] = n
+    w.pop("duration_s", None)
+    return w
+
+
 def build(scenario: Scenario, seed: int | None = None, *, workload=None, num_requests: int | None = None,
           options=None) -> Built:
     """Make the fleet, the workload and the replicas of a scenario; all randomness from ``seed``."""
@@ -257,17 +296,20 @@ def build(scenario: Scenario, seed: int | None = None, *, workload=None, num_req
     from fleetwise.workload.spec import build_workload
 
     seed = scenario.seed if seed is None else seed
+    check_seed(seed)
+    if num_requests is not None and not 1 <= num_requests <= MAX_REQUESTS:
+        raise InputError(f"requests {num_requests}: expected 1 to {MAX_REQUESTS:,} (docs/limits.md)")
     ss = np.random.SeedSequence(seed)
     fleet_ss, work_ss, sim_ss = ss.spawn(3)
     fleet_rng, work_rng = np.random.default_rng(fleet_ss), np.random.default_rng(work_ss)
     sim_seed = int(sim_ss.generate_state(1)[0])
     fleet = build_fleet(scenario.fleet, fleet_rng)
     if workload is None:
-        wspec = dict(scenario.workload)
-        if num_requests is not None and wspec.get("kind") != "mix":
-            wspec["num_requests"] = num_requests
-            wspec.pop("duration_s", None)
-        workload = build_workload(wspec, work_rng)
+        wspec = with_requests(scenario.workload, num_requests) if num_requests is not None else scenario.workload
+        try:
+            workload = build_workload(wspec, work_rng)
+        except ValidationError as e:
+            raise InputError(format_validation_error(e, "workload")) from None
     if num_requests is not None and len(workload) > num_requests:
         workload = workload.head(num_requests)  # a given workload, or a mix of tenants: its first requests
 

@@ -8,6 +8,8 @@ same way when it is imported.
 from __future__ import annotations
 
 import inspect
+import math
+import typing
 from typing import Any, Callable
 
 from fleetwise.errors import InputError
@@ -52,9 +54,44 @@ def registered(level: str) -> dict[str, Callable[..., Any]]:
     return _REGISTRY[level]
 
 
-def build(level: str, name: str, params: dict[str, Any] | None = None, where: str = "") -> Any:
-    """Build the registered policy ``name`` of ``level`` with keyword ``params``; unknown names/params give an
-    InputError. Only what is registered already is known: ``fleetwise.policies.make`` loads the built-ins."""
+_ADAPTERS: dict[Any, Any] = {}
+
+
+def _adapter(annotation: Any):
+    """A pydantic TypeAdapter for a parameter's annotation that refuses NaN and infinity (None: not a type
+    pydantic can check, e.g. a simulator object)."""
+    from pydantic import ConfigDict, TypeAdapter
+
+    try:
+        if annotation in _ADAPTERS:
+            return _ADAPTERS[annotation]
+    except TypeError:  # unhashable: not cached
+        pass
+    try:
+        ta = TypeAdapter(annotation, config=ConfigDict(allow_inf_nan=False))
+    except Exception:  # noqa: BLE001 - no schema for this type: only the finiteness check applies
+        ta = None
+    try:
+        _ADAPTERS[annotation] = ta
+    except TypeError:
+        pass
+    return ta
+
+
+def _non_finite(v: Any) -> bool:
+    if isinstance(v, float):
+        return not math.isfinite(v)
+    if isinstance(v, (list, tuple)):
+        return any(_non_finite(x) for x in v)
+    if isinstance(v, dict):
+        return any(_non_finite(x) for x in v.values())
+    return False
+
+
+def check(level: str, name: str, params: dict[str, Any] | None = None, where: str = "") -> Callable[..., Any]:
+    """Check a reference to a registered policy without building it: the name is registered, every parameter
+    exists, has the annotated type (validated with pydantic) and holds no NaN or infinity. Returns the factory;
+    bad input gives an InputError. ``fleetwise.policies.check`` loads the built-ins first."""
     table = _REGISTRY[level]
     if name not in table:
         raise InputError(f"{where}unknown {level} {name!r}; expected one of: {', '.join(sorted(table))}")
@@ -68,6 +105,29 @@ def build(level: str, name: str, params: dict[str, Any] | None = None, where: st
             allowed = ", ".join(k for k in sig.parameters if k != "self") or "none"
             raise InputError(f"{where}{level} {name!r} has no parameter {bad[0]!r}; allowed: {allowed}")
     try:
-        return factory(**params)
+        hints = typing.get_type_hints(factory.__init__ if inspect.isclass(factory) else factory, include_extras=True)
+    except Exception:  # noqa: BLE001 - unresolvable annotations: check finiteness only
+        hints = {}
+    from pydantic import ValidationError
+
+    for k, v in params.items():
+        if _non_finite(v):
+            raise InputError(f"{where}{level} {name!r}: {k} must be finite (got {v!r})")
+        ta = _adapter(hints[k]) if k in hints else None
+        if ta is not None:
+            try:
+                ta.validate_python(v)
+            except ValidationError as e:
+                raise InputError(f"{where}{level} {name!r}: {k}: {e.errors()[0]['msg']} (got {v!r})") from None
+    return factory
+
+
+def build(level: str, name: str, params: dict[str, Any] | None = None, where: str = "") -> Any:
+    """Build the registered policy ``name`` of ``level`` with keyword ``params``; unknown names or parameters, a
+    parameter of the wrong type, NaN or infinity (see :func:`check`), or one the constructor refuses give an
+    InputError. Only what is registered already is known: ``fleetwise.policies.make`` loads the built-ins."""
+    factory = check(level, name, params, where)
+    try:
+        return factory(**dict(params or {}))
     except (TypeError, ValueError) as e:
         raise InputError(f"{where}{level} {name!r}: {e}") from None

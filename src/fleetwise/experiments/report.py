@@ -829,7 +829,9 @@ def write_report(store, out_dir: str | Path, experiment: str | None = None, base
     if "matplotlib.pyplot" not in sys.modules:  # never switch the backend of an interactive session
         matplotlib.use("Agg")
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    from fleetwise.experiments.store import check_writable_dir
+
+    check_writable_dir(out, "report folder")
 
     all_runs = store.runs(where="TRUE")
     names = list(dict.fromkeys(str(r["experiment"]) for r in all_runs))
@@ -838,6 +840,12 @@ def write_report(store, out_dir: str | Path, experiment: str | None = None, base
             raise InputError(f"experiment {experiment!r} is not in the store "
                              f"(it holds: {', '.join(names) or 'no runs'})")
         names = [experiment]
+    if baseline:  # a baseline no run has would silently drop every paired comparison
+        level, bname = next(iter(baseline.items()))
+        have = sorted({str(r.get(f"{level}_label")) for r in all_runs if str(r["experiment"]) in names})
+        if bname not in have:
+            raise InputError(f"--baseline {level}={bname}: no run in the store has that {level} "
+                             f"(it has: {', '.join(have) or 'none'})")
     exps = [_build_experiment(n, [r for r in all_runs if str(r["experiment"]) == n], baseline) for n in names]
     quant = _query_quantiles(store, names)
     tl = store.query("SELECT DISTINCT run_id FROM timeline")
@@ -849,6 +857,7 @@ def write_report(store, out_dir: str | Path, experiment: str | None = None, base
         keep = [e is None or e == experiment for e in learn["experiment"]]
         learn = {k: v[np.array(keep, bool)] for k, v in learn.items()}
 
+    out.mkdir(parents=True, exist_ok=True)  # only once the inputs are known to be good
     plots = _Plots(out)
     body: dict[str, list[str]] = {k: [] for k, _ in SECTIONS}
     for ex in exps:

@@ -23,6 +23,7 @@ import copy
 import hashlib
 import itertools
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from fleetwise.errors import InputError
+from fleetwise.limits import MAX_REQUESTS, MAX_RUNS, MAX_SEED, MAX_SEEDS, MAX_TIMELINE_BUCKETS, MIN_TIMELINE_BUCKET_S
 from fleetwise.scenario import PolicyRef, format_validation_error, load_scenario, parse_scenario, read_yaml
 
 EXPERIMENT_DIR = Path(__file__).parent / "specs"
@@ -37,7 +39,7 @@ LEVELS = ("router", "batcher")
 
 
 class ExperimentSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # no NaN or infinity in any number
 
     name: str = "experiment"
     description: str = ""
@@ -45,10 +47,10 @@ class ExperimentSpec(BaseModel):
     policies: dict[str, list[PolicyRef]] = Field(default_factory=dict)
     grid: dict[str, list[Any]] = Field(default_factory=dict)
     seeds: int | list[int] = 3
-    requests: int | None = Field(default=None, gt=0)
+    requests: int | None = Field(default=None, gt=0, le=MAX_REQUESTS)
     baseline: dict[str, str] = Field(default_factory=dict)
     records: bool = False
-    timeline_bucket_s: float | None = Field(default=None, gt=0)
+    timeline_bucket_s: float | None = Field(default=None, ge=MIN_TIMELINE_BUCKET_S)
 
     @field_validator("policies")
     @classmethod
@@ -63,10 +65,15 @@ class ExperimentSpec(BaseModel):
     @field_validator("seeds")
     @classmethod
     def _seeds(cls, v):
-        if isinstance(v, int) and v < 1:
-            raise ValueError("seeds must be >= 1")
+        if isinstance(v, int) and not 1 <= v <= MAX_SEEDS:
+            raise ValueError(f"{v:,} seeds: expected 1 to {MAX_SEEDS:,} (docs/limits.md)")
         if isinstance(v, list) and (not v or len(set(v)) != len(v)):
             raise ValueError("seeds must be a non-empty list of distinct integers")
+        if isinstance(v, list) and len(v) > MAX_SEEDS:
+            raise ValueError(f"{len(v):,} seeds, above the limit of {MAX_SEEDS:,} (docs/limits.md)")
+        if isinstance(v, list) and any(not 0 <= x <= MAX_SEED for x in v):
+            bad = next(x for x in v if not 0 <= x <= MAX_SEED)
+            raise ValueError(f"seed {bad}: expected an integer from 0 to 2^63 - 1")
         return v
 
     @field_validator("grid")
@@ -160,6 +167,37 @@ def parse_experiment(data: Any, where: str = "experiment") -> ExperimentSpec:
     return spec
 
 
+def _check_run_size(workload: dict, spec: ExperimentSpec, where: str, traces: dict) -> None:
+    """What a run will ask for, checked before any run starts: the workload with the spec's ``requests``, its
+    trace files (read once per expansion), and the utilisation timeline's bucket count where the arrivals' span
+    is known (generated workloads)."""
+    from pydantic import ValidationError
+
+    from fleetwise.scenario import format_validation_error, with_requests
+    from fleetwise.workload.spec import expected_span_s, parse_workload_spec
+
+    w = with_requests(workload, spec.requests) if spec.requests is not None else workload
+    try:
+        parsed = parse_workload_spec(w)
+    except ValidationError as e:
+        raise InputError(format_validation_error(e, f"{where}: with requests: {spec.requests}: workload")) from None
+    from fleetwise.workload.spec import MixSpec, TraceSpec, load_trace
+
+    for part in parsed.parts if isinstance(parsed, MixSpec) else [parsed]:
+        part = getattr(part, "workload", part)
+        key = (part.path, part.format, part.num_requests) if isinstance(part, TraceSpec) else None
+        if key is not None and key not in traces:
+            try:
+                traces[key] = load_trace(part.path, part.format, limit=part.num_requests) is not None
+            except InputError as e:
+                raise InputError(f"{where}: workload: {e}") from None
+    span = expected_span_s(parsed)
+    if spec.timeline_bucket_s and span is not None and span / spec.timeline_bucket_s > MAX_TIMELINE_BUCKETS:
+        raise InputError(f"{where}: timeline_bucket_s {spec.timeline_bucket_s:g} over ~{span:.3g} s of arrivals is "
+                         f"{span / spec.timeline_bucket_s:.3g} buckets per replica, above the limit of "
+                         f"{MAX_TIMELINE_BUCKETS:,} (docs/limits.md)")
+
+
 def _run_id(payload: dict) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
@@ -169,7 +207,14 @@ def expand(spec: ExperimentSpec, where: str = "experiment", records_dir: str | N
     hashes the experiment name, its scenario (grid applied), policies, seed and request count."""
     runs: list[Run] = []
     keys = list(spec.grid)
+    n_points = math.prod(len(spec.grid[k]) for k in keys)
+    n_pol = math.prod(len(spec.policies.get(level) or [None]) for level in LEVELS)
+    n_runs = len(spec.scenarios) * n_points * n_pol * len(spec.seed_list)
+    if n_runs > MAX_RUNS:  # counted before anything is expanded
+        raise InputError(f"{where}: the spec expands to {n_runs:,} runs, above the limit of {MAX_RUNS:,} "
+                         "(docs/limits.md)")
     points = list(itertools.product(*(spec.grid[k] for k in keys))) or [()]
+    traces: dict = {}  # trace files read once while checking
     for sname in spec.scenarios:
         try:
             base = load_scenario(sname)
@@ -182,8 +227,20 @@ def expand(spec: ExperimentSpec, where: str = "experiment", records_dir: str | N
             for k, v in params.items():
                 set_path(sc, k, v, where)
             tag = ",".join(f"{k}={v}" for k, v in params.items())
-            scenario = parse_scenario(sc, where=f"{where}: scenario {base.name}" + (f" with {tag}" if tag else ""))
+            label = f"{where}: scenario {base.name}" + (f" with {tag}" if tag else "")
+            scenario = parse_scenario(sc, where=label)
+            if scenario.platform is not None:  # runs with the platform layer: what it checks, checked now
+                from fleetwise.platform.runner import check_scenario_faults
+
+                if scenario.scaler is None:
+                    raise InputError(f"{label}: platform: runs only with a scaler (add scaler: static for a "
+                                     "fixed fleet)")
+                try:
+                    check_scenario_faults(scenario)
+                except InputError as e:
+                    raise InputError(f"{label}: {e}") from None
             sc = scenario.model_dump(mode="json")
+            _check_run_size(sc["workload"], spec, label, traces)
             routers = spec.policies.get("router") or [scenario.router]
             batchers = spec.policies.get("batcher") or [scenario.batcher]
             for r in routers:

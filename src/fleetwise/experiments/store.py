@@ -43,6 +43,35 @@ SCHEMA = [
 ]
 
 
+def check_writable_file(path: str | Path, what: str = "file") -> None:
+    """Before any work: ``path`` can be created or written (not a folder, not under a file, a writable folder).
+    Writes nothing."""
+    import os
+
+    p = Path(path)
+    if p.is_dir():
+        raise InputError(f"{p}: is a folder, expected a {what} file")
+    if p.exists():
+        if not os.access(p, os.W_OK):
+            raise InputError(f"{p}: {what} is not writable")
+        return
+    check_writable_dir(p.parent, f"folder of the {what}")
+
+
+def check_writable_dir(path: str | Path, what: str = "output folder") -> None:
+    """Before any work: ``path`` is a writable folder or can be created as one. Writes nothing."""
+    import os
+
+    p = Path(path)
+    for q in [p, *p.parents]:
+        if q.exists():
+            if not q.is_dir():
+                raise InputError(f"{path}: cannot be the {what}: {q} is a file")
+            if not os.access(q, os.W_OK | os.X_OK):
+                raise InputError(f"{path}: cannot be the {what}: {q} is not writable")
+            return
+
+
 def _safe_col(name: str) -> str:
     if not name.replace("_", "").isalnum():
         raise ValueError(f"bad metric name {name!r}")
@@ -61,8 +90,43 @@ class Store:
         if self.path is None:
             self._mem = duckdb.connect(":memory:")
         else:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            check_writable_file(self.path, "results store")
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise InputError(f"{self.path}: cannot create the results store's folder ({e.strerror or e})") from None
+            if not self.path.exists():
+                self._create()
         self._with(lambda con: [con.execute(s) for s in SCHEMA])
+
+    def _create(self) -> None:
+        """A new store file appears whole: it is built under a temporary name and linked into place, so another
+        process opening (or creating) it at the same moment never sees a half-written file."""
+        import os
+
+        import duckdb
+
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        try:
+            con = duckdb.connect(str(tmp))
+            try:
+                for sql in SCHEMA:
+                    con.execute(sql)
+            finally:
+                con.close()
+            try:
+                os.link(tmp, self.path)  # atomic, and fails if another process got there first: then its file is used
+            except FileExistsError:
+                pass
+            except OSError:  # a file system without hard links
+                if not self.path.exists():
+                    os.replace(tmp, self.path)
+        except (OSError, duckdb.Error) as e:
+            msg = getattr(e, "strerror", None) or str(e).strip().splitlines()[0]
+            raise InputError(f"{self.path}: cannot create the results store ({msg})") from None
+        finally:
+            for f in (tmp, tmp.with_name(tmp.name + ".wal")):
+                f.unlink(missing_ok=True)
 
     # ------------------------------------------------------------------ connections
     def _connect(self, read_only: bool = False):
@@ -84,9 +148,19 @@ class Store:
                 delay = min(delay * 2, 0.5)
 
     def _with(self, fn, read_only: bool = False):
+        import duckdb
+
         con = self._connect(read_only)
         try:
             return fn(con)
+        except duckdb.Error as e:
+            # a full disk, a read-only file system, a file that is not a DuckDB database: one line with the cause
+            # (what was committed before stays intact: every write is one transaction)
+            if not isinstance(e, (duckdb.IOException, duckdb.TransactionException, duckdb.PermissionException,
+                                  duckdb.FatalException)):
+                raise
+            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise InputError(f"{self.path or ':memory:'}: results store: {msg}") from None
         finally:
             if con is not self._mem:
                 con.close()
@@ -143,8 +217,11 @@ class Store:
                 con.execute("COMMIT")
                 return n
             except BaseException:
-                con.execute("ROLLBACK")
-                raise
+                try:
+                    con.execute("ROLLBACK")
+                except Exception:  # noqa: BLE001 - a failed COMMIT has already ended the transaction
+                    pass
+                raise  # the original error (e.g. "No space left on device"), not the rollback's
 
         return self._with(tx)
 

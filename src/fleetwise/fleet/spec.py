@@ -32,10 +32,11 @@ from fleetwise.fleet.regions import CATALOG, get_region
 from fleetwise.fleet.topology import continental_backbone, grid, random_geometric, ring, single_region
 from fleetwise.fleet.types import DEFAULT_BANDWIDTH_GBPS, Fleet, Region
 from fleetwise.fleet.zones import ECONOMIC_ZONES
+from fleetwise.limits import MAX_REGIONS, MAX_SEED
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # no NaN or infinity
 
 
 class RegionEntry(_Model):
@@ -49,7 +50,7 @@ class RegionEntry(_Model):
     lat: float | None = Field(default=None, ge=-90, le=90)
     lon: float | None = Field(default=None, ge=-180, le=180)
     utc_offset_h: float | None = Field(default=None, ge=-12, le=14)
-    electricity_usd_per_kwh: float | None = None
+    electricity_usd_per_kwh: float | None = None  # wholesale prices may be negative
     carbon_g_per_kwh: float | None = Field(default=None, ge=0)
 
     def overrides(self) -> dict[str, Any]:
@@ -72,7 +73,8 @@ class SingleSpec(_Model):
 
 class BackboneSpec(_Model):
     topology: Literal["backbone"]
-    regions: list[str | RegionEntry] | None = Field(default=None, min_length=1)  # None: DEFAULT_BACKBONE
+    # None: DEFAULT_BACKBONE
+    regions: list[str | RegionEntry] | None = Field(default=None, min_length=1, max_length=MAX_REGIONS)
     bandwidth_gbps: float = Field(default=DEFAULT_BANDWIDTH_GBPS, gt=0)
     measured_rtt: bool = True
     links: list[LinkOverride] = Field(default_factory=list)
@@ -94,23 +96,31 @@ class _Synthetic(_Model):
 
 class GridSpec(_Synthetic):
     topology: Literal["grid"]
-    rows: int = Field(ge=1)
-    cols: int = Field(ge=1)
+    rows: int = Field(ge=1, le=MAX_REGIONS)
+    cols: int = Field(ge=1, le=MAX_REGIONS)
     spacing_km: float = Field(default=500.0, gt=0)
+
+    @field_validator("cols")
+    @classmethod
+    def _size(cls, v: int, info) -> int:
+        rows = info.data.get("rows")
+        if rows is not None and rows * v > MAX_REGIONS:
+            raise ValueError(f"rows x cols = {rows * v:,} regions, above the limit of {MAX_REGIONS:,} (docs/limits.md)")
+        return v
 
 
 class RingSpec(_Synthetic):
     topology: Literal["ring"]
-    n: int = Field(ge=1)
+    n: int = Field(ge=1, le=MAX_REGIONS)
     spacing_km: float = Field(default=1000.0, gt=0)
 
 
 class RandomGeometricSpec(_Synthetic):
     topology: Literal["random_geometric"]
-    n: int = Field(ge=1)
+    n: int = Field(ge=1, le=MAX_REGIONS)
     radius: float = Field(default=0.3, gt=0)  # link distance as a fraction of side_km
     side_km: float = Field(default=5000.0, gt=0)
-    seed: int | None = None  # None: use the rng given to build_fleet
+    seed: int | None = Field(default=None, ge=0, le=MAX_SEED)  # None: use the rng given to build_fleet
 
 
 FleetSpec = Annotated[

@@ -11,7 +11,6 @@ A profile is data: it is validated on load and every problem is one line naming 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Literal
 
@@ -42,12 +41,9 @@ def read_json(path: str | Path, what: str) -> Any:
         raise InputError(f"{p}: {what} file not found")
     if p.stat().st_size > MAX_PROFILE_BYTES:
         raise InputError(f"{p}: {what} file is larger than {MAX_PROFILE_BYTES // 2**20} MB")
-    try:
-        return json.loads(p.read_text())
-    except UnicodeDecodeError:
-        raise InputError(f"{p}: {what} file is not UTF-8 text") from None
-    except json.JSONDecodeError as e:
-        raise InputError(f"{p}: line {e.lineno}: invalid JSON: {e.msg}") from None
+    from fleetwise.yamlio import parse_json, read_text
+
+    return parse_json(read_text(p, what), str(p))  # not UTF-8, invalid JSON, a key given twice: one line
 
 
 class _Strict(BaseModel):

@@ -19,6 +19,7 @@ import numpy as np
 
 from fleetwise.control.protocols import DecisionPoint, GroupState, ScaleObs
 from fleetwise.errors import InputError
+from fleetwise.limits import MAX_PERIODIC_EVENTS
 from fleetwise.scenario import STORAGE_GBPS, Built, PlatformSpec
 from fleetwise.sim.records import COMPLETED, REJECTED
 
@@ -136,6 +137,48 @@ class Admission:
         return ""
 
 
+def check_fault_targets(faults, zones: list[str], n_groups: int, regions: list[str]) -> None:
+    """Every fault must hit something that exists (a target naming nothing used to be ignored silently):
+    ``zones`` of the deployments (groups), their number, the fleet's ``regions``."""
+    zones = sorted(set(zones))
+    for k, f in enumerate(faults):
+        t, where = f.target.strip(), f"platform.faults[{k}]: {f.kind} target {f.target!r}"
+        if f.kind in ("gpu", "node"):
+            forms = "empty (random), g<deployment index>" + (" or r<replica index>" if f.kind == "gpu" else "")
+            ok = t == "" or (t[:1] == "g" and t[1:].isdigit() and int(t[1:]) < n_groups) or \
+                (f.kind == "gpu" and t[:1] == "r" and t[1:].isdigit())
+            if not ok:
+                raise InputError(f"{where}: expected {forms} (deployments: {n_groups})")
+        elif f.kind == "zone" and t not in zones:
+            raise InputError(f"{where}: not a zone of the deployments ({', '.join(zones)})")
+        elif f.kind == "region" and t not in regions:
+            raise InputError(f"{where}: not a region of the fleet ({', '.join(regions)})")
+        elif f.kind == "link":
+            parts = [x.strip() for x in t.split(",")] if t else []
+            if len(parts) != 2 or any(x not in regions for x in parts) or parts[0] == parts[1]:
+                raise InputError(f"{where}: expected 'regionA,regionB', two regions of the fleet "
+                                 f"({', '.join(regions)})")
+
+
+def check_scenario_faults(scenario) -> None:
+    """A scenario's fault targets, checked from its fleet and deployments alone (before anything is built, e.g.
+    when a sweep is expanded)."""
+    if scenario.platform is None or not scenario.platform.faults:
+        return
+    from fleetwise.fleet.spec import build_fleet
+
+    fleet = build_fleet(scenario.fleet, np.random.default_rng(0))
+    names = [r.name for r in fleet.regions]
+    zones = []
+    for di, d in enumerate(scenario.deployments):
+        try:
+            region = names[fleet.index(d.region)] if d.region is not None else names[0]
+        except InputError as e:
+            raise InputError(f"deployments[{di}]: {e}") from None
+        zones.append(d.zone or f"{region}-a")
+    check_fault_targets(scenario.platform.faults, zones, len(scenario.deployments), names)
+
+
 class Platform:
     """Attach the platform layer to a built scenario (``fleetwise.scenario.build``) and run it.
 
@@ -166,6 +209,11 @@ class Platform:
         last = float(w.arrival_s[-1]) if n else 0.0
         self.end_s = float(spec.duration_s) if spec.duration_s is not None else last
         self.horizon_s = self.end_s + spec.drain_s
+        for name in ("epoch_s", "monitor_s"):  # periodic events over the horizon: bounded up front
+            if self.horizon_s / getattr(spec, name) > MAX_PERIODIC_EVENTS:
+                raise InputError(f"platform.{name}: {getattr(spec, name):g} s over a {self.horizon_s:.0f} s horizon is "
+                                 f"{self.horizon_s / getattr(spec, name):.3g} events, above the limit of "
+                                 f"{MAX_PERIODIC_EVENTS:,} (docs/limits.md)")
         o.max_time_s = self.horizon_s
         fleet = built.fleet
         models = built.models or []
@@ -219,6 +267,8 @@ class Platform:
                 g.notice_s = float(notice) if notice is not None else spotmod.PREEMPTION_NOTICE_S.get(cloud, 30.0)
             self.groups.append(g)
         self.by_key = {g.key: g for g in self.groups}
+        check_fault_targets(spec.faults, [g.zone for g in self.groups], len(self.groups),
+                            [r.name for r in fleet.regions])
         self.model_groups: dict[int, list[Group]] = {}
         for g in self.groups:
             self.model_groups.setdefault(g.model_index, []).append(g)

@@ -181,16 +181,18 @@ def _read_file(path: Path) -> tuple[int, np.ndarray]:
         raise InputError(f"{path}: cannot read spot trace ({e.strerror or e})") from None
     except json.JSONDecodeError as e:
         raise InputError(f"{path}: not JSON ({e.msg} at line {e.lineno})") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not UTF-8 text") from None
     if not isinstance(d, dict) or not isinstance(d.get("metadata"), dict) or "data" not in d:
         raise InputError(f"{path}: expected {{'metadata': {{'gap_seconds': ...}}, 'data': [...]}}")
     gap = d["metadata"].get("gap_seconds")
-    if isinstance(gap, bool) or not isinstance(gap, (int, float)) or not gap > 0 or gap != int(gap):
+    if isinstance(gap, bool) or not isinstance(gap, (int, float)) or not 0 < gap < 1e9 or gap != int(gap):
         raise InputError(f"{path}: metadata.gap_seconds = {gap!r}, expected a positive whole number of seconds")
     data = d["data"]
     if not isinstance(data, list) or not data:
         raise InputError(f"{path}: 'data' must be a non-empty list of counts")
     for k, c in enumerate(data):
-        if isinstance(c, bool) or not isinstance(c, int) or c < 0:
+        if isinstance(c, bool) or not isinstance(c, int) or not 0 <= c < 2**63:
             raise InputError(f"{path}: data[{k}] = {c!r}, expected a count >= 0")
     counts = np.asarray(data, dtype=np.int64)
     counts.setflags(write=False)

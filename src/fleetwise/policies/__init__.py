@@ -11,8 +11,9 @@ from typing import Any
 
 from fleetwise.control.controller import Controller
 from fleetwise.control.registry import LEVELS, build, registered
+from fleetwise.control.registry import check as _check_registered
 
-__all__ = ["LEVELS", "make", "make_controller", "names"]
+__all__ = ["LEVELS", "check", "make", "make_controller", "names"]
 
 
 def _load_builtins() -> None:
@@ -35,6 +36,12 @@ def make(level: str, name: str, params: dict[str, Any] | None = None, where: str
     """Build the policy ``name`` of ``level`` with keyword ``params``; unknown names/params give an InputError."""
     _load_builtins()
     return build(level, name, params, where)
+
+
+def check(level: str, name: str, params: dict[str, Any] | None = None, where: str = "") -> None:
+    """Check a policy reference (name, parameter names and types, no NaN/infinity) without building it."""
+    _load_builtins()
+    _check_registered(level, name, params, where)
 
 
 def make_controller(router: str = "round_robin", batcher: str = "sarathi", router_params: dict | None = None,

@@ -85,6 +85,8 @@ class PrefillFirst:
     stationary = True
 
     def __init__(self, max_num_batched_tokens: int = 8192, max_num_seqs: int = 256):
+        if max_num_batched_tokens < 1 or max_num_seqs < 1:
+            raise ValueError("max_num_batched_tokens and max_num_seqs (max_batch) must be >= 1")
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_num_seqs = max_num_seqs
 

@@ -62,6 +62,9 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
 
         trace = load_trace(eval_trace)
         scenario = f"multicloud-3x2:{Path(eval_trace).name}"
+        from fleetwise.envs.graph_marl import multicloud_workload
+
+        multicloud_workload(cfg, np.random.default_rng(0), True, trace=trace)  # a trace it cannot use fails now
     out_dir = Path(db).parent / "graph-marl" if db else Path("results") / "graph-marl"
     eval_seeds = list(range(1000, 1000 + n_seeds))
     console = Console(stderr=True)

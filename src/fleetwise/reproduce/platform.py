@@ -141,6 +141,7 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
     if eval_trace is not None:
         data = with_trace(base, eval_trace)
         scen_name = f"platform:{Path(eval_trace).name}"
+        _workloads(data, eval_seeds[:1])  # a bad trace fails here, before any training
     names = list(scalers or SCALERS)
     out_dir = (Path(db).parent if db else Path("results")) / "platform"
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -22,13 +22,15 @@ import io
 import json
 import math
 import re
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import numpy as np
 
 from fleetwise.errors import InputError
+from fleetwise.limits import MAX_SPAN_S, MAX_TOKENS
 from fleetwise.workload.request import Workload
 
 __all__ = [
@@ -62,6 +64,35 @@ def open_text(p: Path) -> io.TextIOBase:
     return open(p, "r", encoding="utf-8", newline="")
 
 
+# what reading a text file (maybe gzipped) can raise on a bad file: not UTF-8, a truncated or corrupt .gz, I/O
+READ_ERRORS = (UnicodeDecodeError, EOFError, zlib.error, OSError, csv.Error)
+
+
+def read_error(p: Path, e: BaseException, where: str = "") -> InputError:
+    """One line for a file that cannot be read as text (``where``: e.g. " line 12")."""
+    if isinstance(e, UnicodeDecodeError):
+        why = f"not UTF-8 text (byte 0x{e.object[e.start]:02x})"
+    elif isinstance(e, EOFError):
+        why = "the compressed file is truncated"
+    elif isinstance(e, gzip.BadGzipFile):
+        why = f"not a gzip file ({e})"
+    elif isinstance(e, zlib.error):
+        why = f"corrupt compressed data ({e})"
+    elif isinstance(e, OSError):
+        why = f"cannot read ({e.strerror or e})"
+    else:
+        why = f"cannot read as CSV text ({type(e).__name__}: {e})"
+    return InputError(f"{p.name}{where}: {why}")
+
+
+def _checked(rows: Iterable, p: Path) -> Iterator:
+    """``rows`` (e.g. a ``csv.reader``), with a read error turned into one line naming the file."""
+    try:
+        yield from rows
+    except READ_ERRORS as e:
+        raise read_error(p, e) from None
+
+
 def _check_limit(limit: int | None) -> None:
     if limit is not None and (not isinstance(limit, (int, np.integer)) or limit < 0):
         raise InputError(f"limit={limit!r}: expected a non-negative integer or None")
@@ -90,10 +121,8 @@ def _read_csv(p: Path, required: Iterable[str], limit: int | None) -> tuple[dict
                     if len(rows) >= limit:
                         break
                     rows.append(r)
-    except (UnicodeDecodeError, OSError, csv.Error) as e:
-        if isinstance(e, InputError):
-            raise
-        raise InputError(f"{p.name}: cannot read as CSV text ({type(e).__name__}: {e})") from None
+    except READ_ERRORS as e:
+        raise read_error(p, e) from None
     # drop fully empty trailing lines
     while rows and not any(x.strip() for x in rows[-1]):
         rows.pop()
@@ -109,14 +138,17 @@ def _column(p: Path, rows: list[list[str]], idx: int, name: str) -> list[str]:
     return out
 
 
-def _int_column(p: Path, values: list[str], name: str, allow_zero: bool = True) -> np.ndarray:
-    """Parse non-negative integers; on any failure find the first bad row and name it."""
+def _int_column(p: Path, values: list[str], name: str, allow_zero: bool = True,
+                max_value: int = MAX_TOKENS) -> np.ndarray:
+    """Parse token counts: integers in [0 (or 1 without ``allow_zero``), ``max_value``]; on any failure find the
+    first bad row and name it."""
     try:
         arr = np.array(values, dtype=np.int64)
         ok = True
     except (ValueError, OverflowError):
         ok = False
-    if ok and (arr.min(initial=0) < 0 or (not allow_zero and len(arr) and arr.min() == 0)):
+    if ok and (arr.min(initial=0) < 0 or (not allow_zero and len(arr) and arr.min() == 0)
+               or arr.max(initial=0) > max_value):
         ok = False
     if ok:
         return arr
@@ -136,6 +168,9 @@ def _int_column(p: Path, values: list[str], name: str, allow_zero: bool = True) 
             raise InputError(f"{p.name} row {i + 1}: {name} {v!r} is negative (expected a token count >= 0)")
         if x == 0 and not allow_zero:
             raise InputError(f"{p.name} row {i + 1}: {name} is 0 (expected a token count >= 1)")
+        if x > max_value:
+            raise InputError(f"{p.name} row {i + 1}: {name} {v.strip()} is above the limit of {max_value:,} tokens "
+                             "(docs/limits.md)")
     # numpy failed on something int() accepts (e.g. '12.0' or spaces): parse row by row
     return np.array([int(float(v)) for v in values], dtype=np.int64)
 
@@ -178,6 +213,9 @@ def _relative_sorted(
 # Azure
 
 
+_NS_MIN, _NS_MAX = np.datetime64("1678-01-01", "s"), np.datetime64("2262-04-11", "s")
+
+
 def read_azure(path: str | Path, limit: int | None = None, name: str | None = None) -> Workload:
     """Azure LLM inference trace 2023 (``AzureLLMInferenceTrace_{code,conv}.csv``).
 
@@ -188,7 +226,7 @@ def read_azure(path: str | Path, limit: int | None = None, name: str | None = No
     p = _check_file(path)
     cols, rows = _read_csv(p, ("TIMESTAMP", "ContextTokens", "GeneratedTokens"), limit)
     ts = _column(p, rows, cols["TIMESTAMP"], "TIMESTAMP")
-    prompt = _int_column(p, _column(p, rows, cols["ContextTokens"], "ContextTokens"), "ContextTokens")
+    prompt = _int_column(p, _column(p, rows, cols["ContextTokens"], "ContextTokens"), "ContextTokens", allow_zero=False)
     output = _int_column(p, _column(p, rows, cols["GeneratedTokens"], "GeneratedTokens"), "GeneratedTokens")
     try:
         t = np.array([s.strip() for s in ts], dtype="datetime64[ns]")
@@ -205,6 +243,19 @@ def read_azure(path: str | Path, limit: int | None = None, name: str | None = No
                     f"{p.name} row {i + 1}: TIMESTAMP {s!r} is not a datetime (expected YYYY-MM-DD HH:MM:SS.fff)"
                 ) from None
         raise  # pragma: no cover
+    if len(t):
+        # datetime64[ns] wraps silently outside 1678-2262, and differences of far-apart times overflow int64 ns:
+        # check on a seconds-resolution copy first
+        t_s = np.array([s.strip() for s in ts], dtype="datetime64[s]")
+        out = (t_s < _NS_MIN) | (t_s > _NS_MAX)
+        if out.any():
+            i = int(np.argmax(out))
+            raise InputError(f"{p.name} row {i + 1}: TIMESTAMP {ts[i]!r} is outside 1678-2262 (the range of "
+                             "nanosecond times)")
+        span = int((t_s.max() - t_s.min()).astype(np.int64))
+        if span > MAX_SPAN_S:
+            raise InputError(f"{p.name}: TIMESTAMPs span {span} s, above the limit of {MAX_SPAN_S:.0f} s "
+                             "(docs/limits.md)")
     sec = (t - t[0]).astype(np.int64) / 1e9 if len(t) else np.zeros(0)
     sec, order = _relative_sorted(p, sec, require_sorted=False)
     if order is not None:
@@ -231,15 +282,14 @@ def read_mooncake(path: str | Path, limit: int | None = None, name: str | None =
     output: list[int] = []
     lens: list[int] = []
     blocks: list[int] = []
-    try:
-        f = open_text(p)
-    except OSError as e:  # pragma: no cover
-        raise InputError(f"{p.name}: cannot open ({e})") from None
-    with f:
-        for lineno, line in enumerate(f, start=1):
+    with gzip.open(p, "rb") if p.suffix == ".gz" else open(p, "rb") as f:  # bytes: a bad line is named exactly
+        for lineno, raw in enumerate(_checked(f, p), start=1):
             if limit is not None and len(ts) >= limit:
                 break
-            s = line.strip()
+            try:
+                s = raw.decode("utf-8").strip()
+            except UnicodeDecodeError as e:
+                raise read_error(p, e, f" line {lineno}") from None
             if not s:
                 continue
             try:
@@ -264,10 +314,17 @@ def read_mooncake(path: str | Path, limit: int | None = None, name: str | None =
                         raise InputError(f"{p.name} line {lineno}: {key} {v!r} is not an integer")
                 if v < 0:
                     raise InputError(f"{p.name} line {lineno}: {key} {v} is negative (expected a token count >= 0)")
+                if v == 0 and key == "input_length":
+                    raise InputError(f"{p.name} line {lineno}: input_length is 0 (expected a token count >= 1)")
+                if v > MAX_TOKENS:
+                    raise InputError(f"{p.name} line {lineno}: {key} {v} is above the limit of {MAX_TOKENS:,} "
+                                     "tokens (docs/limits.md)")
                 vals.append(v)
             h = obj.get("hash_ids", [])
             if not isinstance(h, list) or not all(isinstance(b, int) and not isinstance(b, bool) for b in h):
                 raise InputError(f"{p.name} line {lineno}: hash_ids must be a list of integers")
+            if h and (min(h) < 0 or max(h) >= 2**63):
+                raise InputError(f"{p.name} line {lineno}: hash_ids must lie in [0, 2^63)")
             ts.append(float(t))
             prompt.append(vals[0])
             output.append(vals[1])
@@ -301,7 +358,8 @@ def read_vidur_lengths(path: str | Path, limit: int | None = None, name: str | N
     _check_limit(limit)
     p = _check_file(path)
     cols, rows = _read_csv(p, ("num_prefill_tokens", "num_decode_tokens"), limit)
-    prompt = _int_column(p, _column(p, rows, cols["num_prefill_tokens"], "num_prefill_tokens"), "num_prefill_tokens")
+    prompt = _int_column(p, _column(p, rows, cols["num_prefill_tokens"], "num_prefill_tokens"), "num_prefill_tokens",
+                         allow_zero=False)
     output = _int_column(p, _column(p, rows, cols["num_decode_tokens"], "num_decode_tokens"), "num_decode_tokens")
     if "arrived_at" in cols:
         t = _float_column(p, _column(p, rows, cols["arrived_at"], "arrived_at"), "arrived_at")
@@ -331,8 +389,9 @@ def read_burstgpt(
 
     Failed requests: BurstGPT records failures as rows with ``Response tokens`` = 0. With ``skip_failed=True``
     (default) those rows are dropped, because a request that generates nothing does not exercise the decode
-    path the simulator models; with ``skip_failed=False`` they are kept with output 0. ``limit`` counts rows
-    read from the file (before skipping).
+    path the simulator models; with ``skip_failed=False`` they are kept with output 0. Rows with ``Request
+    tokens`` = 0 are dropped with them (``skip_failed=False``: an error, no engine serves an empty prompt).
+    ``limit`` counts rows read from the file (before skipping).
     """
     _check_limit(limit)
     p = _check_file(path)
@@ -342,7 +401,8 @@ def read_burstgpt(
     if neg.any():
         i = int(np.argmax(neg))
         raise InputError(f"{p.name} row {i + 1}: Timestamp {rows[i][cols['Timestamp']]!r} is negative")
-    prompt = _int_column(p, _column(p, rows, cols["Request tokens"], "Request tokens"), "Request tokens")
+    prompt = _int_column(p, _column(p, rows, cols["Request tokens"], "Request tokens"), "Request tokens",
+                         allow_zero=skip_failed)
     output = _int_column(p, _column(p, rows, cols["Response tokens"], "Response tokens"), "Response tokens")
     models_raw = [m.strip() or "default" for m in _column(p, rows, cols["Model"], "Model")]
     if "Log Type" in cols:
@@ -350,14 +410,15 @@ def read_burstgpt(
     else:
         tenants_raw = ["default"] * len(rows)
     if "Total tokens" in cols:
-        tot = _int_column(p, _column(p, rows, cols["Total tokens"], "Total tokens"), "Total tokens")
+        tot = _int_column(p, _column(p, rows, cols["Total tokens"], "Total tokens"), "Total tokens",
+                          max_value=2 * MAX_TOKENS)
         bad = tot != prompt + output
         if bad.any():
             i = int(np.argmax(bad))
             raise InputError(
                 f"{p.name} row {i + 1}: Total tokens {tot[i]} != Request tokens {prompt[i]} + Response tokens {output[i]}"
             )
-    keep = output > 0 if skip_failed else np.ones(len(output), dtype=bool)
+    keep = (output > 0) & (prompt > 0) if skip_failed else np.ones(len(output), dtype=bool)
     models, mcode = np.unique(np.asarray(models_raw, dtype=object), return_inverse=True) if rows else ([], np.zeros(0, int))
     tenants, tcode = np.unique(np.asarray(tenants_raw, dtype=object), return_inverse=True) if rows else ([], np.zeros(0, int))
     t, prompt, output = t[keep], prompt[keep], output[keep]

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator,
 
 from fleetwise.data import data_path
 from fleetwise.errors import InputError
+from fleetwise.limits import MAX_CV, MAX_MMPP_SWITCHES, MAX_REQUESTS, MAX_SPAN_S, MAX_TOKENS
 from fleetwise.workload import readers
 from fleetwise.workload.default import default_lengths
 from fleetwise.workload.request import Workload
@@ -110,8 +111,8 @@ def _sniff_format(p: Path) -> str:
     try:
         with readers.open_text(p) as f:
             header = next(csv.reader(f), [])
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"{p}: cannot read ({e})") from None
+    except readers.READ_ERRORS as e:
+        raise readers.read_error(p, e) from None
     h = {x.strip() for x in header}
     if "TIMESTAMP" in h and "ContextTokens" in h:
         return "azure"
@@ -138,10 +139,26 @@ def load_trace(path_or_alias: str | Path, format: str | None = None, limit: int 
         fmt = format
     if fmt is None:
         fmt = _sniff_format(p)
-    w = _READERS[fmt](p, limit=limit)
+    if limit is None:  # one more than allowed: a longer file is an error, not a silent cut
+        w = _READERS[fmt](p, limit=MAX_REQUESTS + 1)
+        if len(w) > MAX_REQUESTS:
+            raise InputError(f"trace {p.name}: more than {MAX_REQUESTS:,} requests, the limit per run "
+                             "(docs/limits.md); use num_requests or --requests for its first ones")
+    else:
+        w = _READERS[fmt](p, limit=min(limit, MAX_REQUESTS) if isinstance(limit, int) else limit)
+    if len(w) == 0:
+        raise InputError(f"trace {p.name}: no requests")
+    check_span(w, f"trace {p.name}")
     if str(path_or_alias) in TRACE_ALIASES:
         w.name = str(path_or_alias)
     return w
+
+
+def check_span(w: Workload, where: str) -> None:
+    """Arrivals must cover at most ``MAX_SPAN_S`` of simulated time."""
+    if len(w) and float(w.arrival_s[-1] - w.arrival_s[0]) > MAX_SPAN_S:
+        raise InputError(f"{where}: arrivals span {float(w.arrival_s[-1] - w.arrival_s[0]):.3g} s, above the "
+                         f"limit of {MAX_SPAN_S:.0f} s (docs/limits.md)")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -149,12 +166,12 @@ def load_trace(path_or_alias: str | Path, format: str | None = None, limit: int 
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # no NaN or infinity in any number
 
 
 class OriginWeight(_Model):
     region: str = Field(min_length=1)
-    weight: float = Field(default=1.0, gt=0)
+    weight: float = Field(default=1.0, gt=0, le=1e9)  # relative; bounded so that their sum is finite
     utc_offset_h: float | None = Field(default=None, ge=-12, le=14)  # used by kind=diurnal
 
 
@@ -168,15 +185,15 @@ class TraceLengths(_Model):
 
 class LognormalLengthsSpec(_Model):
     kind: Literal["lognormal"]
-    prompt_mu: float
-    prompt_sigma: float = Field(ge=0)
-    output_mu: float
-    output_sigma: float = Field(ge=0)
+    prompt_mu: float = Field(ge=-20, le=20)  # natural log of tokens: e^20 is far above any context
+    prompt_sigma: float = Field(ge=0, le=10)
+    output_mu: float = Field(ge=-20, le=20)
+    output_sigma: float = Field(ge=0, le=10)
     rho: float = Field(default=0.0, ge=-1, le=1)
-    prompt_min: int = Field(default=1, ge=1)
-    prompt_max: int = Field(default=1_000_000, ge=1)
-    output_min: int = Field(default=1, ge=1)
-    output_max: int = Field(default=1_000_000, ge=1)
+    prompt_min: int = Field(default=1, ge=1, le=MAX_TOKENS)
+    prompt_max: int = Field(default=1_000_000, ge=1, le=MAX_TOKENS)
+    output_min: int = Field(default=1, ge=1, le=MAX_TOKENS)
+    output_max: int = Field(default=1_000_000, ge=1, le=MAX_TOKENS)
 
     @model_validator(mode="after")
     def _ranges(self):
@@ -195,8 +212,8 @@ LengthsSpec = Annotated[Union[TraceLengths, LognormalLengthsSpec, DefaultLengths
 
 
 class _Common(_Model):
-    num_requests: int | None = Field(default=None, gt=0)
-    max_total_tokens: int | None = Field(default=None, ge=2)
+    num_requests: int | None = Field(default=None, gt=0, le=MAX_REQUESTS)
+    max_total_tokens: int | None = Field(default=None, ge=2, le=2 * MAX_TOKENS)
     clip_mode: Literal["prompt", "proportional"] = "prompt"
     slo_class: str = "standard"
     origin: list[OriginWeight] | None = Field(default=None, min_length=1)
@@ -220,14 +237,37 @@ class _Common(_Model):
 
 
 class _Generated(_Common):
-    duration_s: float | None = Field(default=None, gt=0)
+    duration_s: float | None = Field(default=None, gt=0, le=MAX_SPAN_S)
     lengths: LengthsSpec = Field(default_factory=lambda: DefaultLengths(kind="default"))
 
     @model_validator(mode="after")
     def _n_or_duration(self):
         if self.num_requests is not None and self.duration_s is not None:
             raise ValueError("give num_requests or duration_s, not both")
+        rate = self.arrival_rate_rps()
+        if self.duration_s is not None:
+            if rate * self.duration_s > MAX_REQUESTS:
+                raise ValueError(f"rate x duration_s = {rate * self.duration_s:.3g} expected requests, above the "
+                                 f"limit of {MAX_REQUESTS:,} per run (docs/limits.md)")
+        elif self.expected_span_s() > MAX_SPAN_S:
+            raise ValueError(f"{self.count_kwargs()['num_requests']} requests at {rate:.3g} requests/s span "
+                             f"{self.expected_span_s():.3g} s, above the limit of {MAX_SPAN_S:.0f} s (docs/limits.md)")
         return self
+
+    def arrival_rate_rps(self) -> float:
+        """Long-run mean arrival rate."""
+        return self.rate_rps  # type: ignore[attr-defined]
+
+    def expected_span_s(self) -> float:
+        """Simulated seconds the arrivals cover (on average)."""
+        if self.duration_s is not None:
+            return self.duration_s
+        return self.count_kwargs()["num_requests"] / self.arrival_rate_rps()
+
+    def expected_requests(self) -> float:
+        if self.duration_s is not None:
+            return self.arrival_rate_rps() * self.duration_s
+        return self.count_kwargs()["num_requests"]
 
     def count_kwargs(self) -> dict:
         if self.duration_s is not None:
@@ -248,7 +288,7 @@ class PoissonSpec(_Generated):
 class GammaSpec(_Generated):
     kind: Literal["gamma"]
     rate_rps: float = Field(gt=0)
-    cv: float = Field(gt=0)
+    cv: float = Field(ge=1 / MAX_CV, le=MAX_CV)
 
 
 class MMPPSpec(_Generated):
@@ -257,6 +297,24 @@ class MMPPSpec(_Generated):
     burst_rate_rps: float = Field(gt=0)
     mean_base_s: float = Field(gt=0)
     mean_burst_s: float = Field(gt=0)
+
+    def arrival_rate_rps(self) -> float:
+        return (self.base_rate_rps * self.mean_base_s + self.burst_rate_rps * self.mean_burst_s) / (
+            self.mean_base_s + self.mean_burst_s)
+
+    @model_validator(mode="after")
+    def _switches(self):
+        for state, rate, mean_s in (("base", self.base_rate_rps, self.mean_base_s),
+                                    ("burst", self.burst_rate_rps, self.mean_burst_s)):
+            if rate * mean_s > MAX_REQUESTS / 10:  # a sojourn's arrivals are drawn at once
+                raise ValueError(f"{state}_rate_rps x mean_{state}_s = {rate * mean_s:.3g} arrivals per sojourn, above "
+                                 f"the limit of {MAX_REQUESTS // 10:,} (docs/limits.md)")
+        cycle = self.mean_base_s + self.mean_burst_s
+        n = 2 * self.expected_span_s() / cycle
+        if n > MAX_MMPP_SWITCHES:
+            raise ValueError(f"{n:.3g} expected state switches over {self.expected_span_s():.3g} s of arrivals, above "
+                             f"the limit of {MAX_MMPP_SWITCHES:,} (longer mean_base_s / mean_burst_s; docs/limits.md)")
+        return self
 
 
 class DiurnalSpec(_Generated):
@@ -267,6 +325,9 @@ class DiurnalSpec(_Generated):
     peak_hour_local: float = Field(default=14.0, ge=0, lt=24)
     utc_offset_h: float = Field(default=0.0, ge=-12, le=14)  # for origins without their own offset
     start_hour_utc: float = Field(default=0.0, ge=0, lt=24)
+
+    def arrival_rate_rps(self) -> float:
+        return self.mean_rate_rps
 
 
 class TraceSpec(_Common):
@@ -287,8 +348,8 @@ class ServeGenSpec(_Common):
     kind: Literal["servegen"]
     servegen_model: str = Field(min_length=1, description="ServeGen model: m-large, m-mid, m-small, deepseek-r1, mm-image")
     path: str | None = None  # folder; default: servegen-alibaba-modelstudio in the data folder
-    start_s: float = Field(default=0.0, ge=0)
-    end_s: float | None = Field(default=None, gt=0)
+    start_s: float = Field(default=0.0, ge=0, le=MAX_SPAN_S)
+    end_s: float | None = Field(default=None, gt=0, le=MAX_SPAN_S)
     rate_scale: float = Field(default=1.0, gt=0)
     lengths: LengthsSpec = Field(default_factory=lambda: DefaultLengths(kind="default"))
 
@@ -316,7 +377,7 @@ class MixSpec(_Model):
 
     kind: Literal["mix"]
     parts: list[MixPart] = Field(min_length=1)
-    max_total_tokens: int | None = Field(default=None, ge=2)
+    max_total_tokens: int | None = Field(default=None, ge=2, le=2 * MAX_TOKENS)
 
     @field_validator("parts")
     @classmethod
@@ -324,6 +385,10 @@ class MixSpec(_Model):
         names = [p.tenant for p in v]
         if len(set(names)) != len(names):
             raise ValueError("tenant names must be unique across parts")
+        n = sum(p.workload.expected_requests() for p in v if isinstance(p.workload, _Generated))
+        if n > MAX_REQUESTS:
+            raise ValueError(f"the parts expect {n:.3g} requests in all, above the limit of {MAX_REQUESTS:,} per run "
+                             "(docs/limits.md)")
         return v
 
 
@@ -337,6 +402,15 @@ _ADAPTER: TypeAdapter = TypeAdapter(WorkloadSpec)
 def parse_workload_spec(data: dict) -> "WorkloadSpec":
     """Validate a dict (e.g. the ``workload:`` part of a scenario YAML). Raises ``pydantic.ValidationError``."""
     return _ADAPTER.validate_python(data)
+
+
+def expected_span_s(spec) -> float | None:
+    """Simulated seconds a validated spec's arrivals cover on average; None where only the data tell (traces,
+    ServeGen)."""
+    if isinstance(spec, MixSpec):
+        spans = [expected_span_s(p.workload) for p in spec.parts]
+        return None if any(x is None for x in spans) else max(spans)
+    return spec.expected_span_s() if isinstance(spec, _Generated) else None
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -387,7 +461,10 @@ def build_workload(spec, rng: np.random.Generator) -> Workload:
             w = replay(w, speedup=1.0 / spec.time_scale)
     elif isinstance(spec, ServeGenSpec):
         folder = Path(spec.path).expanduser() if spec.path else data_path("servegen-alibaba-modelstudio")
-        rates = readers.read_servegen(folder, model=spec.servegen_model)
+        try:
+            rates = readers.read_servegen(folder, model=spec.servegen_model)
+        except readers.READ_ERRORS as e:  # a chunk file that is not UTF-8 text, a truncated .gz
+            raise InputError(f"servegen folder {folder}: {readers.read_error(Path(spec.servegen_model), e)}") from None
         w = readers.servegen_workload(
             rates, rng, lengths=_lengths_sampler(spec.lengths), start_s=spec.start_s, end_s=spec.end_s,
             rate_scale=spec.rate_scale,
@@ -429,6 +506,8 @@ def build_workload(spec, rng: np.random.Generator) -> Workload:
         w = Workload(arrival_s=t, prompt_tokens=p, output_tokens=o, name=spec.kind)
 
     n = len(w)
+    if isinstance(spec, (TraceSpec, ServeGenSpec)):  # time_scale / target_rate_rps may stretch a trace
+        check_span(w, f"workload {spec.kind}")
     if spec.max_total_tokens is not None:
         w.prompt_tokens, w.output_tokens = clip_total_tokens(
             w.prompt_tokens, w.output_tokens, spec.max_total_tokens, mode=spec.clip_mode

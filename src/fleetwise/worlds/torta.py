@@ -88,19 +88,13 @@ def make_fleet(cfg: TortaConfig):
 
 def load_topology_file(path: str):
     """A fleet from a YAML/JSON file (``fleet:`` mapping or the mapping itself); errors name the file."""
-    import json
-
-    import yaml
-
     from fleetwise.fleet import build_fleet
+    from fleetwise.yamlio import load_file
 
     p = Path(path)
     if not p.is_file():
         raise InputError(f"topology {path!r}: not one of {', '.join(TOPOLOGIES)} and no such file")
-    try:
-        data = json.loads(p.read_text()) if p.suffix == ".json" else yaml.safe_load(p.read_text())
-    except Exception as e:  # noqa: BLE001 - any parse error becomes one line
-        raise InputError(f"{path}: cannot parse topology file: {str(e).splitlines()[0]}") from None
+    data = load_file(p, "topology")  # one-line errors: not UTF-8, invalid YAML/JSON, a key given twice
     if isinstance(data, dict) and "fleet" in data:
         data = data["fleet"]
     if not isinstance(data, dict):

@@ -1,0 +1,41 @@
+"""Bounds on what one input may ask for, checked up front (before any allocation or simulation).
+
+Every bound is documented with its reason in docs/limits.md; a value beyond one is bad input (an
+:class:`~fleetwise.errors.InputError`: one line, exit status 2). Imports nothing from the project, so every
+layer may use it.
+"""
+
+from __future__ import annotations
+
+# requests of one run: the simulator holds ~0.43 KB per request (bench sim-speed: 127 MB at 100k, 213 MB at
+# 300k requests), so 10 M requests are ~4.4 GB and ~13 minutes at the measured 12.7k requests/s
+MAX_REQUESTS = 10_000_000
+# simulated time covered by arrivals (a generator's duration_s or num_requests / rate, a trace's span), and any
+# other time in a scenario (fault times, billing windows): one leap year
+MAX_SPAN_S = 366 * 86_400.0
+# tokens of one request's prompt or output: above the largest context window on offer (10 M, Llama 4 Scout);
+# keeps token sums far from int64 overflow
+MAX_TOKENS = 10_000_000
+# replicas of one deployment, and all replicas (initial or, with a scaler, max_replicas) of a scenario
+MAX_REPLICAS = 10_000
+# regions of a synthetic topology (the fleet keeps n x n matrices of RTT, bandwidth and prices)
+MAX_REGIONS = 1_000
+# seeds: numpy takes any integer >= 0; the results store keeps them as BIGINT
+MAX_SEED = 2**63 - 1
+# seeds of one experiment, and runs of one expanded experiment (scenarios x grid x policies x seeds)
+MAX_SEEDS = 1_000
+MAX_RUNS = 100_000
+# platform layer: scaling epochs and monitoring samples are periodic events; at least this long, and at most
+# MAX_PERIODIC_EVENTS of each over the simulated horizon (a year of 30 s epochs is ~1 M)
+MIN_PERIOD_S = 1.0
+MAX_PERIODIC_EVENTS = 1_100_000
+# experiment timelines: per-replica utilisation buckets
+MIN_TIMELINE_BUCKET_S = 0.01
+MAX_TIMELINE_BUCKETS = 1_000_000
+# MMPP arrivals: state switches are drawn one by one, so their expected number over the arrival span is bounded
+MAX_MMPP_SWITCHES = 1_000_000
+# a Gamma renewal process's coefficient of variation (shape = 1 / cv^2; beyond ~100 the gaps underflow to 0)
+MAX_CV = 100.0  # (and at least 1 / MAX_CV)
+# processes a command may start (--workers of sweep / compare / reproduce, bench gateway --servers): each
+# imports numpy and the simulator (~100 MB)
+MAX_WORKERS = 256

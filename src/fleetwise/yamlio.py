@@ -1,0 +1,94 @@
+"""Reading the YAML (and JSON) files users write: scenarios, experiments, topology files.
+
+One loader for all of them: PyYAML's safe loader (no Python objects), and a mapping that names a key twice is
+an error (plain YAML loaders keep the last value silently). Every failure is an
+:class:`~fleetwise.errors.InputError` whose one line names the file (and the line where known).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Hashable
+from pathlib import Path
+from typing import Any
+
+import yaml
+from yaml.constructor import ConstructorError
+
+from fleetwise.errors import InputError
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that rejects a mapping naming one key twice (keys brought in by a ``<<`` merge may
+    be overridden, as YAML's merge-key spec allows)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: set = set()
+            for key_node, _ in node.value:
+                if key_node.tag == _MERGE_TAG:
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                if isinstance(key, Hashable):
+                    if key in seen:
+                        raise ConstructorError("while constructing a mapping", node.start_mark,
+                                               f"found duplicate key {key!r}", key_node.start_mark)
+                    seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def read_text(path: str | Path, what: str = "file") -> str:
+    """The UTF-8 text of a file; one-line errors for a folder, an unreadable file or bytes that are not UTF-8."""
+    p = Path(path)
+    if p.is_dir():
+        raise InputError(f"{p}: is a folder, expected a {what} file")
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise InputError(f"{p}: cannot read {what} file ({e.strerror or e})") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise InputError(f"{p}: line {line}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})") from None
+
+
+def parse_yaml(text: str, where: str) -> Any:
+    """Parse YAML text with :class:`UniqueKeyLoader`; ``where`` (a file name) starts the error line."""
+    try:
+        return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = f" line {mark.line + 1}:" if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise InputError(f"{where}:{line} invalid YAML: {problem}") from None
+    except RecursionError:
+        raise InputError(f"{where}: invalid YAML: nested too deeply") from None
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict:
+    out: dict = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"duplicate key {k!r}")
+        out[k] = v
+    return out
+
+
+def parse_json(text: str, where: str) -> Any:
+    """Parse JSON text; a duplicate key in an object is an error, as for YAML."""
+    try:
+        return json.loads(text, object_pairs_hook=_unique_pairs)
+    except json.JSONDecodeError as e:
+        raise InputError(f"{where}: line {e.lineno}: invalid JSON: {e.msg}") from None
+    except (ValueError, RecursionError) as e:
+        raise InputError(f"{where}: invalid JSON: {e or 'nested too deeply'}") from None
+
+
+def load_file(path: str | Path, what: str = "file") -> Any:
+    """Read and parse a YAML file (JSON when the name ends in ``.json``)."""
+    p = Path(path)
+    text = read_text(p, what)
+    return parse_json(text, str(p)) if p.suffix.lower() == ".json" else parse_yaml(text, str(p))

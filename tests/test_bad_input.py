@@ -1,0 +1,466 @@
+"""Every bad input of issue 14 §4-§6: one line on stderr, exit status 2, no traceback, nothing written.
+
+The table runs the CLI in-process through its real entry point ``fleetwise.cli.main(argv)`` (so the InputError and
+usage-error handling is the one users get; typer's CliRunner would bypass it), in a fresh folder that must be
+unchanged afterwards. A few cases run ``python -m fleetwise`` in a subprocess to prove the real exit status.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fleetwise.errors import InputError
+
+DEP = "deployments: [{model: llama-3-8b, gpu: a100-80gb, replicas: 2}]\n"
+WL = "workload: {kind: poisson, rate_rps: 5, num_requests: 40}\n"
+AZ = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+
+
+def _files(d: Path) -> None:
+    """Every input the cases use, written into ``d``."""
+    w = lambda name, text: (d / name).write_text(text)  # noqa: E731
+    wb = lambda name, data: (d / name).write_bytes(data)  # noqa: E731
+    w("ok.yaml", DEP + WL)
+    wb("latin1.yaml", b"name: caf\xe9\n" + DEP.encode())
+    (d / "folder.yaml").mkdir()
+    w("duration.yaml", DEP + "workload: {kind: poisson, rate_rps: 5, duration_s: 1e12}\n")
+    w("rate_x_duration.yaml", DEP + "workload: {kind: poisson, rate_rps: 1000, duration_s: 1.0e6}\n")
+    w("negseed.yaml", DEP + WL + "seed: -1\n")
+    w("cv.yaml", DEP + "workload: {kind: gamma, rate_rps: 5, cv: 1e200, num_requests: 40}\n")
+    w("cv_tiny.yaml", DEP + "workload: {kind: gamma, rate_rps: 5, cv: 1.0e-300, num_requests: 40}\n")
+    w("mmpp_sojourn.yaml", DEP + "workload: {kind: mmpp, base_rate_rps: 1.0e+300, burst_rate_rps: 1, mean_base_s: 60, "
+                                 "mean_burst_s: 10, num_requests: 20}\n")
+    w("lognormal_mu.yaml", DEP + "workload: {kind: poisson, rate_rps: 5, num_requests: 40, lengths: {kind: lognormal, "
+                                 "prompt_mu: 800, prompt_sigma: 1, output_mu: 4, output_sigma: 1}}\n")
+    w("origin_weights.yaml", DEP + "fleet: {topology: backbone, regions: [us-east-1, us-west-2]}\n"
+                                   "workload: {kind: poisson, rate_rps: 5, num_requests: 20, origin: "
+                                   "[{region: us-east-1, weight: 1.0e308}, {region: us-west-2, weight: 1.0e308}]}\n")
+    w("nan_chunk.yaml", DEP + WL + "batcher: {name: sarathi, chunk_tokens: .nan}\n")
+    w("static_zero.yaml", DEP + WL + "batcher: {name: static, max_batch: 0}\n")
+    w("router_inf.yaml", DEP + WL + "router: {name: prefix_aware, hit_weight: .inf}\n")
+    w("inf_provision.yaml", "deployments: [{model: llama-3-8b, gpu: a100-80gb, cold_start: true, "
+                            "provision_s: .inf}]\n" + WL)
+    w("nan_mu.yaml", DEP + "workload: {kind: poisson, rate_rps: 5, num_requests: 40, lengths: {kind: lognormal, "
+                           "prompt_mu: .nan, prompt_sigma: 1, output_mu: 4, output_sigma: 1}}\n")
+    w("nan_fleet.yaml", DEP + WL + "fleet: {topology: backbone, bandwidth_gbps: .nan}\n")
+    plat = DEP + WL + "scaler: hpa\nplatform: {faults: [{at_s: 10, kind: %s, target: '%s', duration_s: 60}]}\n"
+    w("fault_zone.yaml", plat % ("zone", "nowhere"))
+    w("fault_region.yaml", plat % ("region", "nowhere"))
+    w("fault_link.yaml", plat % ("link", "local,nowhere"))
+    w("fault_gpu.yaml", plat % ("gpu", "nowhere"))
+    w("dupkey.yaml", DEP + WL + "workload: {kind: poisson, rate_rps: 3, num_requests: 10}\n")
+    w("replicas.yaml", "deployments: [{model: llama-3-8b, gpu: a100-80gb, replicas: 1000000000}]\n" + WL)
+    w("max_replicas.yaml", "deployments: [{model: llama-3-8b, gpu: a100-80gb, replicas: 1, max_replicas: 9000},"
+                           " {model: llama-3-8b, gpu: a100-80gb, replicas: 1, max_replicas: 9000}]\n" + WL
+                           + "scaler: hpa\n")
+    w("mmpp.yaml", DEP + "workload: {kind: mmpp, base_rate_rps: 1.0e-300, burst_rate_rps: 1.0e-300, "
+                         "mean_base_s: 60, mean_burst_s: 10, num_requests: 100}\n")
+    w("mmpp_switches.yaml", DEP + "workload: {kind: mmpp, base_rate_rps: 1, burst_rate_rps: 10, mean_base_s: 0.001, "
+                                  "mean_burst_s: 0.001, duration_s: 10000}\n")
+    w("epoch.yaml", DEP + WL + "scaler: hpa\nplatform: {epoch_s: 1e-9}\n")
+    w("epochs_horizon.yaml", DEP + WL + "scaler: hpa\nplatform: {epoch_s: 1, duration_s: 3.0e7}\n")
+    w("platform_no_scaler.yaml", DEP + WL + "platform: {epoch_s: 30}\n")
+    w("grid_size.yaml", DEP + WL + "fleet: {topology: grid, rows: 1000, cols: 1000}\n")
+    # traces
+    w("big.csv", AZ + "2023-11-16 18:17:03.9799600,10,5\n2023-11-16 18:17:04.0,99999999999999999999999,5\n")
+    w("zero.csv", AZ + "2023-11-16 18:17:03.9799600,0,5\n2023-11-16 18:17:04.0,10,5\n")
+    w("empty.csv", AZ)
+    w("ts_overflow.csv", AZ + "2023-11-16 18:17:03,10,5\n2500-01-01 00:00:00,10,5\n")
+    w("ts_span.csv", AZ + "2023-11-16 18:17:03,10,5\n2025-11-16 18:17:03,10,5\n")
+    w("one.csv", AZ + "2023-11-16 18:17:03.9799600,10,5\n")
+    wb("latin1.csv", AZ.encode() + b"2023-11-16 18:17:03,10,5\n\xe9\n")
+    data = (AZ + "".join(f"2023-11-16 18:17:{i % 60:02d}.0,10,5\n" for i in range(20000))).encode()
+    gz = gzip.compress(data)
+    wb("truncated.csv.gz", gz[: len(gz) // 2])
+    wb("notgzip.csv.gz", b"not gzip at all\n")
+    line = '{"timestamp": %s, "input_length": %s, "output_length": 5, "hash_ids": [%s]}\n'
+    w("hash.jsonl", line % (0, 10, 1) + line % (1, 10, 99999999999999999999999))
+    w("bigint.jsonl", line % (0, 18446744073709551616, 1))
+    w("zero.jsonl", line % (0, 0, 1))
+    wb("latin1.jsonl", (line % (0, 10, 1)).encode() + b'{"x": "caf\xe9"}\n')
+    w("empty.jsonl", "")
+    w("span.jsonl", line % (0, 10, 1) + line % ("1e300", 10, 2))
+    (d / "sg" / "m-x").mkdir(parents=True)
+    wb("sg/m-x/chunk-0-trace.csv", b"0,1,1,Gamma,1,1\n\xe9\n")
+    w("servegen_latin1.yaml", DEP + "workload: {kind: servegen, servegen_model: m-x, path: sg}\n")
+    # experiments
+    exp = "name: g\nscenarios: [ok.yaml]\n"
+    wb("latin1_exp.yaml", exp.encode() + b"description: caf\xe9\n")
+    w("grid_inf.yaml", exp + "seeds: 1\ngrid: {workload.rate_rps: [5, .inf]}\n")
+    w("grid_requests.yaml", exp + "seeds: 1\ngrid: {workload.num_requests: [1000000000000]}\n")
+    w("exp_negseed.yaml", exp + "seeds: [-1, 2]\n")
+    w("exp_requests.yaml", exp + "seeds: 1\nrequests: 1000000000000\n")
+    w("exp_requests_span.yaml", exp + "seeds: 1\nrequests: 10000000\ngrid: {workload.rate_rps: [0.01]}\n")
+    w("exp_seeds.yaml", exp + "seeds: 100000000\n")
+    w("exp_runs.yaml", exp + "seeds: 1000\ngrid: {workload.rate_rps: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, "
+                             "15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, "
+                             "36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, "
+                             "57, 58, 59, 60, 61, 62, 63, 64, 65, 66, 67, 68, 69, 70, 71, 72, 73, 74, 75, 76, 77, "
+                             "78, 79, 80, 81, 82, 83, 84, 85, 86, 87, 88, 89, 90, 91, 92, 93, 94, 95, 96, 97, 98, "
+                             "99, 100, 101]}\n")
+    w("exp_timeline.yaml", exp + "seeds: 1\ntimeline_bucket_s: 1e-9\n")
+    w("exp_timeline_span.yaml", exp + "seeds: 1\ntimeline_bucket_s: 0.01\ngrid: {workload.rate_rps: [0.001]}\n")
+    w("exp_dupkey.yaml", exp + "seeds: 1\nseeds: 2\n")
+    w("exp_trace.yaml", exp + "seeds: 1\ngrid: {workload: [{kind: trace, path: zero.csv}]}\n")
+    w("exp_fault.yaml", "name: g\nscenarios: [fault_zone.yaml]\nseeds: 1\n")
+    w("exp_no_scaler.yaml", "name: g\nscenarios: [platform_no_scaler.yaml]\nseeds: 1\n")
+    w("exp_policy_nan.yaml", exp + "seeds: 1\npolicies: {batcher: [{name: sarathi, chunk_tokens: .nan}]}\n")
+    # files in the way of outputs
+    w("afile", "not a folder\n")
+    w("notduckdb.duckdb", "not a DuckDB file\n")
+
+
+@pytest.fixture
+def work(tmp_path, monkeypatch):
+    _files(tmp_path)
+    monkeypatch.chdir(tmp_path)  # default outputs (results/...) would land here and be seen
+    return tmp_path
+
+
+def _snapshot(d: Path) -> dict:
+    return {str(p.relative_to(d)): (p.is_dir(), None if p.is_dir() else (p.stat().st_size, p.stat().st_mtime_ns))
+            for p in sorted(d.rglob("*"))}
+
+
+def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
+    from fleetwise.cli import main
+
+    try:
+        main(list(args))
+        rc = 0
+    except SystemExit as e:
+        rc = e.code if isinstance(e.code, int) else 1
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def _store_with_runs(path: Path) -> None:
+    """A small results store (two runs of round robin) for the report cases."""
+    from fleetwise.experiments.runner import run_sweep
+    from fleetwise.experiments.spec import expand, parse_experiment
+    from fleetwise.experiments.store import Store
+
+    spec = parse_experiment({"name": "e", "scenarios": [str(path.parent / "ok.yaml")],
+                             "policies": {"router": ["round_robin"]}, "seeds": 2})
+    run_sweep(expand(spec), Store(path), workers=1)
+
+
+# (case id, issue section, argv, words the one error line must contain)
+CASES = [
+    # §4: files that are not UTF-8 or are folders
+    ("scenario-not-utf8", "4", ["simulate", "-s", "latin1.yaml"], ["latin1.yaml", "not UTF-8"]),
+    ("scenario-folder", "4", ["simulate", "-s", "folder.yaml"], ["folder.yaml", "folder"]),
+    ("experiment-not-utf8", "4", ["sweep", "latin1_exp.yaml", "--db", "r/x.duckdb"], ["latin1_exp.yaml", "UTF-8"]),
+    ("experiment-folder", "4", ["sweep", "folder.yaml", "--db", "r/x.duckdb"], ["folder.yaml", "folder"]),
+    ("compare-scenario-folder", "4", ["compare", "-s", "folder.yaml", "-n", "10"], ["folder.yaml", "folder"]),
+    # §4: absurd request counts
+    ("requests-1e12", "4", ["simulate", "-n", "1000000000000"], ["--requests", "10000000"]),
+    ("compare-requests-1e12", "4", ["compare", "-n", "1000000000000"], ["--requests"]),
+    ("duration-1e12", "4", ["simulate", "-s", "duration.yaml"], ["duration.yaml", "duration_s"]),
+    ("rate-x-duration", "4", ["simulate", "-s", "rate_x_duration.yaml"], ["rate x duration_s", "docs/limits.md"]),
+    # §4: negative seeds
+    ("seed-option-negative", "4", ["simulate", "--seed", "-1", "-n", "10"], ["--seed"]),
+    ("seed-option-huge", "4", ["simulate", "--seed", str(2**64), "-n", "10"], ["--seed"]),
+    ("scenario-seed-negative", "4", ["simulate", "-s", "negseed.yaml"], ["negseed.yaml", "seed"]),
+    ("experiment-seed-negative", "4", ["sweep", "exp_negseed.yaml", "--db", "r/x.duckdb"], ["seed -1"]),
+    # §4: cv
+    ("cv-1e200", "4", ["simulate", "-s", "cv.yaml"], ["cv.yaml", "cv", "100"]),
+    # §4: trace numbers beyond int64, a 0-token prompt, not UTF-8, truncated .gz
+    ("csv-tokens-beyond-int64", "4", ["simulate", "--trace", "big.csv"], ["big.csv row 2", "ContextTokens"]),
+    ("jsonl-hash-beyond-int64", "4", ["simulate", "--trace", "hash.jsonl"], ["hash.jsonl line 2", "hash_ids"]),
+    ("jsonl-tokens-beyond-int64", "4", ["simulate", "--trace", "bigint.jsonl"], ["bigint.jsonl line 1",
+                                                                                  "input_length"]),
+    ("csv-zero-token-prompt", "4", ["simulate", "--trace", "zero.csv"], ["zero.csv row 1", "ContextTokens is 0"]),
+    ("jsonl-zero-token-prompt", "4", ["simulate", "--trace", "zero.jsonl"], ["zero.jsonl line 1", "input_length"]),
+    ("jsonl-not-utf8", "4", ["simulate", "--trace", "latin1.jsonl"], ["latin1.jsonl line 2", "not UTF-8"]),
+    ("csv-not-utf8", "4", ["simulate", "--trace", "latin1.csv"], ["latin1.csv", "not UTF-8"]),
+    ("csv-gz-truncated", "4", ["simulate", "--trace", "truncated.csv.gz"], ["truncated.csv.gz", "truncated"]),
+    ("csv-gz-not-gzip", "4", ["simulate", "--trace", "notgzip.csv.gz"], ["notgzip.csv.gz", "gzip"]),
+    ("servegen-not-utf8", "4", ["simulate", "-s", "servegen_latin1.yaml"], ["servegen folder sg", "not UTF-8"]),
+    # §4: output paths that cannot be written (checked before any work)
+    ("sweep-db-under-a-file", "4", ["sweep", "default", "--db", "afile/x.duckdb"], ["afile", "is a file"]),
+    ("sweep-db-is-a-folder", "4", ["sweep", "default", "--db", "folder.yaml"], ["folder.yaml", "folder"]),
+    ("sweep-db-not-duckdb", "4", ["sweep", "exp_seeds.yaml", "--db", "notduckdb.duckdb"], ["seeds"]),
+    ("sweep-db-unwritable", "4", ["sweep", "default", "--db", "/proc/fleetwise-test/x.duckdb"], ["/proc"]),
+    ("report-out-under-a-file", "4", ["report", "--db", "store.duckdb", "--out", "afile/report"], ["afile"]),
+    ("report-out-is-a-file", "4", ["report", "--db", "store.duckdb", "--out", "afile"], ["afile", "is a file"]),
+    ("report-db-missing", "4", ["report", "--db", "nope.duckdb"], ["nope.duckdb", "not found"]),
+    ("reproduce-db-under-a-file", "4", ["reproduce", "platform", "--quick", "--db", "afile/x.duckdb"], ["afile"]),
+    ("simulate-monitor-under-a-file", "4", ["simulate", "--scaler", "hpa", "-n", "10", "--monitor", "afile/m"],
+     ["afile"]),
+    # §4: bench sim-speed, serve
+    ("bench-sizes-abc", "4", ["bench", "sim-speed", "--sizes", "abc"], ["--sizes", "abc"]),
+    ("bench-sizes-0", "4", ["bench", "sim-speed", "--sizes", "0"], ["--sizes", "0"]),
+    ("bench-sizes-negative", "4", ["bench", "sim-speed", "--sizes=-5"], ["--sizes", "-5"]),
+    ("bench-sizes-huge", "4", ["bench", "sim-speed", "--sizes", "1000000000000"], ["--sizes"]),
+    ("bench-scenario-nope", "4", ["bench", "sim-speed", "--sizes", "10", "--scenario", "nope"], ["nope", "not found"]),
+    ("serve-log-level", "4", ["serve", "--log-level", "bogus", "--port", "0"], ["--log-level", "bogus"]),
+    ("bench-serve-calls", "6", ["bench", "serve", "--rate", "1000000", "--duration", "86400"], ["--rate x --duration"]),
+    ("bench-serve-rate-nan", "5", ["bench", "serve", "--rate", "nan"], ["--rate"]),
+    ("sweep-workers-huge", "6", ["sweep", "default", "--workers", "100000"], ["--workers"]),
+    # §4: --eval-trace checked before any training, in every reproduction
+    ("reproduce-platform-eval-trace", "4", ["reproduce", "platform", "--quick", "--eval-trace", "zero.csv"],
+     ["zero.csv row 1"]),
+    ("reproduce-batching-eval-trace", "4", ["reproduce", "batching", "--quick", "--eval-trace", "zero.csv"],
+     ["zero.csv row 1"]),
+    ("reproduce-torta-eval-trace", "4", ["reproduce", "torta", "--quick", "--eval-trace", "zero.jsonl"],
+     ["zero.jsonl line 1"]),
+    ("reproduce-graph-marl-eval-trace", "4", ["reproduce", "graph-marl", "--quick", "--eval-trace", "one.csv"],
+     ["at least 2 requests"]),
+    ("reproduce-allocation-eval-trace", "4", ["reproduce", "allocation", "--quick", "--eval-trace", "zero.csv"],
+     ["zero.csv"]),
+    ("reproduce-eval-trace-missing", "4", ["reproduce", "batching", "--quick", "--eval-trace", "missing.csv"],
+     ["missing.csv"]),
+    # §4: a usage error of the parser is one line too
+    ("usage-negative-requests", "4", ["simulate", "--requests", "-5"], ["--requests"]),
+    ("usage-unknown-option", "4", ["simulate", "--bogus"], ["--bogus"]),
+    # §5: NaN / infinity anywhere, policy parameters included
+    ("chunk-tokens-nan", "5", ["simulate", "-s", "nan_chunk.yaml"], ["nan_chunk.yaml", "chunk_tokens", "nan"]),
+    ("static-max-batch-0", "5", ["simulate", "-s", "static_zero.yaml"], ["static_zero.yaml", "max_batch"]),
+    ("router-param-inf", "5", ["simulate", "-s", "router_inf.yaml"], ["hit_weight", "inf"]),
+    ("provision-inf", "5", ["simulate", "-s", "inf_provision.yaml"], ["provision_s", "finite"]),
+    ("prompt-mu-nan", "5", ["simulate", "-s", "nan_mu.yaml"], ["prompt_mu", "finite"]),
+    ("fleet-bandwidth-nan", "5", ["simulate", "-s", "nan_fleet.yaml"], ["bandwidth_gbps", "finite"]),
+    ("experiment-policy-nan", "5", ["sweep", "exp_policy_nan.yaml", "--db", "r/x.duckdb"], ["chunk_tokens"]),
+    # §5: fault targets
+    ("fault-zone-nowhere", "5", ["simulate", "-s", "fault_zone.yaml"], ["fault_zone.yaml", "nowhere", "zone"]),
+    ("fault-region-nowhere", "5", ["simulate", "-s", "fault_region.yaml"], ["nowhere", "region"]),
+    ("fault-link-nowhere", "5", ["simulate", "-s", "fault_link.yaml"], ["nowhere", "link"]),
+    ("fault-gpu-nowhere", "5", ["simulate", "-s", "fault_gpu.yaml"], ["nowhere", "gpu"]),
+    ("sweep-fault-zone-nowhere", "5", ["sweep", "exp_fault.yaml", "--db", "r/x.duckdb"], ["nowhere", "zone"]),
+    ("sweep-platform-without-scaler", "5", ["sweep", "exp_no_scaler.yaml", "--db", "r/x.duckdb"], ["scaler"]),
+    ("platform-without-scaler", "5", ["simulate", "-s", "platform_no_scaler.yaml"], ["platform", "scaler"]),
+    # §5: sweep grids validated up front (docs/experiments.md)
+    ("grid-inf", "5", ["sweep", "grid_inf.yaml", "--db", "r/x.duckdb"], ["grid_inf.yaml", "rate_rps=inf"]),
+    ("grid-requests-1e12", "5", ["sweep", "grid_requests.yaml", "--db", "r/x.duckdb"], ["num_requests"]),
+    ("experiment-requests-1e12", "5", ["sweep", "exp_requests.yaml", "--db", "r/x.duckdb"], ["requests"]),
+    ("grid-trace-zero-tokens", "5", ["sweep", "exp_trace.yaml", "--db", "r/x.duckdb"], ["zero.csv row 1"]),
+    ("experiment-requests-span", "5", ["sweep", "exp_requests_span.yaml", "--db", "r/x.duckdb"], ["span"]),
+    # §5: empty traces, report baseline, Azure timestamps, duplicate keys
+    ("trace-empty-csv", "5", ["simulate", "--trace", "empty.csv"], ["empty.csv", "no requests"]),
+    ("trace-empty-jsonl", "5", ["simulate", "--trace", "empty.jsonl"], ["empty.jsonl", "no requests"]),
+    ("compare-trace-empty", "5", ["compare", "--trace", "empty.csv", "-n", "10"], ["empty.csv", "no requests"]),
+    ("report-baseline-nope", "5", ["report", "--db", "store.duckdb", "--out", "rep", "--baseline", "router=nope"],
+     ["router=nope"]),
+    ("azure-timestamp-overflow", "5", ["simulate", "--trace", "ts_overflow.csv"], ["ts_overflow.csv row 2", "2262"]),
+    ("azure-timestamp-span", "5", ["simulate", "--trace", "ts_span.csv"], ["ts_span.csv", "span"]),
+    ("jsonl-timestamp-span", "5", ["simulate", "--trace", "span.jsonl"], ["span.jsonl", "span"]),
+    ("scenario-duplicate-key", "5", ["simulate", "-s", "dupkey.yaml"], ["dupkey.yaml", "duplicate key 'workload'"]),
+    ("experiment-duplicate-key", "5", ["sweep", "exp_dupkey.yaml", "--db", "r/x.duckdb"], ["duplicate key 'seeds'"]),
+    # §6: bounds checked up front
+    ("replicas-1e9", "6", ["simulate", "-s", "replicas.yaml"], ["replicas", "10000"]),
+    ("max-replicas-sum", "6", ["simulate", "-s", "max_replicas.yaml"], ["18,000 replicas"]),
+    ("mmpp-rates-1e-300", "6", ["simulate", "-s", "mmpp.yaml"], ["mmpp.yaml", "span"]),
+    ("mmpp-switches", "6", ["simulate", "-s", "mmpp_switches.yaml"], ["state switches"]),
+    ("epoch-1e-9", "6", ["simulate", "-s", "epoch.yaml"], ["epoch_s"]),
+    ("epochs-over-horizon", "6", ["simulate", "-s", "epochs_horizon.yaml"], ["epoch_s", "events"]),
+    ("experiment-seeds-1e8", "6", ["sweep", "exp_seeds.yaml", "--db", "r/x.duckdb"], ["seeds", "1,000"]),
+    ("compare-seeds-1e8", "6", ["compare", "--seeds", "100000000", "-n", "10"], ["--seeds"]),
+    ("experiment-runs", "6", ["sweep", "exp_runs.yaml", "--db", "r/x.duckdb"], ["101,000 runs"]),
+    ("timeline-bucket-1e-9", "6", ["sweep", "exp_timeline.yaml", "--db", "r/x.duckdb"], ["timeline_bucket_s"]),
+    ("timeline-buckets-span", "6", ["sweep", "exp_timeline_span.yaml", "--db", "r/x.duckdb"], ["buckets"]),
+    ("fleet-grid-size", "6", ["simulate", "-s", "grid_size.yaml"], ["rows x cols"]),
+    ("cv-1e-300", "6", ["simulate", "-s", "cv_tiny.yaml"], ["cv"]),
+    ("mmpp-arrivals-per-sojourn", "6", ["simulate", "-s", "mmpp_sojourn.yaml"], ["per sojourn"]),
+    ("lognormal-mu-800", "6", ["simulate", "-s", "lognormal_mu.yaml"], ["prompt_mu"]),
+    ("origin-weights-sum", "6", ["simulate", "-s", "origin_weights.yaml"], ["weight"]),
+]
+
+
+@pytest.mark.parametrize("case,section,argv,needles", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_is_one_line_exit_2_nothing_written(case, section, argv, needles, work, capsys):
+    if case.startswith("report-"):
+        _store_with_runs(work / "store.duckdb")
+    before = _snapshot(work)
+    rc, out, err = run_cli(argv, capsys)
+    lines = err.strip().splitlines()
+    assert rc == 2, (case, rc, out, err)
+    assert len(lines) == 1, err
+    assert "Traceback" not in err and lines[0].startswith("error: ")
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+    assert _snapshot(work) == before, "something was written"
+
+
+def test_every_section_has_cases():
+    assert {c[1] for c in CASES} == {"4", "5", "6"} and len({c[0] for c in CASES}) == len(CASES)
+
+
+# ------------------------------------------------------------------------------------------------- what must run
+def test_platform_scenario_runs_with_requests(capsys):
+    """`-n` on a mix workload takes its first n requests (issue 14 §4, issue 15)."""
+    import json
+
+    for argv in (["simulate", "-s", "platform", "-n", "50", "--json"],
+                 ["simulate", "--scenario", "platform", "--requests", "100", "--json"]):
+        rc, out, err = run_cli(argv, capsys)
+        assert rc == 0, err
+        s = json.loads(out)
+        assert s["requests"] == int(argv[-2]) and s["completed"] + s["rejected"] == s["requests"]
+
+
+def test_requests_on_a_mix_takes_its_first_requests():
+    import numpy as np
+
+    from fleetwise.scenario import build, parse_scenario
+
+    sc = parse_scenario({"deployments": [{"model": "llama-3-8b", "gpu": "a100-80gb"}], "workload": {
+        "kind": "mix", "parts": [
+            {"tenant": "a", "workload": {"kind": "poisson", "rate_rps": 2, "duration_s": 600}},
+            {"tenant": "b", "workload": {"kind": "poisson", "rate_rps": 5, "num_requests": 300}}]}})
+    full = build(sc, 0).workload
+    w = build(sc, 0, num_requests=40).workload
+    assert len(w) == 40 and len(full) > 40 and np.all(np.diff(w.arrival_s) >= 0)
+    assert set(w.tenants) == {"a", "b"} and w.arrival_s[-1] <= full.arrival_s[-1]
+
+
+def test_duplicate_keys_in_topology_files_and_merge_keys(tmp_path):
+    from fleetwise.yamlio import parse_yaml
+
+    with pytest.raises(InputError, match="duplicate key 'a'"):
+        parse_yaml("a: 1\nb: {c: 2}\na: 3\n", "x.yaml")
+    with pytest.raises(InputError, match="duplicate key 'c'"):
+        parse_yaml("b: {c: 2, c: 3}\n", "x.yaml")
+    # a << merge may be overridden (YAML's merge-key rule), that is not a duplicate
+    assert parse_yaml("base: &b {x: 1, y: 2}\nd: {<<: *b, y: 3}\n", "x.yaml")["d"] == {"x": 1, "y": 3}
+    from fleetwise.worlds.torta import load_topology_file
+
+    p = tmp_path / "topo.json"
+    p.write_text('{"topology": "ring", "n": 4, "n": 5}')
+    with pytest.raises(InputError, match="duplicate key 'n'"):
+        load_topology_file(str(p))
+
+
+def test_policy_params_checked_in_make():
+    from fleetwise.policies import make
+
+    for level, name, params, needle in [
+        ("batcher", "sarathi", {"chunk_tokens": float("nan")}, "chunk_tokens"),
+        ("batcher", "sarathi", {"chunk_tokens": 1.5}, "integer"),
+        ("batcher", "vllm", {"max_num_seqs": 0}, "max_num_seqs"),
+        ("router", "prefix_aware", {"hit_weight": float("inf")}, "hit_weight"),
+        ("scaler", "hpa", {"tolerance": -1.0}, "tolerance"),
+        ("scaler", "hpa", {"target": "x"}, "target"),
+    ]:
+        with pytest.raises(InputError, match=needle):
+            make(level, name, params)
+    assert make("batcher", "sarathi", {"chunk_tokens": 256}).chunk_tokens == 256
+
+
+def test_full_disk_reports_the_real_error_and_keeps_stored_rows(tmp_path, monkeypatch):
+    """A COMMIT that fails for lack of space ends the transaction (as DuckDB does), so the ROLLBACK after it
+    fails too: the error shown must be the disk's, and what was stored before stays readable."""
+    import duckdb
+
+    from fleetwise.experiments.runner import run_sweep
+    from fleetwise.experiments.spec import expand, parse_experiment
+    from fleetwise.experiments.store import Store
+
+    (tmp_path / "ok.yaml").write_text(DEP + WL)
+    spec = parse_experiment({"name": "e", "scenarios": [str(tmp_path / "ok.yaml")],
+                             "policies": {"router": ["round_robin"]}, "seeds": 4})
+    runs = expand(spec)
+    store = Store(tmp_path / "r.duckdb")
+    run_sweep(runs[:2], store, workers=1)
+    real = Store._connect
+
+    class FullDisk:
+        def __init__(self, con):
+            self.con = con
+
+        def execute(self, sql, *a):
+            if sql == "COMMIT":
+                self.con.execute("ROLLBACK")
+                raise duckdb.TransactionException('Failed to commit: Could not write file "r.duckdb.wal": '
+                                                  "No space left on device")
+            return self.con.execute(sql, *a)
+
+        def __getattr__(self, k):
+            return getattr(self.con, k)
+
+    monkeypatch.setattr(Store, "_connect", lambda self, read_only=False: FullDisk(real(self, read_only)))
+    with pytest.raises(InputError) as e:
+        run_sweep(runs[2:], store, workers=1)
+    assert "No space left on device" in str(e.value) and "\n" not in str(e.value)
+    monkeypatch.setattr(Store, "_connect", real)
+    assert Store(tmp_path / "r.duckdb").count() == 2
+
+
+def _small_tmpfs(path: Path) -> bool:
+    path.mkdir()
+    try:
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(path)], capture_output=True,
+                           timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return r.returncode == 0
+
+
+def test_full_disk_on_a_real_small_filesystem(tmp_path):
+    """The same on a 2 MB tmpfs (where the test may mount one): a first sweep stores its runs, a file fills the
+    rest of the disk, a second sweep fails with one line naming ENOSPC, exit 2, and the first runs stay."""
+    fs = tmp_path / "fs"
+    if not _small_tmpfs(fs):
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        (tmp_path / "ok.yaml").write_text(DEP + WL)
+        for name, seeds in (("a", 3), ("b", 3)):
+            (tmp_path / f"{name}.yaml").write_text(f"name: {name}\nscenarios: [{tmp_path / 'ok.yaml'}]\n"
+                                                   f"seeds: {seeds}\npolicies: {{router: [round_robin]}}\n")
+        db = str(fs / "x.duckdb")
+        assert cli("sweep", str(tmp_path / "a.yaml"), "--db", db, "--workers", "1", cwd=tmp_path).returncode == 0
+        st = os.statvfs(fs)
+        with open(fs / "filler", "wb") as f:  # leave a few KB: the next commit's WAL does not fit
+            f.write(b"\0" * max(0, st.f_bavail * st.f_frsize - 8192))
+        p = cli("sweep", str(tmp_path / "b.yaml"), "--db", db, "--workers", "1", cwd=tmp_path)
+        _one_line_exit_2(p, "No space left on device")
+        (fs / "filler").unlink()
+        from fleetwise.experiments.store import Store
+
+        assert Store(db).count() == 3
+    finally:
+        subprocess.run(["umount", str(fs)], capture_output=True, timeout=30)
+
+
+# ----------------------------------------------------------------------------------- the real entry point
+def cli(*args, cwd=None):
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[1] / "src") + os.pathsep +
+               os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-m", "fleetwise", *args], capture_output=True, text=True, cwd=cwd,
+                          env=env, timeout=300)
+
+
+def _one_line_exit_2(p, *needles):
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("argv,needles", [
+    (["simulate", "-s", "latin1.yaml"], ["not UTF-8"]),
+    (["simulate", "--trace", "truncated.csv.gz"], ["truncated"]),  # was exit 130 with an empty line
+    (["simulate", "--requests", "1000000000000"], ["--requests"]),
+    (["sweep", "grid_inf.yaml", "--db", "r/x.duckdb"], ["rate_rps=inf"]),
+], ids=["not-utf8", "truncated-gz", "requests-1e12", "grid-inf"])
+def test_subprocess_exit_status(argv, needles, tmp_path):
+    _files(tmp_path)
+    before = _snapshot(tmp_path)
+    _one_line_exit_2(cli(*argv, cwd=tmp_path), *needles)
+    assert _snapshot(tmp_path) == before
+
+
+def test_port_in_use_is_one_line_exit_2(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        _one_line_exit_2(cli("serve", "--port", str(port), cwd=tmp_path), str(port), "in use")
