@@ -715,7 +715,7 @@ class Platform:
         s["cold_starts"] = sum(g.cold_starts for g in self.groups)
         s["cache_starts"] = sum(g.cache_starts for g in self.groups)
         s["migrated_gb"] = sim.migrated_bytes / 1e9
-        s["replica_hours"] = sum(max(0.0, (r.stop_s or sim.now) - r.start_s) for r in sim.replicas) / 3600.0
+        s["replica_hours"] = sum(r.active_s(sim.now) for r in sim.replicas) / 3600.0
         for reason_name in ("rate_limited", "quota_exceeded", "admission_control"):
             s[f"rejected_{reason_name}"] = int((reason == REJECT_REASONS.index(reason_name)).sum())
         rec = [f.recovered_s for f in self.faults if f.replicas and f.recovered_s is not None]

@@ -130,7 +130,6 @@ class Simulator:
         self.ended = 0
         self.prefix_block_tokens = workload.block_tokens
         self._bucket = self.options.timeline_bucket_s
-        self._horizon = self.options.max_time_s
         self.prefix_enabled = workload.has_prefix and self.options.prefix_caching  # prefix block ids known, cache on
         pr = workload.priority
         # per-request priority, or None when every request has the same one
@@ -162,7 +161,8 @@ class Simulator:
                     self._rview.at(dp.request, self.now)
                 return dp
             t_arr = arrival[self._next] if self._next < n else INF
-            if self._horizon is not None and min(t_arr, heap[0][0] if heap else INF) > self._horizon:
+            horizon = self.options.max_time_s  # read live: the platform layer sets it after construction
+            if horizon is not None and min(t_arr, heap[0][0] if heap else INF) > horizon:
                 self._stop_at_horizon()
                 return None
             if heap and heap[0][0] <= t_arr:
@@ -922,7 +922,7 @@ class Simulator:
 
     def _stop_at_horizon(self) -> None:
         """End of the simulated horizon: whatever has not finished ends as rejected with reason "horizon"."""
-        self.now = self._horizon
+        self.now = self.options.max_time_s
         self._heap.clear()
         self._next = self.n
         for h in self.held:
