@@ -24,6 +24,7 @@ import hashlib
 import itertools
 import json
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from fleetwise.errors import InputError
 from fleetwise.scenario import PolicyRef, format_validation_error, load_scenario, parse_scenario, read_yaml
 
-EXPERIMENT_DIR = Path(__file__).parent / "specs"
+EXPERIMENT_DIR = resources.files("fleetwise") / "experiments" / "specs"  # package data (importlib.resources)
 LEVELS = ("router", "batcher")
 
 
