@@ -199,14 +199,10 @@ def record_columns(records, b) -> dict:
 
     from fleetwise.sim.records import REJECT_REASONS, STATUS
 
-    n = len(records)
-    cols: dict = {"request_id": np.arange(n, dtype=np.int64), "arrival_s": records.arrival_s}
-    w = b.workload
-    if len(w) == n:  # the workload's categorical facts of each request
-        cols["model"] = (w.model, list(w.models))
-        cols["tenant"] = (w.tenant, list(w.tenants))
-        cols["origin"] = (w.origin, list(w.origins))
-        cols["slo_class"] = (w.slo_class, list(w.slo_classes))
+    w = b.workload  # one record per workload request, in the same order
+    cols: dict = {"request_id": np.arange(len(records), dtype=np.int64), "arrival_s": records.arrival_s,
+                  "model": (w.model, list(w.models)), "tenant": (w.tenant, list(w.tenants)),
+                  "origin": (w.origin, list(w.origins)), "slo_class": (w.slo_class, list(w.slo_classes))}
     cols |= {"prompt_tokens": records.prompt_tokens, "output_tokens": records.output_tokens,
              "status": (records.status, list(STATUS)), "reason": (records.reason, list(REJECT_REASONS)),
              "replica": records.replica,  # -1: never routed
