@@ -227,7 +227,7 @@ def _records_format(path: Path) -> str:
     if suffix == ".parquet":
         try:
             import pyarrow  # noqa: F401
-        except ModuleNotFoundError:
+        except ImportError:
             raise InputError(f"--records {path}: writing Parquet needs pyarrow: "
                              "pip install -c constraints.txt 'fleetwise[parquet]' (or write a .csv)") from None
     return suffix[1:]
@@ -520,10 +520,10 @@ def _write_atomic(target: Path, data: bytes | None = None, write=None) -> None:
     except OSError as e:
         raise InputError(f"{target}: cannot write ({e.strerror})") from None
     try:
-        umask = os.umask(0o022)
-        os.umask(umask)
-        os.chmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; a written file gets the usual permissions
         with os.fdopen(fd, "wb") as f:
+            umask = os.umask(0o022)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a written file gets the usual permissions
             if data is not None:
                 f.write(data)
         if write is not None:
