@@ -60,7 +60,8 @@ def test_compare_tables_fit_120_columns_and_wide_shows_every_column():
 def test_sweep_and_simulate_tables_fit_120_columns(tmp_path):
     spec = tmp_path / "exp.yaml"
     spec.write_text("name: fit\nscenarios: [default]\n"
-                    "policies: {router: [round_robin, least_outstanding_requests, {name: prefix_aware, hit_weight: 2.0}]}\n"
+                    "policies: {router: [round_robin, least_outstanding_requests,\n"
+                    "                    {name: prefix_aware, hit_weight: 2.0}]}\n"
                     "grid: {workload.rate_rps: [12, 24]}\nseeds: 2\nrequests: 150\nbaseline: {router: round_robin}\n")
     p = cli("sweep", str(spec), "--db", str(tmp_path / "r.duckdb"), "--workers", "2")
     assert p.returncode == 0, p.stderr
@@ -88,7 +89,8 @@ def _fake_results() -> dict:
             "scenario": "platform", "best": "slo_aware"}
     change = {"change": -0.123, "ci95": (-0.2345, 0.0123), "vs": "least_loaded", "by_train_seed": [-0.1, -0.12, -0.08]}
     return {
-        "allocation": {"_meta": meta, **{p: Fake() for p in ("q_learning", "sarsa", "fixed", "oracle", "dqn", "random")}},
+        "allocation": {"_meta": meta,
+                       **{p: Fake() for p in ("q_learning", "sarsa", "fixed", "oracle", "dqn", "random")}},
         "batching": {n: Fake(vs_best_baseline="sarathi_chunked") for n in ("disppo", "sarathi_chunked", "vllm")},
         "graph_marl": {n: Fake() for n in ("graph_marl", "flat_marl", "least_loaded_heuristic")},
         "platform": {"_meta": meta, **{n: Fake() for n in ("hpa", "slo_aware", "predictive", "rl_scaler")}},

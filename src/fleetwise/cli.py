@@ -243,8 +243,12 @@ def write_records(path: Path, cols: dict) -> None:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        table = pa.table({k: pa.DictionaryArray.from_arrays(pa.array(v[0].astype(np.int32)), pa.array(v[1], pa.string()))
-                          if isinstance(v, tuple) else v for k, v in cols.items()})
+        def column(v):
+            if isinstance(v, tuple):  # (codes, names): dictionary-encoded strings
+                return pa.DictionaryArray.from_arrays(pa.array(v[0].astype(np.int32)), pa.array(v[1], pa.string()))
+            return v
+
+        table = pa.table({k: column(v) for k, v in cols.items()})
         _write_atomic(path, write=lambda tmp: pq.write_table(table, tmp))
         return
     import csv
@@ -254,7 +258,7 @@ def write_records(path: Path, cols: dict) -> None:
         if isinstance(v, tuple):
             lists.append(np.asarray(v[1], dtype=object)[v[0]].tolist())
         elif v.dtype.kind == "f":
-            lists.append([None if x != x else x for x in v.tolist()])  # NaN -> empty field
+            lists.append([None if math.isnan(x) else x for x in v.tolist()])  # NaN -> empty field
         else:
             lists.append(v.tolist())
 
