@@ -19,7 +19,7 @@ def _one(n: int, scenario: str, router: str) -> dict:
     b = build(sc, sc.seed, num_requests=n)
     t_build = time.perf_counter() - t0
     t0 = time.perf_counter()
-    rec = b.run(router)
+    rec = b.sim.run(b.controller(router))
     wall = time.perf_counter() - t0
     t0 = time.perf_counter()
     s = b.summary(rec)

@@ -143,28 +143,19 @@ def simulate(
 ) -> None:
     """Run one scenario (default: the embedded default) and print its summary. A scenario with a ``scaler``
     (or ``--scaler``) runs with the platform layer: autoscaling, spot, faults, tenants (docs/platform.md)."""
-    from fleetwise.scenario import PolicyRef, build
+    from fleetwise.run import run_scenario
 
     if records_file is not None:
         _records_format(records_file)  # a wrong extension, a missing folder or no pyarrow: fail before the run
     sc, workload = _load(scenario, trace, requests)
-    if scaler is not None:
-        sc = sc.model_copy(update={"scaler": PolicyRef(name=scaler)})
-    b = build(sc, seed, workload=workload, num_requests=requests)
-    plat = None
-    if sc.scaler is not None:
-        from fleetwise.control.registry import make
-        from fleetwise.platform.runner import Platform
-
-        plat = Platform(b, make("scaler", sc.scaler.name, sc.scaler.params, where="scaler: "),
-                        seed=sc.seed if seed is None else seed, monitor=monitor is not None)
     with _progress() as prog:
-        task = prog.add_task(f"simulating {sc.name}", total=len(b.workload))
-        prog_fn = lambda k: prog.advance(task, k)  # noqa: E731
-        records = b.run(router, batcher, progress=prog_fn) if plat is None else \
-            plat.run(b.controller(router, batcher), progress=prog_fn)
-    s = b.summary(records) if plat is None else plat.results(records)
-    s["reject_reasons"] = records.reject_reasons()
+        task = prog.add_task(f"simulating {sc.name}", total=None)
+        r = run_scenario(sc, seed, router=router, batcher=batcher, scaler=scaler, workload=workload,
+                         num_requests=requests, monitor=monitor is not None,
+                         on_built=lambda b: prog.update(task, total=len(b.workload)),
+                         progress=lambda k: prog.advance(task, k))
+    b, s, plat = r.built, r.summary, r.platform
+    sc = b.scenario
     if plat is not None and monitor is not None:
         from fleetwise.platform.monitor import plot_monitor
 
@@ -369,7 +360,7 @@ def sweep(
 ) -> None:
     """Run an experiment: every scenario x policy x grid point x seed not already in the store."""
     from fleetwise.experiments.spec import load_experiment
-    from fleetwise.experiments.stats import aggregate
+    from fleetwise.metrics.stats import aggregate
 
     if backend not in ("local", "ray"):
         raise InputError(f"--backend {backend!r}: expected local or ray")
@@ -410,7 +401,7 @@ def compare(
 ) -> None:
     """Compare routers on one scenario: mean ± 95% CI over seeds, and the paired change against the first."""
     from fleetwise.experiments.spec import ExperimentSpec
-    from fleetwise.experiments.stats import aggregate
+    from fleetwise.metrics.stats import aggregate
     from fleetwise.scenario import load_scenario
 
     names = [r.strip() for r in routers.split(",") if r.strip()]
@@ -472,7 +463,7 @@ def report(
 @app.command("policies")
 def policies() -> None:
     """List the registered policies of every decision level."""
-    from fleetwise.control.registry import LEVELS, names
+    from fleetwise.policies import LEVELS, names
 
     for level in LEVELS:
         n = names(level)

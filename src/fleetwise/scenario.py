@@ -235,18 +235,16 @@ class Built:
     models: list | None = None  # model names by model index
 
     def controller(self, router: PolicyRef | str | None = None, batcher: PolicyRef | str | None = None):
+        """A Controller with the scenario's router and batcher (or the ones given: a name, a mapping or a
+        PolicyRef). Run it with ``fleetwise.run.run_scenario`` (the one run path) or ``self.sim.run``."""
         from fleetwise.control.controller import Controller
-        from fleetwise.control.registry import make
+        from fleetwise.policies import make
 
         r = PolicyRef.model_validate(router) if router is not None else self.scenario.router
         b = PolicyRef.model_validate(batcher) if batcher is not None else self.scenario.batcher
-        return Controller(router=make("router", r.name, r.params), batcher=make("batcher", b.name, b.params))
-
-    def run(self, router: PolicyRef | str | None = None, batcher: PolicyRef | str | None = None, progress=None):
-        """Run the simulator to the end with the scenario's policies (or the ones given); return the records."""
-        ctl = self.controller(router, batcher)
-        self.chunk_tokens = getattr(ctl.batcher, "chunk_tokens", None)
-        return self.sim.run(ctl, progress=progress)
+        ctl = Controller(router=make("router", r.name, r.params), batcher=make("batcher", b.name, b.params))
+        self.chunk_tokens = getattr(ctl.batcher, "chunk_tokens", None)  # the summary's prefill-chunk figures
+        return ctl
 
     def summary(self, records) -> dict[str, float]:
         from fleetwise.metrics.summary import summarize
@@ -263,7 +261,7 @@ def build(scenario: Scenario, seed: int | None = None, *, workload=None, num_req
     from fleetwise.fleet.spec import build_fleet
     from fleetwise.perf import PerfModel
     from fleetwise.sim.build import make_replica
-    from fleetwise.sim.simulator import SimOptions, Simulator
+    from fleetwise.sim.simulator import Simulator
     from fleetwise.workload.slo import get_slo
     from fleetwise.workload.spec import build_workload
 
@@ -275,12 +273,12 @@ def build(scenario: Scenario, seed: int | None = None, *, workload=None, num_req
     fleet = build_fleet(scenario.fleet, fleet_rng)
     if workload is None:
         wspec = dict(scenario.workload)
-        if num_requests is not None:
+        if num_requests is not None and wspec.get("kind") != "mix":
             wspec["num_requests"] = num_requests
             wspec.pop("duration_s", None)
         workload = build_workload(wspec, work_rng)
-    elif num_requests is not None:
-        workload = workload.head(num_requests)
+    if num_requests is not None and len(workload) > num_requests:
+        workload = workload.head(num_requests)  # a given workload, or a mix of tenants: its first requests
 
     # deployments -> replicas; replicas of one deployment share one performance model
     models: list[str] = []
@@ -346,8 +344,7 @@ def build(scenario: Scenario, seed: int | None = None, *, workload=None, num_req
     workload.origin = np.asarray(ocode, dtype=np.int16)[workload.origin] if len(workload) else workload.origin
     workload.origins = [fleet.regions[i].name for i in ocode]
 
-    opts = options or SimOptions(prefix_caching=scenario.options.prefix_caching, max_waiting=scenario.options.max_waiting,
-                                 kv_offload=scenario.options.kv_offload)
+    opts = options or sim_options(scenario)
     sim = Simulator(replicas, workload, rtt_s=np.asarray(fleet.rtt_s, dtype=float), model_index=model_index,
                     max_context=max_ctx, seed=int(sim_seed), options=opts,
                     bandwidth_gbps=np.asarray(fleet.bandwidth_gbps, dtype=float) if hasattr(fleet, "bandwidth_gbps") else None)
@@ -356,9 +353,10 @@ def build(scenario: Scenario, seed: int | None = None, *, workload=None, num_req
                  models=models)
 
 
-def simulate(scenario: Scenario, seed: int | None = None, *, router=None, batcher=None, workload=None,
-             num_requests: int | None = None, progress=None) -> tuple[Any, dict[str, float]]:
-    """Build and run a scenario; return (records, summary)."""
-    b = build(scenario, seed, workload=workload, num_requests=num_requests)
-    records = b.run(router, batcher, progress=progress)
-    return records, b.summary(records)
+def sim_options(scenario: Scenario, **overrides):
+    """The simulator options a scenario asks for (``options:``), with ``overrides`` (e.g. ``timeline_bucket_s``)."""
+    from fleetwise.sim.simulator import SimOptions
+
+    o = scenario.options
+    return SimOptions(prefix_caching=o.prefix_caching, max_waiting=o.max_waiting, kv_offload=o.kv_offload,
+                      **overrides)

@@ -58,16 +58,14 @@ def execute_run(run: Run) -> dict:
         "code_version": _VERSION,
     }
     try:
-        from fleetwise.scenario import PolicyRef, build, parse_scenario
-        from fleetwise.sim.simulator import SimOptions
+        from fleetwise.run import run_scenario
+        from fleetwise.scenario import PolicyRef, parse_scenario
 
         sc = parse_scenario(run.scenario, where=f"run {run.run_id}")
-        opts = SimOptions(prefix_caching=sc.options.prefix_caching, max_waiting=sc.options.max_waiting,
-                          timeline_bucket_s=run.timeline_bucket_s)
-        b = build(sc, run.seed, num_requests=run.requests, options=opts)
-        rec = b.run(PolicyRef(name=run.router, params=run.router_params),
-                    PolicyRef(name=run.batcher, params=run.batcher_params))
-        s = b.summary(rec)
+        r = run_scenario(sc, run.seed, router=PolicyRef(name=run.router, params=run.router_params),
+                         batcher=PolicyRef(name=run.batcher, params=run.batcher_params), num_requests=run.requests,
+                         sim_overrides={"timeline_bucket_s": run.timeline_bucket_s})
+        b, rec, s = r.built, r.records, r.summary
         res["metrics"] = s
         done = rec.completed
         q = {}

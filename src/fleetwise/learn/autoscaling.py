@@ -3,7 +3,7 @@
 - ``train_autoscaler(timesteps, seed, config)``: Stable-Baselines3 PPO (``MlpPolicy``, a small net) on the
   embedded scenario's training windows; saves a .zip that the registered scaler ``rl``
   (``fleetwise.policies.scalers_rl``) loads: ``{"name": "rl", "checkpoint": "path.zip"}``.
-- ``evaluate(policies, seeds)``: every policy through ``fleetwise.platform.run_platform`` on the same held-out
+- ``evaluate(policies, seeds)``: every policy through ``fleetwise.run.run_platform`` on the same held-out
   scenarios (ServeGen windows from the last 20% of the trace), one per seed, plus the environment's episode
   return (the RL objective) from the same run driven through the env; mean and 95% bootstrap CI over seeds.
 
@@ -130,7 +130,7 @@ def train_autoscaler(timesteps: int, seed: int = 0, config: TrainConfig | None =
 
 # --------------------------------------------------------------------------------------------- evaluation
 def _scaler(spec):
-    from fleetwise.control.registry import make
+    from fleetwise.policies import make
     from fleetwise.scenario import PolicyRef
 
     ref = PolicyRef.model_validate(spec)
@@ -156,7 +156,7 @@ def evaluate(policies: dict[str, Any], seeds: Sequence[int], held_out: bool = Tr
              config: AutoscalingConfig | None = None, scenario=None, log: bool = False) -> dict[str, list[dict]]:
     """Each policy (name -> scaler spec) on the episode scenario of every seed through ``run_platform``.
     Per policy a list of rows: seed, the summary's metrics, and the env's episode return of the same run."""
-    from fleetwise.platform import run_platform
+    from fleetwise.run import run_platform
 
     cfg = config or AutoscalingConfig()
     env = AutoscalingEnv(scenario, cfg, held_out=held_out)
@@ -182,8 +182,8 @@ def evaluate(policies: dict[str, Any], seeds: Sequence[int], held_out: bool = Tr
 
 
 def summarize(rows: dict[str, list[dict]]) -> dict[str, dict]:
-    """Per policy and metric: mean and 95% bootstrap CI over seeds (fleetwise.experiments.stats)."""
-    from fleetwise.experiments.stats import bootstrap_ci
+    """Per policy and metric: mean and 95% bootstrap CI over seeds (fleetwise.metrics.stats)."""
+    from fleetwise.metrics.stats import bootstrap_ci
 
     out: dict[str, dict] = {}
     for name, rs in rows.items():
@@ -198,7 +198,7 @@ def summarize(rows: dict[str, list[dict]]) -> dict[str, dict]:
 def paired(rows: dict[str, list[dict]], policy: str = "rl") -> dict[str, dict]:
     """``policy`` against every other, paired by seed: the difference in SLO attainment (points of the
     fraction) and the relative change in cost per million tokens, mean and 95% bootstrap CI."""
-    from fleetwise.experiments.stats import bootstrap_ci, paired_change
+    from fleetwise.metrics.stats import bootstrap_ci, paired_change
 
     mine = {r["seed"]: r for r in rows.get(policy, [])}
     out: dict[str, dict] = {}

@@ -33,7 +33,7 @@ def _budget(quick: bool) -> dict:
 
 
 def _batcher(name: str, params: dict, b: int | None = None):
-    from fleetwise.control.registry import make
+    from fleetwise.policies import make
 
     p = dict(params)
     if b is not None:
@@ -57,16 +57,11 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from fleetwise.envs.edge import (
-        EdgeBatchingEnv,
-        EdgeConfig,
-        EdgePolicyBatcher,
-        evaluate,
-        with_batch_limit,
-    )
-    from fleetwise.experiments.stats import paired_change
+    from fleetwise.envs.edge import EdgeBatchingEnv
+    from fleetwise.metrics.stats import paired_change
     from fleetwise.learn.disppo import DISPPOArgs, NumpyPolicy, train
     from fleetwise.reproduce.common import store_rows
+    from fleetwise.worlds.edge import EdgeConfig, EdgePolicyBatcher, evaluate, with_batch_limit
 
     bud = _budget(quick)
     n_seeds = seeds or bud["seeds"]
@@ -186,8 +181,9 @@ def render(result: dict):
 
 def bench() -> dict:
     """Environment steps per second (random feasible actions, one core) and DISPPO training speed."""
-    from fleetwise.envs.edge import EdgeBatchingEnv, EdgeConfig
+    from fleetwise.envs.edge import EdgeBatchingEnv
     from fleetwise.learn.disppo import DISPPOArgs, train
+    from fleetwise.worlds.edge import EdgeConfig
 
     env = EdgeBatchingEnv(EdgeConfig())
     rng = np.random.default_rng(0)

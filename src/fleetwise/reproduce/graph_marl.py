@@ -50,7 +50,7 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
         evaluate,
         make_env,
     )
-    from fleetwise.experiments.stats import paired_change
+    from fleetwise.metrics.stats import paired_change
     from fleetwise.learn.graph_marl import MAPPOArgs, train
 
     bud = _budget(quick)

@@ -93,7 +93,7 @@ def _one(args) -> dict:
     """One evaluation run (in a worker process)."""
     data, seed, label, scaler, params, workload = args
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    from fleetwise.platform import run_platform
+    from fleetwise.run import run_platform
     from fleetwise.scenario import parse_scenario
 
     sc = parse_scenario(data, where="platform scenario")
@@ -127,7 +127,7 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from fleetwise.experiments.stats import paired_change
+    from fleetwise.metrics.stats import paired_change
     from fleetwise.reproduce.common import store_rows, summarize_rows
     from fleetwise.scenario import SCENARIO_DIR, read_yaml
 
@@ -188,7 +188,7 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
             result[name][f"vs_hpa_{k}_change"] = ch.mean
             result[name][f"vs_hpa_{k}_change_ci95"] = [ch.lo, ch.hi]
         d = [b["slo_attainment"] - a["slo_attainment"] for a, b in zip(rows[ref], rs)]
-        from fleetwise.experiments.stats import bootstrap_ci
+        from fleetwise.metrics.stats import bootstrap_ci
 
         ci = bootstrap_ci(d)
         result[name]["vs_hpa_slo_attainment_diff"] = ci.mean
@@ -221,7 +221,9 @@ def _train_rl(base: dict, bud: dict, out_dir: Path, prog) -> Path | None:
     """Train the RL scaler on ServeGen days 2-7 (never the evaluation day); None without the rl extra."""
     try:
         train_platform_autoscaler = _rl_trainer()
-    except ImportError:
+    except ImportError as e:
+        prog.console.print(f"warning: the RL scaler is left out: it needs the rl extra ({e}); "
+                           "pip install -c constraints.txt '.[rl]'", markup=False)
         return None
     task = prog.add_task("training the RL scaler", total=bud["rl_timesteps"])
     path = out_dir / "rl_scaler.zip"
@@ -326,7 +328,7 @@ def render(result: dict):
 
 def bench() -> dict:
     """Platform simulation speed: one hour of the platform scenario with the slo_aware scaler."""
-    from fleetwise.platform import run_platform
+    from fleetwise.run import run_platform
     from fleetwise.scenario import SCENARIO_DIR, parse_scenario, read_yaml
 
     _, base = read_yaml("platform", SCENARIO_DIR, "scenario")
