@@ -71,7 +71,7 @@ def fit_tables(renderable, width: int = TABLE_WIDTH) -> list:
 
     def block(cols: list[int], first: bool, last: bool) -> Table:
         b = copy.copy(renderable)
-        b.columns = [replace(renderable.columns[c], _index=k, _cells=list(renderable.columns[c]._cells))
+        b.columns = [replace(renderable.columns[c], _index=k, _cells=list(renderable.columns[c].cells))
                      for k, c in enumerate(cols)]
         b.rows = list(renderable.rows)
         b.title = renderable.title if first else (f"{renderable.title} (continued)" if renderable.title else None)
@@ -167,8 +167,8 @@ def simulate(
             console.print(str(e), markup=False)
         plot_monitor(plat.monitor, monitor / "monitor.png", title=f"{sc.name} ({sc.scaler.name})", events=plat.events)
     if records_file is not None:
-        write_records(records_file, record_columns(records, b))
-        console.print(f"{len(records)} request records written to {records_file}", highlight=False, soft_wrap=True)
+        write_records(records_file, record_columns(r.records, b))
+        console.print(f"{len(r.records)} request records written to {records_file}", highlight=False, soft_wrap=True)
     if as_json:
         out.print_json(json.dumps(_jsonable(s)))
         return
