@@ -5,11 +5,12 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 TOOLS ?= .venv-tools
-# the locked packages (--no-compile: Python byte-compiles what is imported, when it is first imported; this saves a
-# third of the install time), then the project itself (editable, built by the locked setuptools) with the extras
-# given, from what is installed only (--no-index): it fails when pyproject.toml asks for something the lock lacks
+# the locked packages (byte-compiled by pip: --no-compile would save a third of the install but cost more at every
+# start where PYTHONDONTWRITEBYTECODE is set), then the project itself (editable, built by the locked setuptools)
+# with the extras given, from what is installed only (--no-index): it fails when pyproject.toml asks for something
+# the lock lacks
 define install_lock
-	$(PIP) install -q --no-compile --require-hashes -r $(1)
+	$(PIP) install -q --require-hashes -r $(1)
 	$(PIP) install -q --no-index --no-build-isolation -e '.$(2)' \
 		|| { echo "$(1) lacks what pyproject.toml asks for: run make lock"; exit 1; }
 endef

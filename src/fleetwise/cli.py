@@ -440,7 +440,7 @@ def _report(db: str, out_dir: str, experiment: Optional[str] = None, baseline: O
     if not Path(db).exists():
         raise InputError(f"{db}: results store not found (run `fleetwise sweep` first)")
     index = write_report(Store(db), Path(out_dir), experiment=experiment, baseline=baseline)
-    console.print(f"report written: open file://{index.resolve()}", highlight=False)
+    console.print(f"report written: open file://{index.resolve()}", highlight=False, soft_wrap=True)
 
 
 @app.command()
