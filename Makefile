@@ -5,13 +5,12 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 TOOLS ?= .venv-tools
-# the locked packages (byte-compiled by pip: --no-compile would save a third of the install but cost more at every
-# start where PYTHONDONTWRITEBYTECODE is set), then the project itself (editable, built by the locked setuptools)
-# with the extras given, from what is installed only (--no-index): it fails when pyproject.toml asks for something
+# the locked packages ($(2): extra pip options), then the project itself (editable, built by the locked setuptools)
+# with the extras $(3), from what is installed only (--no-index): it fails when pyproject.toml asks for something
 # the lock lacks
 define install_lock
-	$(PIP) install -q --require-hashes -r $(1)
-	$(PIP) install -q --no-index --no-build-isolation -e '.$(2)' \
+	$(PIP) install -q $(2) --require-hashes -r $(1)
+	$(PIP) install -q --no-index --no-build-isolation -e '.$(3)' \
 		|| { echo "$(1) lacks what pyproject.toml asks for: run make lock"; exit 1; }
 endef
 
@@ -20,14 +19,18 @@ endef
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-# the core dependencies only (numpy, scipy, pydantic, PyYAML, typer, rich, DuckDB, matplotlib): no torch, Ray, llama.cpp
+# the core dependencies only (numpy, scipy, pydantic, PyYAML, typer, rich, DuckDB, matplotlib): no torch, Ray, llama.cpp.
+# --no-compile: Python byte-compiles only the modules the demo imports, when it imports them (a third less install)
 $(VENV)/.core: requirements/core.txt pyproject.toml | $(PY)
-	$(call install_lock,requirements/core.txt,)
+	$(call install_lock,requirements/core.txt,--no-compile,)
 	touch $@
 
 # everything the tests need: every extra (torch, Gymnasium, SB3, Ray, FastAPI, llama-cpp-python compiled by pip, ...)
+# Everything byte-compiled (also what the demo installed without), so that no test process compiles a module again
+# where PYTHONDONTWRITEBYTECODE is set.
 $(VENV)/.test: requirements/test.txt pyproject.toml | $(PY)
-	$(call install_lock,requirements/test.txt,[test])
+	$(call install_lock,requirements/test.txt,,[test])
+	$(PY) -m compileall -q -j 0 $$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') >/dev/null || true
 	touch $(VENV)/.core $@
 
 install: $(VENV)/.core
