@@ -49,6 +49,7 @@ test: $(VENV)/.test
 bench: $(VENV)/.core
 	$(VENV)/bin/fleetwise bench sim-speed --sizes 10000,100000,1000000
 	$(VENV)/bin/fleetwise perf validate
+	$(VENV)/bin/fleetwise perf validate --profile $${FLEETWISE_DATA:-../shared/data}/h200-operator-timings/h200-ops-2026-11-30.json
 
 # pip-tools and pip-audit live in their own venv, installed from their own lock
 $(TOOLS)/.installed: requirements/tools.txt

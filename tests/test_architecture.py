@@ -145,3 +145,34 @@ def test_sweep_and_simulate_give_the_same_summary(name, tmp_path):
     assert numeric.keys() <= stored.keys()
     for k, v in numeric.items():
         assert stored[k] == pytest.approx(v, rel=1e-12, nan_ok=True), k
+
+
+def test_route_and_plan_work_with_torch_and_gymnasium_blocked():
+    """The decision service's /v1/route and /v1/plan (and the core) import neither torch nor gymnasium."""
+    pytest.importorskip("fastapi")
+    pytest.importorskip("ot")
+    code = """
+import sys
+BLOCKED = {"torch", "gymnasium", "stable_baselines3", "sb3_contrib", "pettingzoo", "torch_geometric"}
+class Block:  # any import of them fails
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ImportError(f"{name} is blocked in this test")
+sys.meta_path.insert(0, Block())
+from fastapi.testclient import TestClient
+from fleetwise.serve.app import create_app
+import fleetwise.sim, fleetwise.policies, fleetwise.run, fleetwise.worlds.torta, fleetwise.platform.runner
+c = TestClient(create_app("least_outstanding_tokens"), base_url="http://127.0.0.1")
+r = c.post("/v1/route", json={"prompt_tokens": 100, "replicas": [{"id": "a", "outstanding_tokens": 9}, {"id": "b"}]})
+assert r.status_code == 200 and r.json()["replica_id"] == "b", r.text
+plan = {"origins": ["a", "b"], "demand_rps": [10.0, 5.0],
+        "regions": [{"name": "a", "capacity_rps": 10.0}, {"name": "b", "capacity_rps": 10.0}],
+        "rtt_s": [[0.0, 0.05], [0.05, 0.0]]}
+r = c.post("/v1/plan", json=plan)
+print(r.status_code, r.text[:300])
+assert "torch" not in sys.modules and "gymnasium" not in sys.modules
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                       env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.startswith("200"), r.stdout

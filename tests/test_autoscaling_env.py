@@ -134,6 +134,7 @@ def test_short_ppo_training_then_rl_scaler_runs_the_platform(tmp_path):
     import torch
 
     from fleetwise.learn.autoscaling import TrainConfig, train_autoscaler
+    from fleetwise.policies import make
     from fleetwise.run import run_platform
 
     torch.set_num_threads(1)
@@ -141,9 +142,11 @@ def test_short_ppo_training_then_rl_scaler_runs_the_platform(tmp_path):
     cfg = TrainConfig(env=SHORT, n_steps=64, batch_size=32, n_epochs=2, save_path=str(path))
     model = train_autoscaler(128, seed=0, config=cfg)
     assert path.is_file() and model.curve  # at least one episode finished
+    with pytest.raises(InputError, match="Stable-Baselines3 zip, which runs code"):  # the safe export only
+        make("scaler", "rl", {"checkpoint": str(path)})
     sc = default_scenario(start_s=36_000.0, window_s=300.0)
     with cached_servegen():  # the rates read once per process (same workload)
-        p = run_platform(sc, 5, scaler={"name": "rl", "checkpoint": str(path)}, monitor=False)
+        p = run_platform(sc, 5, scaler={"name": "rl", "checkpoint": str(path.with_suffix(".npz"))}, monitor=False)
     s = p.summary
     assert s["lost_requests"] == 0
     assert s["completed"] == s["requests"] > 0

@@ -233,8 +233,12 @@ def test_unauthenticated_calls_get_401(web):
     ready = c.get("/readyz")
     assert ready.status_code == 200 and ready.json()["router"] == "least_outstanding_tokens"
     assert c.post("/v1/route", json=ROUTE_EXAMPLE, headers={"Authorization": f"bearer {TOKEN}"}).status_code == 200
-    # no token configured: no authentication (the CLI allows that on loopback only)
-    assert web.TestClient(web.create_app(token=None)).post("/v1/route", json=ROUTE_EXAMPLE).status_code == 200
+    # no token configured: no authentication (the CLI allows that on loopback only), loopback Host names only
+    open_app = web.create_app(token=None)
+    assert web.TestClient(open_app, base_url="http://127.0.0.1:8000").post(
+        "/v1/route", json=ROUTE_EXAMPLE).status_code == 200
+    r = web.TestClient(open_app).post("/v1/route", json=ROUTE_EXAMPLE)  # Host: testserver
+    assert r.status_code == 403 and "not a loopback name" in r.json()["detail"]
 
 
 def test_bad_bodies_get_422_with_one_clear_line(web):
@@ -258,6 +262,8 @@ def test_bad_bodies_get_422_with_one_clear_line(web):
         r = c.post("/v1/route", content=raw, headers={**AUTH, "Content-Type": "application/json"})
         assert r.status_code == 422 and r.json()["detail"].startswith("body"), r.text
     r = c.post("/v1/scale", content=b"\xff", headers={**AUTH, "Content-Type": "application/json"})
+    assert r.status_code == 422 and "Invalid JSON" in r.json()["detail"]  # the fast path, as /v1/route
+    r = c.post("/v1/plan", content=b"\xff", headers={**AUTH, "Content-Type": "application/json"})
     assert r.status_code == 422 and "not valid JSON" in r.json()["detail"]
     plan = {"origins": ["a"], "demand_rps": [1.0], "regions": [{"name": "x", "capacity_rps": 1.0}], "rtt_s": [[0, 1]]}
     r = c.post("/v1/plan", json=plan, headers=AUTH)
@@ -339,6 +345,23 @@ def scale_body(**group):
     b["groups"][0].update(group)
     b["groups"].append(g2)
     return b
+
+
+def test_scale_fast_path_and_fastapi_path_answer_alike(web, test_scalers):
+    bodies = [scale_body(), scale_body(min_replicas=5, max_replicas=2), scale_body(ready=-1), {}, [1],
+              {"time_s": 0, "epoch_s": 1, "groups": []}]
+    for scaler in (None, "test_plus_step?step=2", "hpa", "test_broken"):
+        fast, slow = client(web, scaler=scaler), client(web, scaler=scaler, fast_route=False)
+        for b in bodies:
+            rf, rs = fast.post("/v1/scale", json=b, headers=AUTH), slow.post("/v1/scale", json=b, headers=AUTH)
+            assert rf.status_code == rs.status_code, (scaler, b, rf.text, rs.text)
+            if "errors" in rf.json():  # validation: the same fields (JSON-mode wording may differ)
+                assert [e["loc"] for e in rf.json()["errors"]] == [e["loc"] for e in rs.json()["errors"]]
+            else:
+                assert rf.json() == rs.json()
+    assert client(web).post("/v1/scale", json=scale_body(), headers=AUTH).status_code == 409
+    r = client(web, scaler="hpa").post("/v1/scale", content=b"{}", headers={**AUTH, "content-type": "text/plain"})
+    assert r.status_code == 422 and "Content-Type" in r.json()["detail"]
 
 
 def test_scale_with_a_registered_scaler(web, test_scalers):
@@ -441,23 +464,29 @@ def test_plan_from_a_torta_checkpoint(web, tmp_path):
         def step(self, a):
             return np.zeros(self.observation_space.shape, np.float32), 0.0, True, False, {}
 
-    path = tmp_path / "torta.zip"
-    PPO("MlpPolicy", Env(), n_steps=8, batch_size=8, device="cpu", seed=0).save(path)
-    c = client(web, checkpoint=str(path))
+    from fleetwise.learn.export import export_sb3
+
+    model = PPO("MlpPolicy", Env(), n_steps=8, batch_size=8, device="cpu", seed=0)
+    model.save(tmp_path / "torta.zip")
+    export_sb3(model, tmp_path / "torta.npz", level="planner", policy="torta")
+    c = client(web, checkpoint="torta.npz", checkpoint_dir=str(tmp_path))
     body = plan_body(3, 3, demand_history=[[1.0, 2.0, 3.0]])
     r = c.post("/v1/plan", json=body, headers=AUTH)
     assert r.status_code == 200, r.text
     check_plan(r.json(), body)
-    assert r.json()["policy"] == "checkpoint:torta.zip"
+    assert r.json()["policy"] == "checkpoint:torta.npz"
     r = c.post("/v1/plan", json=plan_body(2, 3), headers=AUTH)
     assert r.status_code == 422 and "trained on 3 regions" in r.json()["detail"]
-    # a checkpoint that is not there: the reload fails with 400, the loaded one stays
-    r = c.post("/v1/admin/reload", json={"checkpoint": str(tmp_path / "missing.zip")}, headers=AUTH)
-    assert r.status_code == 400 and "missing.zip" in r.json()["detail"] and "unchanged" in r.json()["detail"]
-    assert c.get("/readyz").json()["planner"] == "checkpoint:torta.zip"
-    (tmp_path / "junk.zip").write_bytes(b"not a zip")
-    with pytest.raises(InputError, match="junk.zip"):
-        web.create_app(checkpoint=str(tmp_path / "junk.zip"))
+    # a checkpoint that is not there, or SB3's zip: the reload fails with 400, the loaded one stays
+    r = c.post("/v1/admin/reload", json={"checkpoint": "missing.npz"}, headers=AUTH)
+    assert r.status_code == 400 and "missing.npz" in r.json()["detail"] and "unchanged" in r.json()["detail"]
+    r = c.post("/v1/admin/reload", json={"checkpoint": "torta.zip"}, headers=AUTH)
+    assert r.status_code == 400 and "export-checkpoint" in r.json()["detail"]
+    assert c.post("/v1/admin/reload", json={"checkpoint": "torta.npz"}, headers=AUTH).status_code == 200
+    assert c.get("/readyz").json()["planner"] == "checkpoint:torta.npz"
+    (tmp_path / "junk.npz").write_bytes(b"not a zip")
+    with pytest.raises(InputError, match="junk.npz"):
+        web.create_app(checkpoint=str(tmp_path / "junk.npz"))
 
 
 # --------------------------------------------------------------------------------------------- reload
@@ -569,7 +598,10 @@ def test_refuses_to_start_without_a_token_on_a_public_address(web, tmp_path):
         web.check_token("10.1.2.3", None)
     web.check_token("127.0.0.1", None)  # loopback: a warning, no error
     web.check_token("::1", None)
-    web.check_token("0.0.0.0", "tok")
+    with pytest.raises(InputError, match="token of 3 characters: use at least 16"):
+        web.check_token("0.0.0.0", "tok")
+    web.check_token("0.0.0.0", "x" * 16)
+    web.check_token("127.0.0.1", "tok")  # loopback: any token
     f = tmp_path / "token"
     f.write_text(f"{TOKEN}\n")
     assert web.resolve_token(str(f)) == TOKEN
@@ -680,7 +712,7 @@ def test_load_generator_reopens_connections_the_server_closes():
         server = await asyncio.start_server(handle, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
         try:
-            return await loadgen._drive(port, [loadgen._request("/v1/route", b"{}", "t")], 400.0, 60, 2)
+            return await loadgen._drive(port, [loadgen._request("/v1/route", b"{}", "t")], 100.0, 60, 2)
         finally:
             server.close()
 

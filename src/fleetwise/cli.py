@@ -1,4 +1,4 @@
-"""fleetwise command line: simulate, compare, perf validate, bench sim-speed.
+"""fleetwise command line: simulate, compare, perf (validate, profile, calibrate, predict), bench sim-speed.
 
 Bad input (a scenario field, a trace row, a file, a policy name) prints one line naming what is wrong and where,
 and exits with status 2, without a traceback.
@@ -532,8 +532,23 @@ def _write_atomic(target: Path, data: bytes | None = None, write=None) -> None:
 
 
 @perf_app.command("validate")
-def perf_validate(as_json: bool = typer.Option(False, "--json")) -> None:
+def perf_validate(
+    as_json: bool = typer.Option(False, "--json"),
+    profile: Optional[Path] = typer.Option(None, "--profile", help="a GPU profile (perf profile; or the H200 timings): "
+                                           "held-out error of the calibration fitted from it"),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="catalog GPU the profile is fitted as (default: its device)"),
+) -> None:
     """Error of the calibrated performance model on measured operator timings held out from its fit."""
+    if profile is not None:
+        from fleetwise.perf.profile_data import load_profile
+        from fleetwise.perf.validate_profile import render_profile_table, validate_profile
+
+        res = validate_profile(load_profile(profile), gpu)
+        if as_json:
+            out.print_json(json.dumps(res))
+        else:
+            out.print(render_profile_table(res, f"Held-out error of the calibration fitted from {profile.name} (percent)"))
+        return
     from fleetwise.perf.validate import render_table, run_validation
 
     res = run_validation()
@@ -541,6 +556,107 @@ def perf_validate(as_json: bool = typer.Option(False, "--json")) -> None:
         out.print_json(json.dumps(res))
     else:
         out.print(render_table(res))
+
+
+def _write_json_atomic(path: Path, obj) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(json.dumps(obj, indent=1) + "\n")
+        tmp.replace(path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise InputError(f"{path}: cannot write: {e.strerror}") from None
+
+
+@perf_app.command("profile")
+def perf_profile(
+    out_file: Path = typer.Option(Path("profile.json"), "--out", help="profile file to write (JSON)"),
+    models: Optional[str] = typer.Option(None, "--models", help="comma-separated catalog models (default: the seven "
+                                         "reference slices, internlm-20b and Mixtral; on a CPU a tiny model)"),
+    quick: bool = typer.Option(False, "--quick", help="fewer shapes (about 30 s on a GPU)"),
+) -> None:
+    """Time the operators the models need on this machine's GPU (pure PyTorch; a CPU runs tiny shapes)."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise InputError("perf profile needs PyTorch: pip install 'fleetwise[profile]'") from None
+    from fleetwise.catalog import get_model
+    from fleetwise.profiler import round_profile, run_profile
+
+    names = [m.strip() for m in models.split(",") if m.strip()] if models else None
+    for n in names or []:
+        get_model(n)  # an unknown name fails before any timing
+    if out_file.parent and not out_file.parent.is_dir():
+        raise InputError(f"{out_file}: the folder {out_file.parent} does not exist")
+    with _progress() as prog:
+        task = prog.add_task("profiling", total=None)
+        res = run_profile(names, quick=quick,
+                          on_step=lambda i, n, what: prog.update(task, completed=i, total=n, description=what))
+    _write_json_atomic(out_file, round_profile(res))
+    env = res["env"]
+    console.print(f"{out_file}: {len(res['gemm'])} GEMMs, {len(res['attn_prefill'])} prefill and "
+                  f"{len(res['attn_decode'])} decode attention shapes, {len(res['iterations'])} iterations on "
+                  f"{env.get('name')} ({env['device']}) in {env['seconds']:.0f} s; {len(res['errors'])} refused or "
+                  f"skipped (listed under errors)", highlight=False)
+
+
+@perf_app.command("calibrate")
+def perf_calibrate(
+    profile: Path = typer.Option(..., "--profile", help="a GPU profile (perf profile; or the H200 timings)"),
+    out_file: Path = typer.Option(..., "--out", help="calibration file to write (JSON)"),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="catalog GPU the profile is fitted as (default: its device)"),
+) -> None:
+    """Fit a calibration for the profile's GPU; select it with deployments[].calibration or perf predict."""
+    from fleetwise.perf.calfile import write_calibration
+    from fleetwise.perf.profile_data import load_profile
+    from fleetwise.perf.validate_profile import gpu_calibration_from_profile
+
+    gc = gpu_calibration_from_profile(load_profile(profile), gpu, source=profile.name)
+    if out_file.parent and not out_file.parent.is_dir():
+        raise InputError(f"{out_file}: the folder {out_file.parent} does not exist")
+    write_calibration(gc, out_file)
+    d = gc.default_backend
+    console.print(f"{out_file}: {gc.gpu}, {len(gc.gemm_shapes)} GEMM shapes, attention backends "
+                  f"{', '.join(sorted(gc.backends))} (default: prefill {d['prefill']}, chunked {d['chunked']}, "
+                  f"decode {d['decode']})", highlight=False)
+
+
+@perf_app.command("predict")
+def perf_predict(
+    gpu: str = typer.Option(..., "--gpu"),
+    model: str = typer.Option(..., "--model"),
+    tp: int = typer.Option(1, "--tp"),
+    pp: int = typer.Option(1, "--pp"),
+    calibration: Optional[Path] = typer.Option(None, "--calibration", help="a calibration file (perf calibrate)"),
+    prefill_tokens: int = typer.Option(0, "--prefill-tokens", help="new tokens of the one prefilling sequence"),
+    prefill_context: int = typer.Option(0, "--prefill-context", help="tokens that sequence already has cached"),
+    decode_seqs: int = typer.Option(0, "--decode-seqs", help="sequences decoding one token each"),
+    decode_context: int = typer.Option(0, "--decode-context", help="cached tokens of each decoding sequence"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """The model's time for one iteration: iteration_s = gpu_s (per-GPU compute) + comm_s (collectives) + cpu_s."""
+    from fleetwise.catalog import get_gpu, get_model
+    from fleetwise.perf import PerfModel
+
+    g, m = get_gpu(gpu), get_model(model)
+    cal = None
+    if calibration is not None:
+        from fleetwise.perf.calfile import load_calibration
+
+        cal = load_calibration(calibration)
+        if g.name not in cal.gpus:
+            raise InputError(f"{calibration}: a calibration of {next(iter(cal.gpus))}, not of {g.name}")
+    b = PerfModel(g, m, tp=tp, pp=pp, calibration=cal).iteration_breakdown(
+        prefill_tokens, prefill_context, decode_seqs, decode_context)
+    if as_json:
+        print(json.dumps(b))
+        return
+    t = Table(title=f"one iteration of {m.name} on {tp * pp} x {g.name} (tp={tp}, pp={pp})"
+                    + (f", {calibration.name}" if calibration else ""))
+    for k in b:
+        t.add_column(k, justify="right")
+    t.add_row(*(f"{v * 1e3:.3f} ms" for v in b.values()))
+    out.print(t)
 
 
 @bench_app.command("sim-speed")
@@ -694,38 +810,80 @@ def _serve_module(name: str = "app"):
 
 @app.command()
 def serve(
-    host: str = typer.Option("127.0.0.1", help="address to bind (not loopback: a token is required)"),
+    host: str = typer.Option("127.0.0.1", help="address to bind (not loopback: a token of 16+ characters is required)"),
     port: int = typer.Option(8000, min=0, max=65535),
     router: str = typer.Option("least_outstanding_tokens", help="router policy, e.g. prefix_aware?hit_weight=0.5"),
     scaler: Optional[str] = typer.Option(None, help="scaler policy for /v1/scale (default: none loaded)"),
     planner: Optional[str] = typer.Option(None, help="planner for /v1/plan (default: ot_capacity)"),
-    checkpoint: Optional[str] = typer.Option(None, help="TORTA planner checkpoint (Stable-Baselines3 .zip)"),
+    checkpoint: Optional[str] = typer.Option(None, help="TORTA planner checkpoint (fleetwise NAME.npz + "
+                                             "NAME.card.json; inside --checkpoint-dir when given)"),
+    checkpoint_dir: Optional[str] = typer.Option(None, help="the folder checkpoints load from; a reload may name "
+                                                 "files inside it only (without it, reloading a checkpoint is "
+                                                 "refused)"),
     token_file: Optional[str] = typer.Option(None, help="file with the bearer token (default: $FLEETWISE_SERVE_TOKEN)"),
+    insecure_admin: bool = typer.Option(False, "--insecure-admin", help="without a token, allow /v1/admin/* "
+                                        "(loopback only; refused by default)"),
     seed: int = typer.Option(0, help="seed of the random routers"),
     log_level: str = typer.Option("warning", help="uvicorn log level"),
+    max_body_bytes: int = typer.Option(8 << 20, min=1, help="largest request body, every path (413 beyond)"),
+    max_concurrency: int = typer.Option(500, min=1, help="connections + requests in progress (503 beyond)"),
+    header_timeout: float = typer.Option(5.0, min=0.1, help="seconds to receive a whole request head"),
     gateway: bool = typer.Option(False, "--gateway", help="run the OpenAI-compatible gateway in front of --backend "
                                  "servers instead (docs/serve.md#gateway); --router picks the backend"),
     backend: Optional[list[str]] = typer.Option(None, "--backend", help="with --gateway: an OpenAI-compatible "
                                                 "server's base URL, e.g. http://127.0.0.1:8001 (repeat the option)"),
     max_attempts: int = typer.Option(3, min=1, help="with --gateway: distinct backends tried per request"),
 ) -> None:
-    """The decision service: route, scale and plan over HTTP (docs/serve.md). With --gateway: an OpenAI-compatible
-    proxy that routes each request to one of the --backend servers."""
+    """The decision service: route, scale and plan over HTTP (docs/serve.md, docs/security.md). With --gateway: an
+    OpenAI-compatible proxy that routes each request to one of the --backend servers."""
+    from fleetwise.serve.edge import Limits
+
+    limits = Limits(max_body_bytes=max_body_bytes, max_concurrency=max_concurrency, header_timeout_s=header_timeout)
     if gateway:
         if not backend:
             raise InputError("--gateway: give at least one --backend URL")
-        if scaler is not None or planner is not None or checkpoint is not None:
-            raise InputError("--gateway routes only: --scaler, --planner and --checkpoint do not apply")
+        if scaler is not None or planner is not None or checkpoint is not None or checkpoint_dir is not None:
+            raise InputError("--gateway routes only: --scaler, --planner, --checkpoint and --checkpoint-dir do not "
+                             "apply")
         _serve_module("gateway").serve_gateway(list(backend), host=host, port=port, route_policy=router,
                                                token_file=token_file, log_level=log_level, seed=seed,
-                                               max_attempts=max_attempts)
+                                               max_attempts=max_attempts, limits=limits)
         return
     if backend:
         raise InputError("--backend needs --gateway")
     if planner is not None and checkpoint is not None:
         raise InputError("give --planner or --checkpoint, not both")
     _serve_module().main(host=host, port=port, router=router, scaler=scaler, planner=planner, checkpoint=checkpoint,
-                         token_file=token_file, seed=seed, log_level=log_level)
+                         token_file=token_file, seed=seed, log_level=log_level, checkpoint_dir=checkpoint_dir,
+                         insecure_admin=insecure_admin, limits=limits)
+
+
+@app.command("export-checkpoint")
+def export_checkpoint(
+    sb3_zip: str = typer.Argument(..., metavar="SB3_ZIP", help="a Stable-Baselines3 .zip YOU trained (trusted)"),
+    out_path: str = typer.Argument(..., metavar="OUT", help="the checkpoint to write: OUT.npz + OUT.card.json"),
+    level: str = typer.Option(..., help="decision level the policy decides: allocator, planner, scaler, router, "
+                              "batcher"),
+    policy: str = typer.Option(..., help="policy kind for the model card, e.g. torta or rl"),
+    rule: Optional[str] = typer.Option(None, help="the hand-written rule the policy adjusts, if any"),
+) -> None:
+    """Export a Stable-Baselines3 .zip to a fleetwise policy checkpoint that loads without running code
+    (docs/security.md). WARNING: reading the .zip unpickles objects from it, which can run code: use this only
+    on files you trust, never on a file someone sent you."""
+    from fleetwise.control.checkpoint import LEVELS, card_path
+
+    if level not in LEVELS:
+        raise InputError(f"--level {level!r}: expected one of {', '.join(LEVELS)}")
+    console.print("warning: export-checkpoint unpickles the .zip (runs code from it): only for files you trust",
+                  markup=False, highlight=False, soft_wrap=True)
+    try:
+        from fleetwise.learn.export import export_file
+    except ModuleNotFoundError as e:
+        raise InputError(f"export-checkpoint needs the rl extra (missing module {e.name!r}): "
+                         "pip install -c constraints.txt 'fleetwise[rl]'") from None
+    p = export_file(sb3_zip, out_path, level=level, policy=policy, rule=rule)
+    out.print(f"wrote {p} and {card_path(p)}; serve it with `fleetwise serve --checkpoint-dir {p.parent} "
+              f"--checkpoint {p.name}`", markup=False, highlight=False)
 
 
 @bench_app.command("serve")
@@ -758,6 +916,30 @@ def bench_serve(
             out.print(mod.render_summary(runs, summary), highlight=False)
     elif as_json:
         out.print_json(json.dumps(runs[0]))
+
+
+@bench_app.command("scale")
+def bench_scale(
+    groups: str = typer.Option("250,1000,10000", help="comma-separated numbers of scaling groups"),
+    scaler: str = typer.Option("slo_aware", help="the scaler loaded in the service"),
+    repeat: int = typer.Option(5, min=1, max=100, help="runs per size (the median is printed)"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """How POST /v1/scale grows with the number of scaling groups: request wall time on loopback, and the CPU time
+    of parsing and of the scaler's decision (docs/serve.md)."""
+    mod = _serve_module("bench_scale")
+    _serve_module()
+    try:
+        sizes = [int(x) for x in groups.split(",") if x.strip()]
+    except ValueError:
+        raise InputError(f"--groups {groups!r}: expected comma-separated positive integers") from None
+    if not sizes or any(n < 1 or n > 10_000 for n in sizes):
+        raise InputError(f"--groups {groups!r}: each size must be 1..10000 (the service's limit)")
+    rows = mod.run(sizes, scaler=scaler, repeat=repeat)
+    if as_json:
+        out.print_json(json.dumps(rows))
+    else:
+        out.print(mod.render(rows), highlight=False, markup=False)
 
 
 @bench_app.command("gateway")

@@ -71,6 +71,7 @@ class Deployment(_Model):
     max_replicas: int | None = Field(default=None, ge=0)  # default: max(replicas, 1) * 4
     spot_trace: str | None = None  # spot capacity trace (platform.spot names, or "auto" by zone); spot pools only
     spot_offset_s: float = Field(default=0.0, ge=0)  # where in the trace the simulation starts
+    calibration: str | None = None  # a GPU calibration file (fleetwise perf calibrate) for this deployment's GPU
 
     @model_validator(mode="after")
     def _check_limits(self) -> "Deployment":
@@ -309,7 +310,18 @@ def build(scenario: Scenario, seed: int | None = None, *, workload=None, num_req
             usd = price.spot_usd_per_hour
         else:
             usd = price.on_demand_usd_per_hour
-        perf = PerfModel(gpu, model, tp=d.tp, pp=d.pp)
+        cal = None
+        if d.calibration is not None:
+            from fleetwise.perf.calfile import load_calibration
+
+            try:
+                cal = load_calibration(d.calibration)
+            except InputError as e:
+                raise InputError(f"{where}.calibration: {e}") from None
+            if gpu.name not in cal.gpus:
+                raise InputError(f"{where}.calibration: {d.calibration} calibrates {next(iter(cal.gpus))}, "
+                                 f"the deployment's GPU is {gpu.name}")
+        perf = PerfModel(gpu, model, tp=d.tp, pp=d.pp, calibration=cal)
         if not perf.fits(d.gpu_memory_utilization):
             raise InputError(f"{where}: {model.name} does not fit on {d.tp * d.pp} x {gpu.name} (tp={d.tp}, pp={d.pp}) "
                              f"at gpu_memory_utilization={d.gpu_memory_utilization}")

@@ -1,8 +1,9 @@
 """Training and evaluation of the RL scaler (issue 8) on ``fleetwise/Autoscaling-v0``.
 
 - ``train_autoscaler(timesteps, seed, config)``: Stable-Baselines3 PPO (``MlpPolicy``, a small net) on the
-  embedded scenario's training windows; saves a .zip that the registered scaler ``rl``
-  (``fleetwise.policies.scalers_rl``) loads: ``{"name": "rl", "checkpoint": "path.zip"}``.
+  embedded scenario's training windows; saves SB3's .zip (to resume training) and, beside it, the fleetwise
+  checkpoint ``path.npz`` + ``path.card.json`` that the registered scaler ``rl`` (``fleetwise.policies.scalers_rl``)
+  loads: ``{"name": "rl", "checkpoint": "path.npz"}``.
 - ``evaluate(policies, seeds)``: every policy through ``fleetwise.run.run_platform`` on the same held-out
   scenarios (ServeGen windows from the last 20% of the trace), one per seed, plus the environment's episode
   return (the RL objective) from the same run driven through the env; mean and 95% bootstrap CI over seeds.
@@ -12,7 +13,7 @@ Command line (docs/autoscaling.md, "RL scaler")::
     python -m fleetwise.learn.autoscaling train --timesteps 61500 --n-envs 2 --subproc
     python -m fleetwise.learn.autoscaling evaluate --seeds 5 --json results/autoscaling/eval.json
 
-(with OMP_NUM_THREADS=1; both default to results/autoscaling/rl_scaler.zip).
+(with OMP_NUM_THREADS=1; train writes results/autoscaling/rl_scaler.zip and .npz, evaluate reads the .npz).
 
 torch and stable-baselines3 are imported inside the functions (importing this module stays light).
 """
@@ -75,7 +76,8 @@ def _make_env(scenario, cfg: AutoscalingConfig, factory: Callable[[], Any] | Non
 
 def train_autoscaler(timesteps: int, seed: int = 0, config: TrainConfig | None = None,
                      progress: Callable[[int, dict], None] | None = None):
-    """Train PPO on Autoscaling-v0 for ``timesteps`` epochs; save to ``config.save_path`` (.zip) when given.
+    """Train PPO on Autoscaling-v0 for ``timesteps`` epochs; save to ``config.save_path`` (.zip, and the served
+    checkpoint beside it with suffix .npz) when given.
     Returns the model (``model.curve``: [(timesteps, episode return, SLO attainment, cost USD)])."""
     import torch
     from stable_baselines3 import PPO
@@ -122,9 +124,15 @@ def train_autoscaler(timesteps: int, seed: int = 0, config: TrainConfig | None =
     model.curve = curve
     model.train_wall_s = time.perf_counter() - t0
     if cfg.save_path:
+        from fleetwise.learn.export import export_sb3
+
         out = Path(cfg.save_path)
         out.parent.mkdir(parents=True, exist_ok=True)
-        model.save(str(out))
+        model.save(str(out))  # SB3's zip: to resume training (it unpickles on load: never served)
+        # what the scaler "rl" loads: the same policy as a checkpoint that runs no code on load
+        export_sb3(model, out.with_suffix(".npz"), level="scaler", policy="rl",
+                   training={"env": "fleetwise/Autoscaling-v0", "timesteps": int(timesteps), "seed": int(seed),
+                             "wall_s": round(model.train_wall_s, 1), "episodes": len(curve)})
     return model
 
 
@@ -242,7 +250,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     t.add_argument("--subproc", action="store_true", help="environments in worker processes")
     t.add_argument("--max-minutes", type=float, default=None, help="stop training after this much wall time")
     e = sub.add_parser("evaluate", help="the RL scaler against the heuristics on held-out seeds")
-    e.add_argument("--checkpoint", default="results/autoscaling/rl_scaler.zip")
+    e.add_argument("--checkpoint", default="results/autoscaling/rl_scaler.npz")
     e.add_argument("--seeds", type=int, default=5)
     e.add_argument("--seed0", type=int, default=EVAL_SEED0)
     e.add_argument("--scalers", default=",".join(HEURISTICS + tuple(VARIANTS)),

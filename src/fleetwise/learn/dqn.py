@@ -7,6 +7,7 @@ so that the rest of fleetwise imports without them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -30,7 +31,22 @@ class DQNArgs:
     log_every: int = 5_000
 
 
-def train(env, args: DQNArgs | None = None) -> DQNPolicy:
+class TrainedDQN(DQNPolicy):
+    """What training returns: the allocator with its SB3 model, which it can save."""
+
+    def save(self, path: str | Path) -> Path:
+        """SB3's zip (to resume training; it unpickles on load) and, beside it, the fleetwise checkpoint (.npz +
+        .card.json) that ``DQNPolicy.load`` and the allocator ``dqn`` read; returns the checkpoint's path."""
+        from fleetwise.learn.export import export_sb3
+
+        p = Path(path)
+        stem = p.with_suffix("") if p.suffix in (".zip", ".npz") else p
+        self.model.save(str(stem.with_suffix(".zip")))
+        return export_sb3(self.model, stem.with_suffix(".npz"), level="allocator", policy=self.name,
+                          training={"env": "fleetwise/Allocation-v0", "episodes_logged": len(self.curve)})
+
+
+def train(env, args: DQNArgs | None = None) -> TrainedDQN:
     """SB3 DQN with the literature's hyperparameter names; returns the greedy policy and its learning curve
     (mean training return per episode every ``log_every`` steps)."""
     import gymnasium as gym
@@ -67,4 +83,4 @@ def train(env, args: DQNArgs | None = None) -> DQNPolicy:
                 exploration_fraction=args.exploration_fraction, exploration_final_eps=args.exploration_final_eps,
                 policy_kwargs={"net_arch": list(args.net_arch)}, seed=args.seed, device="cpu", verbose=0)
     model.learn(total_timesteps=args.total_timesteps)
-    return DQNPolicy(model, "dqn", wrapped.curve)
+    return TrainedDQN(model, "dqn", wrapped.curve)

@@ -17,7 +17,11 @@ from fleetwise.perf.calibration import (
     TILE_N,
     Calibration,
     CommParams,
+    DecodeKernel,
     GemmParams,
+    GemmShape,
+    GpuCalibration,
+    PrefillKernel,
     default_calibration,
 )
 
@@ -70,6 +74,35 @@ def gemm_time_s(c: tuple[float, float, float, float, float, float], M: float) ->
     return (tc if tc > tm else tm) + t0
 
 
+def prefill_attention_s(k: PrefillKernel, peak_flops: float, sms: int, heads: int, head_dim: int, q: float,
+                        kv: float) -> float:
+    """One prefill attention call of ``k`` (see PrefillKernel): q new tokens attending to kv tokens (kv >= q)."""
+    e = peak_flops * k.eff_compute
+    thr = 4.0 * head_dim * heads * (q * kv - k.causal_skip * q * q / 2.0) / e
+    crit = 4.0 * head_dim * k.block_q * sms * kv / e
+    p = k.pnorm
+    return k.t0_s + (thr**p + crit**p) ** (1.0 / p)
+
+
+def decode_attention_s(k: DecodeKernel, mem_bw: float, kv_heads: int, head_dim: int, decode_seqs: int,
+                       kv_tokens: float, bytes_per_elem: float = 2.0) -> float:
+    """One decode attention call of ``k`` (see DecodeKernel): B sequences, K cached tokens in total."""
+    e = mem_bw * k.eff_mem
+    kv_bytes = 2.0 * kv_heads * head_dim * bytes_per_elem * kv_tokens
+    return k.t0_s + decode_seqs * k.seq_bytes / e + kv_bytes / e * k.kv_factor(decode_seqs, kv_heads)
+
+
+def linear_op_s(cal: Calibration, gpu: GPUSpec, N: float, K: float, M: float, bpp: float = 2.0) -> float:
+    """Time of one linear op y[M,N] = x[M,K] W^T on ``gpu`` as PerfModel charges it (with the measured
+    correction of the shape where ``cal`` has the GPU's own profile)."""
+    gc = cal.gpus.get(gpu.name)
+    g = gc.gemm if gc else cal.gemm[cal.profile_of(gpu.name)]
+    sms = gc.sms if gc else cal.sms_of(gpu.name)
+    t = gemm_time_s(gemm_coeffs(g, N, K, gpu.tflops_bf16 * 1e12, gpu.mem_bw_gbps * 1e9, sms, bpp), M)
+    corr = gc.gemm_shapes.get((int(N), int(K))) if gc else None
+    return t * corr.factor(M) if corr is not None else t
+
+
 def op_geometry(
     hidden: int, heads: int, kv_heads: int, ffn_size: int, gated: bool, tp: int, bytes_per_param: float = 2.0
 ) -> tuple[list[tuple[float, float]], dict[str, float]]:
@@ -99,6 +132,8 @@ class PerfModel:
         "_pa0", "_pa1", "_d0", "_d1", "_d2", "_ar0", "_ar1", "_sr0", "_sr1",
         "_cpu0", "_cpu1", "_L", "_Ls", "_kv_tok_gpu", "_w_gpu", "_reserve", "_ridge", "_mlp",
         "_moe_coef", "_flops_per_tok", "_attn_flops_per_work", "_Lpa1", "_Ld2", "_memo",
+        "_gc", "_lin_corr", "_mlp_corr", "_lm_corr", "_kp", "_kc", "_kd", "_heads", "_kv_heads", "_head_dim",
+        "_peak", "_bw", "_sms", "_dslope",
     )  # fmt: skip
 
     def __init__(
@@ -114,7 +149,9 @@ class PerfModel:
         self.gpu, self.model, self.tp, self.pp, self.cal = gpu, model, int(tp), int(pp), cal
         self.num_gpus = self.tp * self.pp
         prof = cal.profile_of(gpu.name)
-        g = cal.gemm[prof]
+        gc: GpuCalibration | None = cal.gpus.get(gpu.name)  # this GPU's own profile (perf calibrate), if any
+        self._gc = gc
+        g = gc.gemm if gc else cal.gemm[prof]
         P = gpu.tflops_bf16 * 1e12
         BW = gpu.mem_bw_gbps * 1e9
         bpp = model.bytes_per_param
@@ -123,10 +160,15 @@ class PerfModel:
         kv = max(1, -(-model.num_kv_heads // tp))  # kv heads per GPU (replicated when tp > kv heads)
         ffn = model.ffn_size / tp
 
-        sms = cal.sms_of(gpu.name)
+        sms = gc.sms if gc else cal.sms_of(gpu.name)
+        self._peak, self._bw, self._sms = P, BW, sms
+        self._heads, self._kv_heads, self._head_dim = q, kv, hd
 
         def gemm(N: float, K: float) -> tuple[float, float, float, float, float, float]:
             return gemm_coeffs(g, N, K, P, BW, sms, bpp)
+
+        def corr(N: float, K: float) -> GemmShape | None:
+            return gc.gemm_shapes.get((int(N), int(K))) if gc else None
 
         lin, small_bytes = op_geometry(h, model.num_heads, model.num_kv_heads, model.ffn_size, model.gated_mlp, tp, bpp)
         attn_ops = [gemm(*lin[0]), gemm(*lin[1])]
@@ -136,22 +178,43 @@ class PerfModel:
         self._mlp = tuple(mlp_ops)
         self._moe_coef = (model.num_experts, model.experts_per_token)
         self._lm = gemm(model.vocab_size / tp, h)
+        lin_corr = [corr(*lin[0]), corr(*lin[1])] + ([] if self._moe else [corr(*lin[2]), corr(*lin[3])])
+        self._lin_corr = tuple(lin_corr) if gc else None
+        self._mlp_corr = (corr(*lin[2]), corr(*lin[3]))
+        self._lm_corr = corr(model.vocab_size / tp, h)
         if self._moe:
             small_bytes["mlp_act"] *= model.experts_per_token
-        sp = cal.small[prof]
-        self._s0 = sum(sp[o].t0_s for o in SMALL_OPS if o != "emb")
-        self._s1 = sum(small_bytes[o] / (BW * sp[o].eff_mem) for o in SMALL_OPS if o != "emb")
+        sp = gc.small if gc and gc.small else cal.small[prof]
+        # a decoder layer runs each small op once, except the residual add (twice: after attention and after the
+        # MLP); the Vidur-calibrated default counts one add, as its profile does. With a GPU calibration the layer
+        # also writes the new tokens' K and V into the cache (an elementwise copy, costed with the add's constants)
+        reps = {o: (2 if gc and o == "add" else 1) for o in SMALL_OPS}
+        self._s0 = sum(reps[o] * sp[o].t0_s for o in SMALL_OPS if o != "emb")
+        self._s1 = sum(reps[o] * small_bytes[o] / (BW * sp[o].eff_mem) for o in SMALL_OPS if o != "emb")
+        if gc:
+            self._s0 += sp["add"].t0_s
+            self._s1 += 2.0 * (2.0 * kv * hd * bpp) / (BW * sp["add"].eff_mem)  # K and V, read and written
         self._emb0 = sp["emb"].t0_s
         self._emb1 = small_bytes["emb"] / (BW * sp["emb"].eff_mem)
-        # attention (A100-measured efficiencies applied to this GPU's peak and bandwidth)
-        at = cal.attention
-        self._attn_flops_per_work = 4.0 * q * hd
-        self._pa0 = at.prefill_t0_s
-        self._pa1 = self._attn_flops_per_work / (P * at.prefill_eff_compute)
         kv_bytes_tok_layer = 2.0 * kv * hd * bpp
-        self._d0 = at.decode_t0_s
-        self._d1 = at.decode_seq_bytes / (BW * at.decode_eff_mem)
-        self._d2 = kv_bytes_tok_layer / (BW * at.decode_eff_mem)
+        self._attn_flops_per_work = 4.0 * q * hd
+        self._dslope = {}
+        if gc is None:
+            # attention (A100-measured efficiencies applied to this GPU's peak and bandwidth)
+            at = cal.attention
+            self._kp = self._kc = self._kd = None
+            self._pa0 = at.prefill_t0_s
+            self._pa1 = self._attn_flops_per_work / (P * at.prefill_eff_compute)
+            self._d0 = at.decode_t0_s
+            self._d1 = at.decode_seq_bytes / (BW * at.decode_eff_mem)
+            self._d2 = kv_bytes_tok_layer / (BW * at.decode_eff_mem)
+        else:
+            # this GPU's fitted kernels of its default (fastest) backend per kind; prefill attention is added per call
+            self._kp, self._kc, self._kd = gc.kernel("prefill"), gc.kernel("chunked"), gc.kernel("decode")
+            self._pa0 = self._pa1 = 0.0
+            self._d0 = self._kd.t0_s
+            self._d1 = self._kd.seq_bytes / (BW * self._kd.eff_mem)
+            self._d2 = kv_bytes_tok_layer / (BW * self._kd.eff_mem)
         # communication
         ar_fab, sr_fab = cal.fabric_of(gpu.name)
         link = gpu.interconnect_gbps
@@ -209,6 +272,8 @@ class PerfModel:
 
     # ---------------------------------------------------------------- time
     def _linear_s(self, M: float) -> float:
+        if self._lin_corr is not None:
+            return self._linear_corr_s(M)
         mt = math.ceil(M / TILE_M)
         ceil = math.ceil
         t = 0.0
@@ -227,6 +292,24 @@ class PerfModel:
                 t += touched * gemm_time_s(c, m)
         return t
 
+    def _linear_corr_s(self, M: float) -> float:
+        """_linear_s with this GPU's measured per-shape corrections (a GPU calibration)."""
+        t = 0.0
+        for c, f in zip(self._lin, self._lin_corr):
+            t += gemm_time_s(c, M) * (f.factor(M) if f is not None else 1.0)
+        if self._moe:
+            E, k = self._moe_coef
+            touched = max(1.0, E * (1.0 - (1.0 - k / E) ** M))
+            m = M * k / touched
+            for c, f in zip(self._mlp, self._mlp_corr):
+                t += touched * gemm_time_s(c, m) * (f.factor(m) if f is not None else 1.0)
+        return t
+
+    def _lm_s(self, seqs: int) -> float:
+        t = gemm_time_s(self._lm, seqs)
+        f = self._lm_corr if self._gc is not None else None
+        return t * f.factor(seqs) if f is not None else t
+
     def _layer_s(self, prefill_tokens: int, prefill_attn_work: float, decode_seqs: int, decode_kv_tokens: int) -> float:
         M = prefill_tokens + decode_seqs
         t = self._linear_s(M) + self._s0 + self._s1 * M + self._ar0 + self._ar1 * M
@@ -240,7 +323,8 @@ class PerfModel:
         """Embedding, LM head (sampled tokens only) and CPU overhead: once per iteration."""
         M = prefill_tokens + decode_seqs
         seqs = decode_seqs + (1 if prefill_tokens > 0 else 0)
-        return (self._emb0 + self._emb1 * M) + gemm_time_s(self._lm, seqs) + self._cpu0 + self._cpu1 * seqs
+        lm = gemm_time_s(self._lm, seqs) if self._gc is None else self._lm_s(seqs)
+        return (self._emb0 + self._emb1 * M) + lm + self._cpu0 + self._cpu1 * seqs
 
     def _base_s(self, prefill_tokens: int, decode_seqs: int) -> float:
         """Iteration time without the terms linear in attention work and KV tokens (memoised per batch shape)."""
@@ -255,16 +339,53 @@ class PerfModel:
             self._memo[key] = t
         return t
 
+    def _prefill_attn_s(self, prefill_tokens: int, prefill_attn_work: float) -> float:
+        """Per-layer prefill attention with this GPU's fitted kernels (a GPU calibration). ``work`` <= tokens^2
+        means prompts without a cached context (one, or several whose sum of squares is the work); more means one
+        chunk of ``tokens`` after a context of work/tokens - tokens (several such chunks are treated as one)."""
+        q = float(prefill_tokens)
+        kv = prefill_attn_work / q
+        k = self._kp if kv <= q * (1.0 + 1e-9) else self._kc
+        if kv < q:  # several whole prompts: causal work sum(q_i^2)/2, critical path ~ the work-weighted length
+            e = self._peak * k.eff_compute
+            thr = 4.0 * self._head_dim * self._heads * prefill_attn_work / 2.0 / e
+            crit = 4.0 * self._head_dim * k.block_q * self._sms * kv / e
+            p = k.pnorm
+            return k.t0_s + (thr**p + crit**p) ** (1.0 / p)
+        return prefill_attention_s(k, self._peak, self._sms, self._heads, self._head_dim, q, kv)
+
+    def _decode_slope(self, decode_seqs: int) -> float:
+        """Iteration time per cached KV token for a batch of ``decode_seqs`` (a GPU calibration; memoised)."""
+        s = self._dslope.get(decode_seqs)
+        if s is None:
+            s = self._Ld2 * self._kd.kv_factor(decode_seqs, self._kv_heads)
+            self._dslope[decode_seqs] = s
+        return s
+
     def iteration_time_s(
         self, prefill_tokens: int, prefill_attn_work: float, decode_seqs: int, decode_kv_tokens: int
     ) -> float:
-        return (self._base_s(prefill_tokens, decode_seqs) + self._Lpa1 * prefill_attn_work
-                + self._Ld2 * decode_kv_tokens)
+        if self._gc is None:
+            return (self._base_s(prefill_tokens, decode_seqs) + self._Lpa1 * prefill_attn_work
+                    + self._Ld2 * decode_kv_tokens)
+        t = self._base_s(prefill_tokens, decode_seqs)
+        if prefill_tokens > 0:
+            t += self._L * self._prefill_attn_s(prefill_tokens, prefill_attn_work)
+        if decode_seqs > 0:
+            t += self._decode_slope(decode_seqs) * decode_kv_tokens
+        return t
 
     def stage_time_s(self, prefill_tokens: int, prefill_attn_work: float, decode_seqs: int, decode_kv_tokens: int) -> float:
         if self.pp == 1:
             return self.iteration_time_s(prefill_tokens, prefill_attn_work, decode_seqs, decode_kv_tokens)
-        layer = self._layer_s(prefill_tokens, prefill_attn_work, decode_seqs, decode_kv_tokens)
+        if self._gc is None:
+            layer = self._layer_s(prefill_tokens, prefill_attn_work, decode_seqs, decode_kv_tokens)
+        else:
+            layer = self._layer_s(prefill_tokens, 0.0, decode_seqs, 0)
+            if prefill_tokens > 0:
+                layer += self._prefill_attn_s(prefill_tokens, prefill_attn_work)
+            if decode_seqs > 0:
+                layer += self._decode_slope(decode_seqs) / self._L * decode_kv_tokens
         return (
             self._Ls * layer
             + self._extras_s(prefill_tokens, decode_seqs)
@@ -275,7 +396,28 @@ class PerfModel:
     def decode_coeffs(self, decode_seqs: int) -> tuple[float, float]:
         if decode_seqs <= 0:
             return (0.0, 0.0)
-        return (self._base_s(0, decode_seqs), self._Ld2)
+        if self._gc is None:
+            return (self._base_s(0, decode_seqs), self._Ld2)
+        return (self._base_s(0, decode_seqs), self._decode_slope(decode_seqs))
+
+    def iteration_breakdown(self, prefill_tokens: int, prefill_context: int, decode_seqs: int,
+                            decode_context: int) -> dict[str, float]:
+        """One iteration: a prefill chunk of ``prefill_tokens`` tokens of one sequence that already has
+        ``prefill_context`` tokens cached, plus ``decode_seqs`` sequences decoding one token each with
+        ``decode_context`` cached tokens. ``iteration_s`` (= iteration_time_s) = ``gpu_s`` (per-GPU compute on
+        the critical path: layers, embedding, LM head) + ``comm_s`` (tensor-parallel all-reduces and
+        pipeline send/recv) + ``cpu_s`` (the per-iteration CPU overhead)."""
+        N, P, B, C = (int(x) for x in (prefill_tokens, prefill_context, decode_seqs, decode_context))
+        if min(N, P, B, C) < 0 or N + B == 0:
+            raise InputError(f"an iteration needs prefill tokens or decoding sequences, and no negative count; "
+                             f"got prefill_tokens={N} prefill_context={P} decode_seqs={B} decode_context={C}")
+        M = N + B
+        total = self.iteration_time_s(N, float(N) * (P + N), B, B * C)
+        comm = self._L * (self._ar0 + self._ar1 * M)
+        if self.pp > 1:
+            comm += (self.pp - 1) * (self._sr0 + self._sr1 * M)
+        cpu = self.cpu_overhead_s(B + (1 if N > 0 else 0))
+        return {"iteration_s": total, "gpu_s": total - comm - cpu, "comm_s": comm, "cpu_s": cpu}
 
     # ---------------------------------------------------------------- power, flops, misc
     def busy_power_w(self, prefill_tokens: int, decode_seqs: int) -> float:
@@ -320,12 +462,16 @@ class PerfModel:
 
     # ---------------------------------------------------------------- per-operator (validation, debugging)
     def layer_op_times_s(self, num_tokens: int) -> dict[str, float]:
-        """Per-layer, per-GPU time of each profiled operator for a batch of num_tokens (dense models)."""
+        """Per-layer, per-GPU time of each profiled operator for a batch of num_tokens (dense models), and the
+        LM head for num_tokens sampled sequences (once per iteration)."""
         M = float(num_tokens)
         out: dict[str, float] = {}
-        for name, c in zip(LINEAR_OPS, self._lin[:2] + self._mlp):
-            out[name] = gemm_time_s(c, M)
-        sp = self.cal.small[self.cal.profile_of(self.gpu.name)]
+        corr = self._lin_corr[:2] + self._mlp_corr if self._lin_corr is not None else (None,) * 4
+        for name, c, f in zip(LINEAR_OPS, self._lin[:2] + self._mlp, corr):
+            out[name] = gemm_time_s(c, M) * (f.factor(M) if f is not None else 1.0)
+        out["lm_head"] = self._lm_s(num_tokens) if self._gc is not None else gemm_time_s(self._lm, M)
+        gc = self._gc
+        sp = gc.small if gc and gc.small else self.cal.small[self.cal.profile_of(self.gpu.name)]
         BW = self.gpu.mem_bw_gbps * 1e9
         m = self.model
         _, nb = op_geometry(m.hidden_size, m.num_heads, m.num_kv_heads, m.ffn_size, m.gated_mlp, self.tp, m.bytes_per_param)
@@ -333,11 +479,18 @@ class PerfModel:
             out[o] = sp[o].t0_s + M * nb[o] / (BW * sp[o].eff_mem)
         return out
 
-    def attention_prefill_s(self, prefill_attn_work: float) -> float:
-        return self._pa0 + self._pa1 * prefill_attn_work
+    def attention_prefill_s(self, prefill_attn_work: float, prefill_tokens: int | None = None) -> float:
+        """Per-layer prefill attention. With a GPU calibration ``prefill_tokens`` (default: a whole prompt,
+        sqrt(work)) tells a whole prompt from a chunk after a context (see _prefill_attn_s)."""
+        if self._gc is None:
+            return self._pa0 + self._pa1 * prefill_attn_work
+        q = prefill_tokens if prefill_tokens is not None else math.sqrt(prefill_attn_work)
+        return self._prefill_attn_s(q, prefill_attn_work)
 
     def attention_decode_s(self, decode_seqs: int, decode_kv_tokens: int) -> float:
-        return self._d0 + self._d1 * decode_seqs + self._d2 * decode_kv_tokens
+        if self._gc is None:
+            return self._d0 + self._d1 * decode_seqs + self._d2 * decode_kv_tokens
+        return self._d0 + self._d1 * decode_seqs + self._decode_slope(decode_seqs) / self._L * decode_kv_tokens
 
     def cpu_overhead_s(self, batch_seqs: int) -> float:
         return self._cpu0 + self._cpu1 * batch_seqs

@@ -183,6 +183,9 @@ class TabularPolicy:
 
 @dataclass
 class DQNPolicy:
+    """The allocator ``dqn``: ``model`` is anything with SB3's ``predict`` (the numpy policy of a checkpoint, or
+    the SB3 model right after training)."""
+
     model: object
     name: str = "dqn"
     curve: list[tuple[int, float]] = field(default_factory=list)
@@ -195,24 +198,24 @@ class DQNPolicy:
         a, _ = self.model.predict(np.asarray(obs, np.float32), deterministic=True)
         return np.asarray(a, np.int64)
 
-    def save(self, path: str | Path) -> Path:
-        self.model.save(str(path))
-        p = Path(path)
-        return p if p.suffix == ".zip" else p.with_name(p.name + ".zip")
-
     @classmethod
     def load(cls, path: str | Path) -> "DQNPolicy":
-        import torch
-        from stable_baselines3 import DQN
+        """A saved policy from its fleetwise checkpoint (``NAME.npz`` or ``NAME``; ``fleetwise.learn.dqn`` writes
+        it): numpy only, nothing in the file runs; SB3's zip is refused (``fleetwise export-checkpoint`` converts
+        one of yours)."""
+        from fleetwise.control.checkpoint import SUFFIX, load_policy
 
-        torch.set_num_threads(1)
         p = Path(path)
-        if not p.exists():
-            raise InputError(f"{p}: file not found (expected a Stable-Baselines3 DQN .zip)")
-        try:
-            return cls(DQN.load(str(p), device="cpu"))
-        except Exception as e:  # SB3 raises assorted errors for a file that is not its zip
-            raise InputError(f"{p}: not a saved DQN policy ({type(e).__name__}: {e})") from None
+        if p.suffix == ".zip":
+            raise InputError(f"{p}: a Stable-Baselines3 zip, which runs code when loaded; give its fleetwise "
+                             f"checkpoint {p.with_suffix(SUFFIX).name} (export one with `fleetwise export-checkpoint`, "
+                             "only for files you trust)")
+        if not p.name.endswith(SUFFIX) and not p.exists():
+            p = p.with_name(p.name + SUFFIX)
+        pol = load_policy(p, level="allocator")
+        if pol.action.kind != "discrete":
+            raise InputError(f"{p}: not an allocation policy (action {pol.action.to_json()})")
+        return cls(pol)
 
 
 @register_allocator("q_learning")

@@ -124,7 +124,8 @@ def ot_capacity(cfg=None):
 
 
 class PolicyPlanner(OTPlanner):
-    """An OT planner whose weights come from a trained policy (``predict(obs_vector) -> action``)."""
+    """An OT planner whose weights come from a trained policy (``predict(obs_vector) -> action``): a model in
+    memory after training, or ``load_torta_checkpoint``'s numpy policy (a checkpoint that runs no code)."""
 
     def __init__(self, cfg, policy, temporal: bool):
         super().__init__(cfg, "action")
@@ -136,6 +137,24 @@ class PolicyPlanner(OTPlanner):
         a, _ = self.policy.predict(v, deterministic=True)
         self.set_action(np.asarray(a, float))
         super().plan(obs)
+
+
+def load_torta_checkpoint(path):
+    """A trained TORTA planner agent from its fleetwise checkpoint (``NAME.npz`` + ``NAME.card.json``,
+    fleetwise.control.checkpoint; an SB3 .zip is refused, it runs code on load): ``(policy, temporal, history,
+    regions)``. The observation layout says which agent it is: ``3 n`` values for the reactive one, ``n (3 +
+    history) + 2`` for the temporal one, for ``n`` regions (= its action size)."""
+    from fleetwise.control.checkpoint import CheckpointError, load_policy
+
+    pol = load_policy(path, level="planner")
+    if pol.action.kind != "box" or len(pol.action.shape) != 1 or len(pol.obs_shape) != 1:
+        raise CheckpointError(f"checkpoint {path}: not a TORTA planner (action {pol.action.to_json()})")
+    n, d = pol.action.shape[0], pol.obs_shape[0]
+    if d == 3 * n:
+        return pol, False, 1, n
+    if (d - 2) % n == 0 and (d - 2) // n - 3 >= 1:
+        return pol, True, (d - 2) // n - 3, n
+    raise CheckpointError(f"checkpoint {path}: observation size {d} does not fit a TORTA planner of {n} regions")
 
 
 # --------------------------------------------------------------------------------------------- micro layer

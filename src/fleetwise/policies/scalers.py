@@ -12,6 +12,7 @@ on-demand floor, zone spread).
 
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -27,7 +28,7 @@ HPA_METRICS = ("busy", "kv", "queue")
 
 # --------------------------------------------------------------------------------------------- helpers
 def _finite(x: float | None) -> bool:
-    return x is not None and not math.isnan(x) and not math.isinf(x)
+    return x is not None and math.isfinite(x)
 
 
 def current_replicas(g: GroupState) -> int:
@@ -85,49 +86,109 @@ def split_replicas(groups: list[GroupState], need_units: float, *, units: dict[s
     fewer than ``min(min_zones, zones the model can use)`` zones have one (so a zone outage cannot take all
     capacity); then the lowest price per unit of capacity (spot before on-demand); then a group that had
     more replicas than allocated so far (no needless moves, no cold starts); then the order of ``groups``.
-    When the caps run out, every group ends at its cap.
+    When the caps run out, every group ends at its cap. Group keys are unique.
+
+    O(groups log groups): the candidates sit in a heap by that key, and the counts the steps test (zones with a
+    replica, capacity and replicas so far) are kept as running totals. (The capacity total is a running sum, so
+    where a sum lands within float rounding of the 1e-9 tolerance the result may differ from re-summing.)
     """
     unit = {g.key: 1.0 for g in groups}
-    if units is not None:
-        for k, u in units.items():
-            if k in unit and _finite(u) and u > 0:
-                unit[k] = float(u)
+    if units is not None:  # (by group: ``units`` may hold the whole model's groups, and this runs per zone)
+        for g in groups:
+            u = units.get(g.key)
+            if u is not None and _finite(u) and u > 0:
+                unit[g.key] = float(u)
     cap = {g.key: group_cap(g) for g in groups}
     alloc = {g.key: min(max(0, int(g.min_replicas)), cap[g.key]) for g in groups}
     if need_units <= 0 and min_total <= 0:
         return alloc
-    order = {g.key: i for i, g in enumerate(groups)}
-    want_zones = min(max(0, int(min_zones)), len({g.zone for g in groups if cap[g.key] > 0}))
+    st = _Split(groups, alloc, cap, unit, min(max(0, int(min_zones)), len({g.zone for g in groups if cap[g.key] > 0})))
+    od = [i for i, g in enumerate(groups) if g.pool != "spot"]
+    st.add(od, lambda i: on_demand_floor - st.od_total)
 
-    def add(cands: list[GroupState], missing) -> None:
-        """Add replicas to ``cands`` while ``missing(g)`` (replicas still needed if g gets them) is > 0."""
-        while True:
-            free = [g for g in cands if alloc[g.key] < cap[g.key]]
-            if not free or missing(free[0]) <= 0:
-                return
-            zones = {g.zone for g in groups if alloc[g.key] > 0}
-            spread = len(zones) < want_zones and any(g.zone not in zones for g in free)
+    def short(i: int) -> int:
+        gap = need_units - st.total_units
+        by_units = math.ceil(gap / st.unit[i] - 1e-9) if gap > 1e-9 else 0
+        return max(by_units, min_total - st.total_count)
 
-            best = min(free, key=lambda g, z=zones, s=spread: (
-                s and g.zone in z, max(0.0, g.price_usd_per_hour) / unit[g.key],
-                alloc[g.key] >= current_replicas(g), order[g.key]))
-            k = 1
-            if not spread:  # several at once: up to the cap, what is missing, and the replicas it has now
-                cur = current_replicas(best)
-                k = min(cap[best.key] - alloc[best.key], missing(best),
-                        cur - alloc[best.key] if alloc[best.key] < cur else cap[best.key])
-            alloc[best.key] += max(1, k)
-
-    od = [g for g in groups if g.pool != "spot"]
-    add(od, lambda g: on_demand_floor - sum(alloc[h.key] for h in od))
-
-    def short(g: GroupState) -> int:
-        gap = need_units - sum(alloc[k] * unit[k] for k in alloc)
-        by_units = math.ceil(gap / unit[g.key] - 1e-9) if gap > 1e-9 else 0
-        return max(by_units, min_total - sum(alloc.values()))
-
-    add(groups, short)
+    st.add(list(range(len(groups))), short)
     return alloc
+
+
+class _Split:
+    """The state of one ``split_replicas`` call, by group index, with the running totals its steps test."""
+
+    def __init__(self, groups: list[GroupState], alloc: dict[str, int], cap: dict[str, int], unit: dict[str, float],
+                 want_zones: int):
+        self.groups, self.alloc = groups, alloc
+        self.keys = [g.key for g in groups]
+        self.cap = [cap[k] for k in self.keys]
+        self.unit = [unit[k] for k in self.keys]
+        self.cur = [current_replicas(g) for g in groups]
+        self.ppu = [max(0.0, g.price_usd_per_hour) / self.unit[i] for i, g in enumerate(groups)]
+        self.n = [alloc[k] for k in self.keys]
+        self.total_units = sum(alloc[k] * unit[k] for k in alloc)
+        self.total_count = sum(alloc.values())
+        self.is_od = [g.pool != "spot" for g in groups]
+        self.od_total = sum(self.n[i] for i in range(len(groups)) if self.is_od[i])
+        self.covered = {g.zone for i, g in enumerate(groups) if self.n[i] > 0}
+        self.want_zones = want_zones
+
+    def grow(self, i: int, k: int) -> None:
+        self.n[i] += k
+        self.alloc[self.keys[i]] = self.n[i]
+        self.total_units += k * self.unit[i]
+        self.total_count += k
+        if self.is_od[i]:
+            self.od_total += k
+        self.covered.add(self.groups[i].zone)
+
+    def key(self, i: int) -> tuple[float, bool, int]:
+        return self.ppu[i], self.n[i] >= self.cur[i], i
+
+    def add(self, cands: list[int], missing) -> None:
+        """Add replicas to ``cands`` (indices, in order) while ``missing(first free candidate) > 0``."""
+        n, cap, zone = self.n, self.cap, [g.zone for g in self.groups]
+        free = [i for i in cands if n[i] < cap[i]]
+        first = 0  # free[first]: the first candidate below its cap (caps are only ever reached)
+        per_zone: dict[str, int] = {}  # free candidates per zone
+        for i in free:
+            per_zone[zone[i]] = per_zone.get(zone[i], 0) + 1
+        uncovered = sum(1 for z in per_zone if z not in self.covered)  # zones with a free candidate, no replica
+        # phase 1, while fewer than want_zones zones have a replica and a free candidate lies in another zone:
+        # one replica at a time to the best candidate of an uncovered zone (all at 0 replicas: the key is static)
+        heap = [self.key(i) for i in free]
+        heapq.heapify(heap)
+        while True:
+            while first < len(free) and n[free[first]] >= cap[free[first]]:
+                first += 1
+            if first == len(free) or missing(free[first]) <= 0:
+                return
+            if not (len(self.covered) < self.want_zones and uncovered > 0):
+                break
+            while zone[heap[0][2]] in self.covered:  # a candidate in an uncovered zone exists: the loop ends
+                heapq.heappop(heap)
+            i = heapq.heappop(heap)[2]
+            self.grow(i, 1)  # its zone is covered now
+            uncovered -= 1
+            if n[i] >= cap[i]:
+                per_zone[zone[i]] -= 1
+        # phase 2: the spread is done for good; the best free candidate, several replicas at once
+        heap = [self.key(i) for i in free[first:] if n[i] < cap[i]]
+        heapq.heapify(heap)
+        while True:
+            i = heap[0][2]
+            cur = self.cur[i]
+            k = min(cap[i] - n[i], missing(i), cur - n[i] if n[i] < cur else cap[i])
+            self.grow(i, max(1, k))
+            if n[i] < cap[i]:
+                heapq.heapreplace(heap, self.key(i))
+            else:
+                heapq.heappop(heap)
+            while first < len(free) and n[free[first]] >= cap[free[first]]:
+                first += 1
+            if first == len(free) or missing(free[first]) <= 0:
+                return
 
 
 @dataclass

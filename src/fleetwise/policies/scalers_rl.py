@@ -1,7 +1,9 @@
 """The learned scaler ``rl``: a PPO policy trained on ``fleetwise/Autoscaling-v0`` (fleetwise.learn.autoscaling),
 deployed through the same ``Scaler`` protocol as the heuristics. docs/autoscaling.md, "RL scaler".
 
-Needs the ``rl`` extra (gymnasium, stable-baselines3); torch is imported only when a checkpoint is loaded.
+The policy is a fleetwise policy checkpoint (``NAME.npz`` + ``NAME.card.json``, fleetwise.control.checkpoint) run
+in numpy: loading it runs no code from the file and needs neither torch nor Stable-Baselines3. Training writes
+one beside its SB3 ``.zip``; ``fleetwise export-checkpoint`` exports an older ``.zip`` (yours only: it unpickles).
 """
 
 from __future__ import annotations
@@ -9,8 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
-
+from fleetwise.control.checkpoint import SUFFIX, load_policy
 from fleetwise.control.registry import register_scaler
 from fleetwise.errors import InputError
 from fleetwise.policies.scaler_features import (
@@ -27,8 +28,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 @register_scaler("rl")
 class RLScaler:
-    """A trained Stable-Baselines3 PPO policy (``checkpoint``: its .zip) as a scaler: each epoch
-    ``features(obs)`` -> the policy's action (argmax with ``deterministic``) -> per group a change of
+    """A trained PPO policy (``checkpoint``: its fleetwise checkpoint, ``NAME.npz`` or ``NAME``) as a scaler: each
+    epoch ``features(obs)`` -> the policy's deterministic action (per-group argmax) -> per group a change of
     ready + starting replicas (``targets_from_action``: clamped to the group's limits, with the safety rules;
     ``on_demand_floor`` as in training, default 1). The number of groups and of replica changes per group come
     from the checkpoint's spaces."""
@@ -36,32 +37,35 @@ class RLScaler:
     def __init__(self, checkpoint: str, deterministic: bool = True, on_demand_floor: int = 1):
         if int(on_demand_floor) < 0:
             raise ValueError(f"on_demand_floor must be >= 0, got {on_demand_floor}")
+        if not deterministic:
+            raise ValueError("deterministic must be true (a served policy acts deterministically)")
         path = Path(str(checkpoint)).expanduser()
-        if path.suffix != ".zip" and not path.exists() and path.with_suffix(".zip").exists():
-            path = path.with_suffix(".zip")
+        if path.suffix == ".zip" and path.exists():
+            hint = f" (its export is {path.with_suffix(SUFFIX)})" if path.with_suffix(SUFFIX).is_file() else ""
+            raise InputError(f"scaler 'rl': {str(path)!r} is a Stable-Baselines3 zip, which runs code when loaded; "
+                             f"give the fleetwise checkpoint NAME.npz{hint} (export one with `fleetwise "
+                             "export-checkpoint`, only for files you trust)")
+        if not path.name.endswith(SUFFIX) and not path.exists():
+            path = path.with_name(path.name + SUFFIX)
         if not path.is_file():
             raise InputError(f"scaler 'rl': checkpoint {str(checkpoint)!r} not found (train one: python -m "
-                             f"fleetwise.learn.autoscaling train --out PATH.zip)")
-        from stable_baselines3 import PPO
-
-        try:
-            self.model = PPO.load(str(path), device="cpu")
-        except Exception as e:  # a corrupt or foreign file
-            raise InputError(f"scaler 'rl': cannot load checkpoint {str(path)!r}: {e}") from None
-        shape = self.model.observation_space.shape
-        nvec = np.asarray(getattr(self.model.action_space, "nvec", []))
-        dim = int(shape[0]) if shape else 0
+                             f"fleetwise.learn.autoscaling train --out PATH.zip, which also writes PATH.npz)")
+        self.model = load_policy(path, level="scaler")
+        shape = self.model.obs_shape
+        act = self.model.action
+        dim = int(shape[0]) if len(shape) == 1 else 0
         self.max_groups = (dim - N_GLOBAL_FEATURES) // N_GROUP_FEATURES
-        if (self.max_groups < 1 or dim != self.max_groups * N_GROUP_FEATURES + N_GLOBAL_FEATURES
-                or len(nvec) != self.max_groups):
+        if (act.kind != "multi_discrete" or self.max_groups < 1
+                or dim != self.max_groups * N_GROUP_FEATURES + N_GLOBAL_FEATURES or len(act.nvec) != self.max_groups
+                or len(set(act.nvec)) != 1):
             raise InputError(f"scaler 'rl': {str(path)!r} is not an Autoscaling-v0 policy (observation {shape}, "
-                             f"action {self.model.action_space})")
-        self.deltas = symmetric_deltas(int(nvec[0]))
-        self.deterministic = bool(deterministic)
+                             f"action {act.to_json()})")
+        self.deltas = symmetric_deltas(int(act.nvec[0]))
+        self.deterministic = True
         self.on_demand_floor = int(on_demand_floor)
         self.checkpoint = str(path)
 
     def scale(self, obs: ScaleObs) -> dict[str, int]:
         x = features(obs, self.max_groups)
-        action, _ = self.model.predict(x, deterministic=self.deterministic)
+        action, _ = self.model.predict(x)
         return targets_from_action(obs, action, self.deltas, self.on_demand_floor)

@@ -229,7 +229,7 @@ def _train_rl(base: dict, bud: dict, out_dir: Path, prog) -> Path | None:
     path = out_dir / "rl_scaler.zip"
     train_platform_autoscaler(base, path, timesteps=bud["rl_timesteps"], window_s=bud["rl_window_s"],
                               days=range(1, 7), progress=lambda n: prog.update(task, completed=n))
-    return path
+    return path.with_suffix(".npz")  # the checkpoint the scaler "rl" loads (written beside SB3's zip)
 
 
 def _rl_trainer():

@@ -6,7 +6,8 @@ only; the ablation), training seeds 0..K-1, on training days (first 70% of the l
 evaluate every policy on the same held-out days (one day per seed); report mean / P95 / P99 response time, load
 CV, cost, switches and migrations (mean and 95% bootstrap CI over days, and over training seeds for the RL
 policies), and TORTA's paired change against the best baseline per metric and against the reactive PPO.
-Trained agents are saved under ``<results>/torta/checkpoints``.
+Trained agents are saved under ``<results>/torta/checkpoints``: SB3's ``.zip`` (evaluated here) and the fleetwise
+checkpoint ``.npz`` + ``.card.json`` that ``fleetwise serve --checkpoint`` loads.
 """
 
 from __future__ import annotations
@@ -70,12 +71,15 @@ def policies(models: dict) -> dict:
 def _train_job(job: tuple) -> tuple:
     """Train one agent (a worker process or in-process) and save it; returns its learning curve."""
     from fleetwise.envs.torta import TortaConfig, TortaEnv
+    from fleetwise.learn.export import export_sb3
     from fleetwise.learn.torta import TortaArgs, train
 
     topo, name, steps, seed, path = job
     cfg = replace(TortaConfig(topology=topo), temporal=AGENTS[name])
     model, curve, wall = train(lambda: TortaEnv(cfg), TortaArgs(total_timesteps=steps, seed=seed))
-    model.save(path)
+    model.save(path)  # SB3's zip: evaluated below, in this run (it unpickles on load: never served)
+    export_sb3(model, Path(path).with_suffix(".npz"), level="planner", policy=name,  # what serving loads
+               training={"topology": topo, "timesteps": int(steps), "seed": int(seed), "wall_s": round(wall, 1)})
     return topo, name, seed, path, curve, wall
 
 
@@ -252,7 +256,8 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
     _plots(result, extras, out_dir)
     (out_dir / "result.json").write_text(json.dumps(result, indent=1))
     if progress:
-        console.print(f"checkpoints: {ckpt_dir} (serve one with `fleetwise serve --checkpoint PATH`)", markup=False)
+        console.print(f"checkpoints: {ckpt_dir} (serve one with `fleetwise serve --checkpoint-dir {ckpt_dir} "
+                      "--checkpoint NAME.npz`)", markup=False)
     return result
 
 

@@ -29,67 +29,11 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fleetwise.errors import InputError
+from fleetwise.serve.schemas import MAX_REPLICAS, ROUTE_EXAMPLE, ReplicaSnapshot, RouteRequest  # noqa: F401 (the wire)
 
 DEFAULT_TOKENS_PER_S = 10_000.0  # prefill throughput assumed when no replica reports one
-MAX_REPLICAS = 10_000
-_BIG = 10**15  # bound on counts: keeps every estimate a finite float
-
-
-class ReplicaSnapshot(BaseModel):
-    """One candidate replica as the caller sees it now."""
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-    id: str = Field(min_length=1, max_length=256)
-    region: str | None = Field(None, max_length=256)
-    outstanding_requests: int = Field(0, ge=0, le=_BIG, description="routed, not finished")
-    outstanding_tokens: int = Field(0, ge=0, le=_BIG,
-                                    description="prefill + decode tokens still to compute (estimate)")
-    kv_used_fraction: float = Field(0.0, ge=0.0, le=1.0)
-    waiting: int = Field(0, ge=0, le=_BIG, description="queued, not admitted")
-    ready: bool = Field(True, description="False: not serving; never picked unless no replica is ready")
-    rtt_s: float = Field(0.0, ge=0.0, le=3600.0, description="network round trip from the request's origin")
-    prefix_hit_tokens: int = Field(0, ge=0, le=_BIG, description="prompt tokens cached here for this request")
-    tokens_per_s: float | None = Field(None, ge=1e-6, le=1e12, description="prefill throughput, if known")
-
-
-ROUTE_EXAMPLE = {
-    "prompt_tokens": 812, "output_tokens": 256, "model": "llama-3-8b", "origin": "us-east-1",
-    "replicas": [
-        {"id": "r0", "region": "us-east-1", "outstanding_requests": 4, "outstanding_tokens": 5200,
-         "kv_used_fraction": 0.41, "waiting": 1, "rtt_s": 0.002, "tokens_per_s": 12000.0},
-        {"id": "r1", "region": "eu-central-1", "outstanding_requests": 1, "outstanding_tokens": 900,
-         "kv_used_fraction": 0.12, "rtt_s": 0.09, "prefix_hit_tokens": 512, "tokens_per_s": 12000.0},
-    ],
-}
-
-
-class RouteRequest(BaseModel):
-    """One request to route: its features and a snapshot of the candidate replicas."""
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, json_schema_extra={"examples": [ROUTE_EXAMPLE]})
-
-    prompt_tokens: int = Field(ge=1, le=_BIG)
-    output_tokens: int = Field(128, ge=1, le=_BIG, description="expected / max output tokens")
-    model: str | None = Field(None, max_length=256)
-    origin: str | None = Field(None, max_length=256)
-    slo_class: str = Field("standard", max_length=256)
-    tenant: str = Field("default", max_length=256)
-    replicas: list[ReplicaSnapshot] = Field(min_length=1, max_length=MAX_REPLICAS)
-
-    @model_validator(mode="after")
-    def _unique_ids(self) -> "RouteRequest":
-        reps = self.replicas
-        if len({r.id for r in reps}) != len(reps):
-            seen: set[str] = set()
-            for r in reps:
-                if r.id in seen:
-                    raise ValueError(f"replica ids must be unique; {r.id!r} appears more than once")
-                seen.add(r.id)
-        return self
 
 
 # --------------------------------------------------------------------------------------------- the view

@@ -1,0 +1,434 @@
+"""Issue 14 sections 1-3 as an attacker would try them, against a decision service and a gateway served by uvicorn
+on 127.0.0.1 in the test (with small limits set here), small misbehaving stub backends, and checkpoints crafted to
+run code. docs/security.md lists what each test defends. No timed assertions: waits have generous upper bounds."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import pickle
+import socket
+import subprocess
+import sys
+import threading
+import zipfile
+
+import pytest
+
+httpx = pytest.importorskip("httpx")
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+
+from fleetwise.serve.app import SCALE_EXAMPLE, create_app  # noqa: E402
+from fleetwise.serve.edge import Limits, ThreadedServer, check_token  # noqa: E402
+from fleetwise.serve.gateway import create_gateway_app  # noqa: E402
+from fleetwise.serve.policy import ROUTE_EXAMPLE  # noqa: E402
+
+TOKEN = "a-long-enough-token-0123"
+AUTH = {"authorization": f"Bearer {TOKEN}"}
+SMALL = Limits(max_body_bytes=64 << 10, body_timeout_s=1.0, header_timeout_s=1.0, max_header_bytes=8 << 10,
+               keep_alive_s=1.0, max_concurrency=100)
+
+
+def one_line(r: httpx.Response) -> str:
+    body = r.json()
+    msg = body["detail"] if "detail" in body else body["error"]["message"]
+    assert isinstance(msg, str) and msg and "\n" not in msg, body
+    return msg
+
+
+@contextlib.contextmanager
+def serving(app, limits: Limits = SMALL):
+    with ThreadedServer(app, limits=limits) as srv:
+        yield srv.url
+
+
+# --------------------------------------------------------------------------------------------- section 1
+class _Evil:
+    """Unpickling this creates a file: what a crafted checkpoint would do in the service's process."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def crafted_sb3_zip(path, marker) -> None:
+    """An SB3-style zip whose ``data`` JSON carries a pickled payload (SB3 unpickles ":serialized:" values on load)."""
+    payload = base64.b64encode(pickle.dumps(_Evil(str(marker)))).decode()
+    data = {"policy_class": {":type:": "<class 'abc.ABCMeta'>", ":serialized:": payload},
+            "observation_space": {":type:": "<class 'gymnasium.spaces.box.Box'>", ":serialized:": payload}}
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("data", json.dumps(data))
+        z.writestr("policy.pth", b"")
+        z.writestr("_stable_baselines3_version", "2.3.0")
+
+
+def test_the_crafted_zip_is_a_real_attack(tmp_path):
+    """The payload does create the file when SB3's loader reads it (in a throwaway process): the test below
+    guards against something real."""
+    pytest.importorskip("stable_baselines3")
+    evil, marker = tmp_path / "evil.zip", tmp_path / "pwned-by-sb3"
+    crafted_sb3_zip(evil, marker)
+    code = ("import sys, zipfile; from stable_baselines3.common.save_util import json_to_data; "
+            "json_to_data(zipfile.ZipFile(sys.argv[1]).read('data').decode())")
+    subprocess.run([sys.executable, "-c", code, str(evil)], capture_output=True, timeout=120)
+    assert marker.exists()
+
+
+@pytest.fixture
+def ckpt_dir(tmp_path):
+    d = tmp_path / "ckpts"
+    d.mkdir()
+    return d
+
+
+def test_a_crafted_checkpoint_runs_no_code_and_gets_400(ckpt_dir, tmp_path):
+    marker = tmp_path / "pwned"
+    for name in ("evil.zip", "evil.npz"):  # the extension changes nothing
+        crafted_sb3_zip(ckpt_dir / name, marker)
+    app = create_app(token=TOKEN, checkpoint_dir=str(ckpt_dir))
+    with serving(app) as url:
+        for name in ("evil.zip", "evil.npz"):
+            r = httpx.post(f"{url}/v1/admin/reload", json={"checkpoint": name}, headers=AUTH)
+            assert r.status_code == 400
+            msg = one_line(r)
+            assert "unchanged" in msg and "Stable-Baselines3 zip" in msg and "export-checkpoint" in msg
+            r = httpx.post(f"{url}/v1/admin/reload", json={"scaler": f"rl?checkpoint={name}"}, headers=AUTH)
+            assert r.status_code == 400 and "runs code" in one_line(r)
+        assert httpx.get(f"{url}/readyz").json()["planner"] == "ot_capacity"  # the old planner stays
+    assert not marker.exists()
+
+
+def test_checkpoints_load_only_from_inside_the_folder(ckpt_dir, tmp_path):
+    outside = tmp_path / "outside.npz"
+    outside.write_bytes(b"x")
+    (ckpt_dir / "escape.npz").symlink_to(outside)
+    (ckpt_dir / "sub").mkdir()
+    app = create_app(token=TOKEN, checkpoint_dir=str(ckpt_dir))
+    with serving(app) as url:
+        for name in ("../outside.npz", str(outside), "escape.npz", "sub/../../outside.npz", "/etc/passwd",
+                     "/proc/self/environ"):
+            for body in ({"checkpoint": name}, {"scaler": f"rl?checkpoint={name}"}):
+                r = httpx.post(f"{url}/v1/admin/reload", json=body, headers=AUTH)
+                assert r.status_code == 400, (body, r.text)
+                assert "outside the checkpoint folder" in one_line(r)
+    # without --checkpoint-dir a reload by path is refused, whatever the path
+    with serving(create_app(token=TOKEN)) as url:
+        r = httpx.post(f"{url}/v1/admin/reload", json={"checkpoint": str(outside)}, headers=AUTH)
+        assert r.status_code == 400 and "--checkpoint-dir" in one_line(r)
+
+
+def test_without_a_token_loopback_host_names_only_and_no_admin(ckpt_dir):
+    app = create_app(token=None)
+    with serving(app) as url:
+        for host in ("attacker.example", "attacker.example:8000", "127.0.0.1.nip.io", "localhost.evil", ""):
+            for path, body in (("/v1/route", ROUTE_EXAMPLE), ("/v1/admin/reload", {"router": "random"})):
+                r = httpx.post(url + path, json=body, headers={"host": host})
+                assert r.status_code == 403, (host, path)
+                assert "loopback" in one_line(r)
+        r = httpx.post(url + "/v1/route", json=ROUTE_EXAMPLE, headers={"origin": "https://attacker.example"})
+        assert r.status_code == 403 and "Origin" in one_line(r)
+        for host in ("127.0.0.1", f"127.0.0.1:{url.rsplit(':', 1)[1]}", "localhost:1", "[::1]:8000"):
+            assert httpx.post(url + "/v1/route", json=ROUTE_EXAMPLE, headers={"host": host}).status_code == 200
+        r = httpx.post(url + "/v1/admin/reload", json={"router": "random"})  # loopback, right Host: still refused
+        assert r.status_code == 403 and "--insecure-admin" in one_line(r)
+    with serving(create_app(token=None, insecure_admin=True)) as url:
+        assert httpx.post(url + "/v1/admin/reload", json={"router": "random"}).status_code == 200
+        assert httpx.post(url + "/v1/admin/reload", json={"router": "random"},
+                          headers={"host": "attacker.example"}).status_code == 403
+    # with a token, the token decides (any Host: a public service has a public name)
+    with serving(create_app(token=TOKEN)) as url:
+        assert httpx.post(url + "/v1/admin/reload", json={"router": "random"}).status_code == 401
+        assert httpx.post(url + "/v1/admin/reload", json={"router": "random"},
+                          headers={**AUTH, "host": "fleet.example.com"}).status_code == 200
+
+
+# --------------------------------------------------------------------------------------------- section 2
+def _raw(url: str) -> socket.socket:
+    host, port = url.removeprefix("http://").split(":")
+    return socket.create_connection((host, int(port)), timeout=30)
+
+
+def _status_line(sock: socket.socket) -> bytes:
+    data = b""
+    while b"\r\n" not in data:
+        chunk = sock.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    return data.split(b"\r\n", 1)[0]
+
+
+def test_slow_headers_are_closed_and_real_requests_still_answered():
+    with serving(create_app(token=TOKEN)) as url:
+        slow = []
+        for i in range(50):
+            s = _raw(url)
+            s.sendall(b"POST /v1/route HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + str(i).encode())
+            slow.append(s)
+        with httpx.Client(base_url=url, headers=AUTH, timeout=30) as h:
+            for _ in range(20):
+                assert h.post("/v1/route", json=ROUTE_EXAMPLE).status_code == 200
+        for s in slow:  # closed by the server after header_timeout_s (1 s here); 30 s is the failure bound
+            s.settimeout(30)
+            assert s.recv(1024) == b""
+            s.close()
+        silent = _raw(url)  # a connection that sends nothing at all
+        silent.settimeout(30)
+        assert silent.recv(1024) == b""
+        silent.close()
+
+
+def test_a_huge_request_head_gets_431():
+    with serving(create_app(token=TOKEN)) as url:
+        s = _raw(url)
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        with contextlib.suppress(OSError):
+            for i in range(20):
+                s.sendall(b"X-Filler-%d: " % i + b"a" * 1000 + b"\r\n")
+        assert b" 431 " in _status_line(s)
+        s.close()
+
+
+def test_a_body_that_never_comes_gets_408():
+    with serving(create_app(token=TOKEN)) as url:
+        s = _raw(url)
+        s.sendall(b"POST /v1/route HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + TOKEN.encode()
+                  + b"\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+        assert b" 408 " in _status_line(s)
+        s.close()
+
+
+def _huge_body_status(url: str, path: str, chunked: bool, headers: bytes = b"") -> bytes:
+    """A 300 MB body announced (or chunked): the status line the server answers with while we still send."""
+    s = _raw(url)
+    head = (b"POST " + path.encode() + b" HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            + headers)
+    if chunked:  # 1 MB of chunks (the limit here is 64 KB); the server stops reading at the limit
+        s.sendall(head + b"Transfer-Encoding: chunked\r\n\r\n")
+        with contextlib.suppress(OSError):
+            for _ in range(64):
+                s.sendall(b"%x\r\n%s\r\n" % (16384, b"[" * 16384))
+    else:
+        s.sendall(head + b"Content-Length: %d\r\n\r\n" % (300 << 20) + b"[" * 1000)
+    line = _status_line(s)
+    s.close()
+    return line
+
+
+def test_a_300_mb_body_is_refused_with_413_before_it_is_read():
+    with serving(create_app(token=TOKEN)) as url:
+        for path in ("/v1/route", "/v1/scale", "/v1/plan", "/v1/admin/reload", "/healthz", "/nope"):
+            for chunked in (False, True):
+                assert b" 413 " in _huge_body_status(url, path, chunked, b"Authorization: Bearer %s\r\n"
+                                                     % TOKEN.encode()), (path, chunked)
+        r = httpx.post(f"{url}/v1/scale", content=b"[" * (65 << 10), headers=AUTH)
+        assert r.status_code == 413 and "limit" in one_line(r)
+    with serving(create_gateway_app([f"http://127.0.0.1:{_free_port()}"], token=TOKEN,
+                                    health_interval_s=60)) as url:
+        for path in ("/v1/completions", "/v1/chat/completions", "/metrics"):
+            for chunked in (False, True):
+                assert b" 413 " in _huge_body_status(url, path, chunked, b"Authorization: Bearer %s\r\n"
+                                                     % TOKEN.encode()), (path, chunked)
+
+
+def test_concurrency_limit_answers_503_beyond_it():
+    lim = Limits(max_concurrency=5, header_timeout_s=30.0)
+    with serving(create_app(token=TOKEN), lim) as url:
+        idle = [_raw(url) for _ in range(5)]
+        try:
+            r = httpx.post(f"{url}/v1/route", json=ROUTE_EXAMPLE, headers=AUTH)
+            assert r.status_code == 503
+        finally:
+            for s in idle:
+                s.close()
+
+
+def test_a_short_token_is_refused_on_a_public_address(tmp_path):
+    from fleetwise.errors import InputError
+
+    with pytest.raises(InputError, match="at least 16"):
+        check_token("0.0.0.0", "x" * 15)
+    check_token("0.0.0.0", "x" * 16)
+    tok = tmp_path / "tok"
+    tok.write_text("short\n")
+    for extra in ([], ["--gateway", "--backend", "http://127.0.0.1:1"]):
+        p = subprocess.run([sys.executable, "-m", "fleetwise", "serve", "--host", "0.0.0.0", "--port", "1",
+                            "--token-file", str(tok), *extra], capture_output=True, text=True, timeout=120,
+                           env={k: v for k, v in os.environ.items() if k != "FLEETWISE_SERVE_TOKEN"})
+        assert p.returncode == 2, p.stderr
+        assert "token of 5 characters" in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_scale_with_10000_groups_is_answered():
+    """The largest /v1/scale the API allows (its speed: `fleetwise bench scale`, docs/serve.md)."""
+    from fleetwise.serve.bench_scale import scale_body
+
+    body = json.dumps(scale_body(10_000)).encode()
+    with serving(create_app(token=TOKEN, scaler="hpa"), Limits(max_body_bytes=16 << 20)) as url:
+        r = httpx.post(f"{url}/v1/scale", content=body, headers={**AUTH, "content-type": "application/json"},
+                       timeout=300)
+    assert r.status_code == 200 and len(r.json()["targets"]) == 10_000
+    assert SCALE_EXAMPLE["groups"][0]["model"] == "llama-8b"
+
+
+# --------------------------------------------------------------------------------------------- section 3
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+GOOD = json.dumps({"id": "ok", "object": "text_completion", "choices": [{"text": "hi", "index": 0}]}).encode()
+
+
+class Stub:
+    """An HTTP backend on 127.0.0.1 that answers POSTs with ``raw`` bytes, then closes; GETs (health, models)
+    with 200 ``{"data": []}``. Counts the POSTs."""
+
+    def __init__(self, raw: bytes):
+        self.raw, self.posts = raw, 0
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self._t = threading.Thread(target=self._serve, daemon=True)
+        self._t.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+
+    def _one(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(30)
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                data += chunk
+            head, _, body = data.partition(b"\r\n\r\n")
+            n = next((int(ln.split(b":")[1]) for ln in head.split(b"\r\n") if ln.lower().startswith(
+                b"content-length:")), 0)
+            while len(body) < n:
+                body += conn.recv(65536)
+            if head.startswith(b"POST"):
+                self.posts += 1
+                conn.sendall(self.raw)
+            else:
+                conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 12\r\n"
+                             b"connection: close\r\n\r\n{\"data\": []}")
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _resp(body: bytes, *, length: bool = True, status: bytes = b"200 OK", ctype: bytes = b"application/json") -> bytes:
+    h = b"HTTP/1.1 " + status + b"\r\ncontent-type: " + ctype + b"\r\nconnection: close\r\n"
+    if length:
+        h += b"content-length: %d\r\n" % len(body)
+    return h + b"\r\n" + body
+
+
+MISBEHAVING = {
+    "close-delimited body cut mid-way": _resp(b'{"id": "x", "object": "text_completion",', length=False),
+    "content-length body cut mid-way": _resp(GOOD)[:-10],
+    "non-JSON 200": _resp(b"<html>oops</html>", ctype=b"text/html"),
+    "empty 200": _resp(b""),
+    "JSON 200 that is not an object": _resp(b"[1, 2]"),
+    "non-JSON 400": _resp(b"bad", status=b"400 Bad Request", ctype=b"text/plain"),
+}
+
+
+@pytest.fixture
+def stubs():
+    made = []
+
+    def make(raw):
+        s = Stub(raw)
+        made.append(s)
+        return s
+
+    yield make
+    for s in made:
+        s.close()
+
+
+def test_malformed_requests_get_400_with_one_line_never_500(stubs):
+    good = stubs(_resp(GOOD))
+    deep = b'{"prompt": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    cases = [
+        ("/v1/chat/completions", b'{"messages": 5}'),
+        ("/v1/chat/completions", b'{"messages": [5]}'),
+        ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": {"a": 1}}]}'),
+        ("/v1/chat/completions", b"{}"),
+        ("/v1/completions", deep),
+        ("/v1/completions", b'{"prompt": "x", "max_tokens": 10000000000000000}'),
+        ("/v1/completions", b'{"prompt": "x", "max_tokens": -1}'),
+        ("/v1/completions", b'{"prompt": "x", "n": 1000000}'),
+        ("/v1/completions", b'{"prompt": "x", "stream": "yes"}'),
+        ("/v1/completions", b'{"prompt": {"a": 1}}'),
+        ("/v1/completions", b'{"prompt": [99999999999]}'),
+        ("/v1/completions", b'{"prompt": "x", "model": 5}'),
+        ("/v1/completions", b"[1, 2]"),
+        ("/v1/completions", b"{not json"),
+        ("/v1/completions", b"\xff\xfe"),
+        ("/v1/completions", b'{"prompt": "x", "extra": ' + b"[" * 5000 + b"]" * 5000 + b"}"),
+    ]
+    with serving(create_gateway_app([good.url], health_interval_s=60, metrics_interval_s=0), Limits()) as url:
+        for path, raw in cases:
+            r = httpx.post(url + path, content=raw, headers={"content-type": "application/json"})
+            assert r.status_code == 400, (path, raw[:80], r.status_code, r.text[:300])
+            assert r.json()["error"]["type"] == "invalid_request_error"
+            one_line(r)
+        assert good.posts == 0  # nothing malformed was forwarded
+        r = httpx.post(url + "/v1/completions", json={"prompt": "x", "max_tokens": 4, "whatever": [1, {"a": 2}]})
+        assert r.status_code == 200 and r.json()["id"] == "ok" and good.posts == 1
+
+
+@pytest.mark.parametrize("kind", sorted(MISBEHAVING))
+def test_a_bad_backend_response_is_never_passed_on(kind, stubs):
+    bad, good = stubs(MISBEHAVING[kind]), stubs(_resp(GOOD))
+    opts = {"health_interval_s": 60, "metrics_interval_s": 0, "retry_backoff_s": 0.0}
+    with serving(create_gateway_app([bad.url, good.url], route_policy="round_robin", **opts)) as url:
+        for _ in range(3):
+            r = httpx.post(url + "/v1/completions", json={"prompt": "x", "max_tokens": 2})
+            assert r.status_code == 200 and r.json()["id"] == "ok", r.text
+            assert r.headers["x-fleetwise-backend"] == good.url
+    assert bad.posts >= 1  # it was tried, and its answer dropped
+    with serving(create_gateway_app([bad.url], **opts)) as url:  # none left: a 503 JSON error
+        r = httpx.post(url + "/v1/completions", json={"prompt": "x", "max_tokens": 2})
+        assert r.status_code == 503
+        err = r.json()["error"]
+        assert err["type"] == "upstream_unavailable" and len(err["attempts"]) == 1 and bad.url in err["attempts"][0]
+
+
+def test_a_stream_that_breaks_ends_with_an_sse_error_event(stubs):
+    events = b"".join(b'data: {"id": "s", "object": "text_completion", "choices": [{"text": "%d"}]}\n\n' % i
+                      for i in range(3))
+    broken = stubs(_resp(events + b'data: {"id": "s", "obj', length=False, ctype=b"text/event-stream"))
+    with serving(create_gateway_app([broken.url], health_interval_s=60, metrics_interval_s=0)) as url:
+        with httpx.stream("POST", url + "/v1/completions", json={"prompt": "x", "stream": True}) as r:
+            assert r.status_code == 200
+            text = r.read().decode()
+    blocks = [b for b in text.split("\n\n") if b.strip()]
+    assert [json.loads(b[6:])["choices"][0]["text"] for b in blocks[:3]] == ["0", "1", "2"]  # whole events
+    err = json.loads(blocks[-1][6:])["error"]
+    assert err["type"] == "upstream_stream_error" and len(blocks) == 4  # no [DONE] the backend did not send
+
+
+def test_gateway_without_a_token_refuses_other_host_names(stubs):
+    good = stubs(_resp(GOOD))
+    with serving(create_gateway_app([good.url], health_interval_s=60, metrics_interval_s=0)) as url:
+        r = httpx.post(url + "/v1/completions", json={"prompt": "x"}, headers={"host": "attacker.example"})
+        assert r.status_code == 403 and r.json()["error"]["type"] == "permission_error"
+        r = httpx.post(url + "/v1/completions", json={"prompt": "x"}, headers={"origin": "http://attacker.example"})
+        assert r.status_code == 403
+        assert good.posts == 0
