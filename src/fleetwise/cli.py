@@ -32,14 +32,77 @@ app.add_typer(bench_app, name="bench")
 console = Console(stderr=True)
 out = Console() if sys.stdout.isatty() else Console(width=200)
 
-# keys shown in tables, with the unit scale
+# keys shown in tables: (summary key, column label, unit scale, format, shown without --wide)
 TABLE_KEYS = [
-    ("completed", "done", 1, "{:.0f}"),
-    ("ttft_p50_s", "TTFT p50 s", 1, "{:.3f}"), ("ttft_p99_s", "TTFT p99 s", 1, "{:.2f}"),
-    ("tpot_p50_s", "TPOT p50 ms", 1e3, "{:.1f}"), ("e2e_p99_s", "E2E p99 s", 1, "{:.1f}"),
-    ("goodput_rps", "goodput/s", 1, "{:.2f}"), ("load_cv", "load CV", 1, "{:.3f}"),
-    ("slowdown_p50", "slowdown p50", 1, "{:.2f}"), ("cost_per_mtok_usd", "$/Mtok", 1, "{:.3f}"),
+    ("completed", "done", 1, "{:.0f}", False),
+    ("ttft_p50_s", "TTFT p50 s", 1, "{:.3f}", False), ("ttft_p99_s", "TTFT p99 s", 1, "{:.2f}", True),
+    ("tpot_p50_s", "TPOT p50 ms", 1e3, "{:.1f}", True), ("e2e_p99_s", "E2E p99 s", 1, "{:.1f}", False),
+    ("goodput_rps", "goodput/s", 1, "{:.2f}", True), ("load_cv", "load CV", 1, "{:.3f}", False),
+    ("slowdown_p50", "slowdown p50", 1, "{:.2f}", False), ("cost_per_mtok_usd", "$/Mtok", 1, "{:.3f}", False),
 ]
+# paired changes against the baseline, in tables with a baseline (all shown without --wide)
+CHANGE_KEYS = [("ttft_p99_s", "TTFT p99"), ("goodput_rps", "goodput")]
+
+# Every terminal table fits this many columns: a table that would be wider is split into blocks of columns, each
+# repeating the first (the row's name). --wide prints each table whole, as wide as it needs.
+TABLE_WIDTH = 120
+_WIDE = typer.Option(False, "--wide", help="every column, in one table as wide as it needs (default: fits 120 "
+                     "columns)")
+
+
+def _natural_width(renderable) -> int:
+    from rich.measure import Measurement
+
+    return Measurement.get(out, out.options.update_width(100_000), renderable).maximum
+
+
+def fit_tables(renderable, width: int = TABLE_WIDTH) -> list:
+    """The tables of ``renderable`` (a Table, or a Group of them), each split into blocks of columns no wider than
+    ``width``; every block repeats the first column, the title goes on the first block, the caption on the last.
+    A column too wide to fit beside the first even alone wraps instead of being cut."""
+    import copy
+    from dataclasses import replace
+
+    from rich.console import Group
+
+    if isinstance(renderable, Group):
+        return [t for r in renderable.renderables for t in fit_tables(r, width)]
+    if not isinstance(renderable, Table) or len(renderable.columns) < 2 or _natural_width(renderable) <= width:
+        return [renderable]
+
+    def block(cols: list[int], first: bool, last: bool) -> Table:
+        b = copy.copy(renderable)
+        b.columns = [replace(renderable.columns[c], _index=k, _cells=list(renderable.columns[c].cells))
+                     for k, c in enumerate(cols)]
+        b.rows = list(renderable.rows)
+        b.title = renderable.title if first else (f"{renderable.title} (continued)" if renderable.title else None)
+        b.caption = renderable.caption if last else None
+        return b
+
+    blocks: list[list[int]] = [[0]]
+    for c in range(1, len(renderable.columns)):
+        if len(blocks[-1]) > 1 and _natural_width(block(blocks[-1] + [c], False, False)) > width:
+            blocks.append([0])
+        blocks[-1].append(c)
+    tables = [block(cols, i == 0, i == len(blocks) - 1) for i, cols in enumerate(blocks)]
+    for t in tables:
+        if _natural_width(t) > width:  # one column too wide on its own: let it wrap
+            t.columns[-1].no_wrap = False
+            t.columns[-1].overflow = "fold"
+    return tables
+
+
+def print_tables(renderable, wide: bool = False) -> None:
+    """Print a table (or a Group of tables) to stdout: fitted to TABLE_WIDTH columns, or whole with ``wide``."""
+    if wide:
+        need = _natural_width(renderable)
+        if need > out.width and not out.is_terminal:  # a pipe or file: as wide as the table, nothing cut
+            Console(width=need, file=out.file).print(renderable)
+        else:
+            out.print(renderable)
+        return
+    for t in fit_tables(renderable, min(TABLE_WIDTH, out.width)):
+        out.print(t)
 
 
 def _progress() -> Progress:
@@ -76,11 +139,16 @@ def simulate(
     monitor: Optional[Path] = typer.Option(None, help="platform runs: write the monitoring series here "
                                            "(Prometheus text, Parquet, PNG)"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+    records_file: Optional[Path] = typer.Option(None, "--records", metavar="FILE", help="write per-request records "
+                                                "(docs/metrics.md): FILE.parquet (the parquet extra) or FILE.csv"),
+    wide: bool = _WIDE,
 ) -> None:
     """Run one scenario (default: the embedded default) and print its summary. A scenario with a ``scaler``
     (or ``--scaler``) runs with the platform layer: autoscaling, spot, faults, tenants (docs/platform.md)."""
     from fleetwise.run import run_scenario
 
+    if records_file is not None:
+        _records_format(records_file)  # a wrong extension, a missing folder or no pyarrow: fail before the run
     sc, workload = _load(scenario, trace, requests)
     if monitor is not None:
         from fleetwise.experiments.store import check_writable_dir
@@ -112,6 +180,9 @@ def simulate(
         except InputError as e:
             console.print(str(e), markup=False)
         plot_monitor(plat.monitor, monitor / "monitor.png", title=f"{sc.name} ({sc.scaler.name})", events=plat.events)
+    if records_file is not None:
+        write_records(records_file, record_columns(r.records, b))
+        console.print(f"{len(r.records)} request records written to {records_file}", highlight=False, soft_wrap=True)
     if as_json:
         out.print_json(json.dumps(_jsonable(s)))
         return
@@ -123,18 +194,107 @@ def simulate(
             t.add_row(k, f"{v:.4g}")
         else:
             t.add_row(k, str(v))
-    out.print(t)
+    print_tables(t, wide)
+
+
+def record_columns(records, b) -> dict:
+    """Per-request records as named columns (docs/metrics.md, "Per-request records"): numpy arrays, and
+    categorical columns as ``(codes, names)`` pairs (status and reject reason by name, never a bare code)."""
+    import numpy as np
+
+    from fleetwise.sim.records import REJECT_REASONS, STATUS
+
+    w = b.workload  # one record per workload request, in the same order
+    cols: dict = {"request_id": np.arange(len(records), dtype=np.int64), "arrival_s": records.arrival_s,
+                  "model": (w.model, list(w.models)), "tenant": (w.tenant, list(w.tenants)),
+                  "origin": (w.origin, list(w.origins)), "slo_class": (w.slo_class, list(w.slo_classes))}
+    cols |= {"prompt_tokens": records.prompt_tokens, "output_tokens": records.output_tokens,
+             "status": (records.status, list(STATUS)), "reason": (records.reason, list(REJECT_REASONS)),
+             "replica": records.replica,  # -1: never routed
+             "region": (np.where(records.region < 0, len(b.fleet.regions), records.region),
+                        [r.name for r in b.fleet.regions] + [""]),  # "": never routed
+             "ttft_s": records.ttft_s, "tpot_s": records.tpot_s, "e2e_s": records.e2e_s,
+             "queue_delay_s": records.queue_delay_s, "first_token_s": records.first_token_s,
+             "completion_s": records.completion_s, "prefix_hit_tokens": records.prefix_hit_tokens,
+             "preemptions": records.preemptions}
+    return cols
+
+
+def _records_format(path: Path) -> str:
+    """``parquet`` or ``csv`` by the file's extension; checked before a run (folder, pyarrow) so it fails early."""
+    suffix = path.suffix.lower()
+    if suffix not in (".parquet", ".csv"):
+        raise InputError(f"--records {path}: expected a .parquet or .csv file name")
+    if not path.parent.is_dir():
+        raise InputError(f"--records {path}: folder {path.parent} does not exist")
+    if path.is_dir():
+        raise InputError(f"--records {path}: is a directory")
+    if suffix == ".parquet":
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError:
+            raise InputError(f"--records {path}: writing Parquet needs pyarrow: "
+                             "pip install -c constraints.txt 'fleetwise[parquet]' (or write a .csv)") from None
+    return suffix[1:]
+
+
+def write_records(path: Path, cols: dict) -> None:
+    """Write ``record_columns`` to Parquet (categoricals dictionary-encoded, NaN where it never happened) or CSV
+    (categoricals as names, empty where it never happened), atomically: a temporary file, then a rename."""
+    import numpy as np
+
+    fmt = _records_format(path)
+    if fmt == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        def column(v):
+            if isinstance(v, tuple):  # (codes, names): dictionary-encoded strings
+                return pa.DictionaryArray.from_arrays(pa.array(v[0].astype(np.int32)), pa.array(v[1], pa.string()))
+            return v
+
+        table = pa.table({k: column(v) for k, v in cols.items()})
+        _write_atomic(path, write=lambda tmp: pq.write_table(table, tmp))
+        return
+    import csv
+
+    lists = []
+    for v in cols.values():
+        if isinstance(v, tuple):
+            lists.append(np.asarray(v[1], dtype=object)[v[0]].tolist())
+        elif v.dtype.kind == "f":
+            lists.append([None if math.isnan(x) else x for x in v.tolist()])  # NaN -> empty field
+        else:
+            lists.append(v.tolist())
+
+    def write_csv(tmp: Path) -> None:
+        with open(tmp, "w", newline="", encoding="utf-8") as f:
+            wr = csv.writer(f, lineterminator="\n")
+            wr.writerow(list(cols))
+            wr.writerows(zip(*lists))
+
+    _write_atomic(path, write=write_csv)
 
 
 SUMMARY_METRICS = [k for k, *_ in TABLE_KEYS]
 
 
-def _summary_tables(rows: list[dict], title: str, baseline: str | None = None, order: list[str] | None = None
-                    ) -> list[Table]:
+def _change_cell(ci) -> str:
+    """A paired relative change with its 95% CI: ``-20.3% [-31.6, -11.3]`` (the bounds in percent too)."""
+    if ci is None or math.isnan(ci.mean):
+        return "-"
+    if math.isnan(ci.lo):
+        return f"{ci.mean:+.1%}"
+    return f"{ci.mean:+.1%} [{ci.lo * 100:+.1f}, {ci.hi * 100:+.1f}]"
+
+
+def _summary_tables(rows: list[dict], title: str, baseline: str | None = None, order: list[str] | None = None,
+                    wide: bool = False) -> list[Table]:
     """One table per scenario and grid point: mean ± 95% bootstrap CI over seeds, and the paired change vs the
-    baseline's TTFT p99 and goodput."""
+    baseline's TTFT p99 and goodput. Without ``wide``, the main columns only (the HTML report has them all)."""
     from collections import defaultdict
 
+    keys = [k for k in TABLE_KEYS if wide or k[4]]
     by: dict[tuple, list[dict]] = defaultdict(list)
     for r in rows:
         by[(r["scenario"], json.dumps(r["params"], sort_keys=True))].append(r)
@@ -145,17 +305,18 @@ def _summary_tables(rows: list[dict], title: str, baseline: str | None = None, o
         if order:
             members.sort(key=lambda r: order.index(r["router"]) if r["router"] in order else len(order))
         t = Table(title=(title if title == scen else f"{title} · {scen}") + (f" · {tag}" if tag else "") +
-                  f" · mean ± 95% CI over {members[0]['seeds']} seeds")
+                  f" · mean ± 95% CI over {members[0]['seeds']} seeds",
+                  caption=f"Δ: paired change vs {baseline} [95% CI, %]" if baseline else None)
         t.add_column("policy", no_wrap=True)
-        for _, label, _, _ in TABLE_KEYS:
+        for _, label, _, _, _ in keys:
             t.add_column(label, justify="right", no_wrap=True)
         if baseline:
-            t.add_column(f"TTFT p99 vs {baseline}", justify="right", no_wrap=True)
-            t.add_column(f"goodput vs {baseline}", justify="right", no_wrap=True)
+            for _, label in CHANGE_KEYS:
+                t.add_column(f"Δ {label}", justify="right", no_wrap=True)
         for r in members:
             name = r["router"] if len({m["batcher"] for m in members}) == 1 else f"{r['router']} / {r['batcher']}"
             row = [name]
-            for key, _, scale, fmt in TABLE_KEYS:
+            for key, _, scale, fmt, _ in keys:
                 ci = r["ci"].get(key)
                 if ci is None or math.isnan(ci.mean):
                     row.append("-")
@@ -165,10 +326,7 @@ def _summary_tables(rows: list[dict], title: str, baseline: str | None = None, o
                     cell += " ± " + fmt.format(ci.half * scale)
                 row.append(cell)
             if baseline:
-                for key in ("ttft_p99_s", "goodput_rps"):
-                    ci = r["vs_baseline"].get(key)
-                    row.append("-" if ci is None or math.isnan(ci.mean) else
-                               f"{ci.mean:+.1%} [{ci.lo:+.1%}, {ci.hi:+.1%}]" if not math.isnan(ci.lo) else f"{ci.mean:+.1%}")
+                row += [_change_cell(r["vs_baseline"].get(key)) for key, _ in CHANGE_KEYS]
             t.add_row(*row)
         tables.append(t)
     return tables
@@ -212,6 +370,7 @@ def sweep(
     workers: Optional[int] = typer.Option(None, min=1, max=MAX_WORKERS, help="parallel runs (default: all cores)"),
     report: bool = typer.Option(False, "--report", help="write the HTML report when done"),
     as_json: bool = typer.Option(False, "--json"),
+    wide: bool = _WIDE,
 ) -> None:
     """Run an experiment: every scenario x policy x grid point x seed not already in the store."""
     from fleetwise.experiments.spec import load_experiment
@@ -239,8 +398,8 @@ def sweep(
     else:
         base = next(iter(spec.baseline.values()), None)
         order = [ref_label for ref_label in (r.policy["router"] for r in runs)]
-        for t in _summary_tables(rows, spec.name, base, list(dict.fromkeys(order))):
-            out.print(t)
+        for t in _summary_tables(rows, spec.name, base, list(dict.fromkeys(order)), wide):
+            print_tables(t, wide)
     if report:
         _report(db, str(Path(db).parent / "report"), spec.name, spec.baseline or None)
 
@@ -256,6 +415,7 @@ def compare(
     trace: Optional[str] = typer.Option(None, help="replay this trace file instead of the scenario's workload"),
     workers: Optional[int] = typer.Option(None, min=1, max=MAX_WORKERS, help="parallel runs (default: all cores)"),
     as_json: bool = typer.Option(False, "--json"),
+    wide: bool = _WIDE,
 ) -> None:
     """Compare routers on one scenario: mean ± 95% CI over seeds, and the paired change against the first."""
     from fleetwise.experiments.spec import ExperimentSpec
@@ -287,8 +447,8 @@ def compare(
     if as_json:
         out.print_json(json.dumps(_ci_json(rows)))
         return
-    for t in _summary_tables(rows, sc.name, names[0] if len(names) > 1 else None, names):
-        out.print(t)
+    for t in _summary_tables(rows, sc.name, names[0] if len(names) > 1 else None, names, wide):
+        print_tables(t, wide)
 
 
 def _report(db: str, out_dir: str, experiment: Optional[str] = None, baseline: Optional[dict] = None) -> None:
@@ -299,7 +459,7 @@ def _report(db: str, out_dir: str, experiment: Optional[str] = None, baseline: O
         raise InputError(f"{db}: results store not found (run `fleetwise sweep` first)")
     check_writable_dir(out_dir, "report folder (--out)")
     index = write_report(Store(db), Path(out_dir), experiment=experiment, baseline=baseline)
-    console.print(f"report written: open file://{index.resolve()}", highlight=False)
+    console.print(f"report written: open file://{index.resolve()}", highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -330,12 +490,64 @@ def policies() -> None:
 
 
 @app.command("scenarios")
-def scenarios() -> None:
-    """List the built-in scenarios (copy one from src/fleetwise/scenarios/ to edit it)."""
-    from fleetwise.scenario import SCENARIO_DIR, load_scenario, scenario_names
+def scenarios(
+    copy: Optional[str] = typer.Option(None, "--copy", metavar="NAME", help="write built-in scenario NAME to DEST "
+                                       "to edit it"),
+    dest: Optional[Path] = typer.Argument(None, metavar="[DEST]", help="with --copy: file or folder "
+                                          "(default: ./NAME.yaml)"),
+    force: bool = typer.Option(False, "--force", help="with --copy: overwrite DEST"),
+) -> None:
+    """List the built-in scenarios; `--copy NAME [DEST]` writes one to a file to edit (then: simulate -s FILE)."""
+    from fleetwise.scenario import SCENARIO_DIR, builtin_files, load_scenario, scenario_names
 
-    for n in scenario_names():
-        out.print(f"[bold]{n}[/bold]  {load_scenario(n).description}  ({SCENARIO_DIR / (n + '.yaml')})")
+    if copy is None:
+        if dest is not None or force:
+            raise InputError("DEST and --force go with --copy NAME")
+        for n in scenario_names():
+            out.print(f"[bold]{n}[/bold]  {load_scenario(n).description}", highlight=False)
+        console.print("copy one to edit: fleetwise scenarios --copy NAME [DEST]", highlight=False, soft_wrap=True)
+        return
+    builtin = builtin_files(SCENARIO_DIR)
+    if copy not in builtin:
+        raise InputError(f"--copy {copy!r}: no such built-in scenario (built-in: {', '.join(sorted(builtin))})")
+    target = Path(f"{copy}.yaml") if dest is None else dest / f"{copy}.yaml" if dest.is_dir() else dest
+    if target.exists() and not force:
+        raise InputError(f"{target}: already exists (--force overwrites it)")
+    _write_atomic(target, builtin[copy].read_bytes())
+    console.print(f"wrote {target}: edit it, then `fleetwise simulate --scenario {target}`", highlight=False,
+                  soft_wrap=True)
+
+
+def _write_atomic(target: Path, data: bytes | None = None, write=None) -> None:
+    """Write ``data`` (or call ``write(tmp_path)``) to a temporary file beside ``target``, then rename it into
+    place: a reader never sees a half-written file. Unwritable places are one-line input errors."""
+    import os
+    import tempfile
+
+    parent = target.parent
+    if not parent.is_dir():
+        raise InputError(f"{target}: folder {parent} does not exist")
+    if target.is_dir():
+        raise InputError(f"{target}: is a directory")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=parent)
+    except OSError as e:
+        raise InputError(f"{target}: cannot write ({e.strerror})") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            umask = os.umask(0o022)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a written file gets the usual permissions
+            if data is not None:
+                f.write(data)
+        if write is not None:
+            write(Path(tmp))
+        os.replace(tmp, target)
+    except OSError as e:
+        raise InputError(f"{target}: cannot write ({e.strerror})") from None
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 @perf_app.command("validate")
@@ -522,7 +734,7 @@ def _paper_module(name: str):
 
 
 def _reproduce(name: str, quick: bool, as_json: bool, eval_trace: Optional[str], seeds: Optional[int],
-               db: Optional[str], **extra) -> None:
+               db: Optional[str], wide: bool = False, **extra) -> None:
     if db:
         from fleetwise.experiments.store import check_writable_file
 
@@ -535,7 +747,7 @@ def _reproduce(name: str, quick: bool, as_json: bool, eval_trace: Optional[str],
     if as_json:
         out.print_json(json.dumps(res))
     else:
-        out.print(mod.render(res))
+        print_tables(mod.render(res), wide)
 
 
 _QUICK = typer.Option(False, "--quick", help="small budget (minutes on 2 cores)")
@@ -547,16 +759,16 @@ _DB = typer.Option(str(Path("results") / "fleetwise.duckdb"), help="results stor
 
 @reproduce_app.command("allocation")
 def reproduce_allocation(quick: bool = _QUICK, as_json: bool = _JSON, eval_trace: Optional[str] = _EVAL,
-                         seeds: Optional[int] = _SEEDS, db: str = _DB) -> None:
+                         seeds: Optional[int] = _SEEDS, db: str = _DB, wide: bool = _WIDE) -> None:
     """Q-learning vs SARSA vs fixed policy for GPU count and parallelism, on real CPU-usage traces."""
-    _reproduce("allocation", quick, as_json, eval_trace, seeds, db)
+    _reproduce("allocation", quick, as_json, eval_trace, seeds, db, wide)
 
 
 @reproduce_app.command("batching")
 def reproduce_batching(quick: bool = _QUICK, as_json: bool = _JSON, eval_trace: Optional[str] = _EVAL,
-                       seeds: Optional[int] = _SEEDS, db: str = _DB) -> None:
+                       seeds: Optional[int] = _SEEDS, db: str = _DB, wide: bool = _WIDE) -> None:
     """DISPPO (semi-Markov PPO) vs batching baselines at edge nodes."""
-    _reproduce("batching", quick, as_json, eval_trace, seeds, db)
+    _reproduce("batching", quick, as_json, eval_trace, seeds, db, wide)
 
 
 @reproduce_app.command("torta")
@@ -566,23 +778,24 @@ def reproduce_torta(quick: bool = _QUICK, as_json: bool = _JSON, eval_trace: Opt
                                                               help="agents trained per kind and "
                                                               "topology (default 3; 1 with --quick)"),
                     workers: Optional[int] = typer.Option(None, min=1, max=MAX_WORKERS,
-                                                          help="processes (default: one per CPU)")) -> None:
+                                                          help="processes (default: one per CPU)"),
+                    wide: bool = _WIDE) -> None:
     """TORTA: RL + optimal transport across regions, switching-aware allocation within them."""
-    _reproduce("torta", quick, as_json, eval_trace, seeds, db, train_seeds=train_seeds, workers=workers)
+    _reproduce("torta", quick, as_json, eval_trace, seeds, db, wide, train_seeds=train_seeds, workers=workers)
 
 
 @reproduce_app.command("graph-marl")
 def reproduce_graph_marl(quick: bool = _QUICK, as_json: bool = _JSON, eval_trace: Optional[str] = _EVAL,
-                         seeds: Optional[int] = _SEEDS, db: str = _DB) -> None:
+                         seeds: Optional[int] = _SEEDS, db: str = _DB, wide: bool = _WIDE) -> None:
     """Graph-MARL-CloudLLM: a heterogeneous GNN + MAPPO across clouds."""
-    _reproduce("graph_marl", quick, as_json, eval_trace, seeds, db)
+    _reproduce("graph_marl", quick, as_json, eval_trace, seeds, db, wide)
 
 
 @reproduce_app.command("platform")
 def reproduce_platform(quick: bool = _QUICK, as_json: bool = _JSON, eval_trace: Optional[str] = _EVAL,
-                       seeds: Optional[int] = _SEEDS, db: str = _DB) -> None:
+                       seeds: Optional[int] = _SEEDS, db: str = _DB, wide: bool = _WIDE) -> None:
     """Platform autoscaling: scalers on a day of multi-tenant load with faults and spot preemptions."""
-    _reproduce("platform", quick, as_json, eval_trace, seeds, db)
+    _reproduce("platform", quick, as_json, eval_trace, seeds, db, wide)
 
 
 @bench_app.command("env-steps")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,7 +20,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from fleetwise.errors import InputError
 from fleetwise.limits import MAX_REPLICAS, MAX_REQUESTS, MAX_SEED, MAX_SPAN_S, MIN_PERIOD_S
 
-SCENARIO_DIR = Path(__file__).parent / "scenarios"
+# The built-in scenarios ship inside the package (package data; the repository's scenarios/ links here) and are
+# found through importlib.resources, so an installed wheel finds them wherever it is installed.
+SCENARIO_DIR = resources.files("fleetwise") / "scenarios"
 
 # Read bandwidth of the storage a replica loads its weights from, GB/s (typical figures):
 # local NVMe: a PCIe Gen4 data-centre SSD reads ~6-7 GB/s (e.g. Samsung PM1733 datasheet 7.0 GB/s) -> 5.0
@@ -210,21 +213,27 @@ def parse_scenario(data: Any, where: str = "scenario") -> Scenario:
     return sc
 
 
+def builtin_files(builtin_dir) -> dict[str, Any]:
+    """The ``NAME.yaml`` files of a package-data folder (an importlib.resources Traversable), by NAME."""
+    return {q.name[:-5]: q for q in builtin_dir.iterdir() if q.name.endswith(".yaml") and q.is_file()}
+
+
 def scenario_names() -> list[str]:
-    return sorted(p.stem for p in SCENARIO_DIR.glob("*.yaml"))
+    return sorted(builtin_files(SCENARIO_DIR))
 
 
-def read_yaml(path_or_name: str | Path, builtin_dir: Path, what: str) -> tuple[Path, Any]:
-    """Find a YAML file (a path, or a name in ``builtin_dir``) and parse it; one-line errors with the file
-    (not found, a folder, not UTF-8, invalid YAML, a key given twice)."""
+def read_yaml(path_or_name: str | Path, builtin_dir, what: str) -> tuple[Path, Any]:
+    """Find a YAML file (a path, or a name in the package-data folder ``builtin_dir``) and parse it; one-line
+    errors with the file (not found, a folder, not UTF-8, invalid YAML, a key given twice)."""
     from fleetwise.yamlio import load_file
 
     p = Path(path_or_name)
-    if not p.exists() and (builtin_dir / f"{path_or_name}.yaml").exists():
-        p = builtin_dir / f"{path_or_name}.yaml"
-    if not p.exists():
-        names = ", ".join(sorted(q.stem for q in builtin_dir.glob("*.yaml")))
-        raise InputError(f"{path_or_name}: {what} file not found (built-in: {names})")
+    builtin = builtin_files(builtin_dir)
+    if not p.exists() and str(path_or_name) in builtin:
+        p = builtin[str(path_or_name)]
+    if not p.is_file():
+        problem = f"a directory, not a {what} file" if p.is_dir() else f"{what} file not found"
+        raise InputError(f"{path_or_name}: {problem} (built-in: {', '.join(sorted(builtin))})")
     return p, load_file(p, what)
 
 

@@ -25,6 +25,7 @@ import itertools
 import json
 import math
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ from fleetwise.errors import InputError
 from fleetwise.limits import MAX_REQUESTS, MAX_RUNS, MAX_SEED, MAX_SEEDS, MAX_TIMELINE_BUCKETS, MIN_TIMELINE_BUCKET_S
 from fleetwise.scenario import PolicyRef, format_validation_error, load_scenario, parse_scenario, read_yaml
 
-EXPERIMENT_DIR = Path(__file__).parent / "specs"
+EXPERIMENT_DIR = resources.files("fleetwise") / "experiments" / "specs"  # package data (importlib.resources)
 LEVELS = ("router", "batcher")
 
 
