@@ -11,7 +11,6 @@ import os
 import subprocess
 import time
 import traceback
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -19,11 +18,11 @@ from typing import Callable
 import numpy as np
 
 from fleetwise.errors import InputError
+from fleetwise.execution import run_local, run_ray
 from fleetwise.experiments.spec import Run
 
 QUANTILES = np.linspace(0.0, 100.0, 101)
 MAX_TIMELINE_BUCKETS = 240
-POLL_S = 0.5  # how often a waiting sweep flushes finished results to the store
 
 
 def code_version() -> str:
@@ -147,79 +146,11 @@ def run_sweep(runs: list[Run], store, *, backend: str = "local", workers: int | 
         if not todo:
             pass
         elif backend == "local":
-            _run_local(todo, workers, collect)
+            run_local(todo, workers, collect, execute_run)
         elif backend == "ray":
-            _run_ray(todo, workers, address, collect)
+            run_ray(todo, workers, address, collect, execute_run)
         else:
             raise InputError(f"--backend {backend!r}: expected local or ray")
     finally:
         collect(None, final=True)  # whatever finished is stored, also on Ctrl-C
     return SweepResult(total=len(runs), skipped=skipped, ok=ok, failed=failed, wall_s=time.perf_counter() - t0)
-
-
-def _run_local(todo: list[Run], workers: int | None, collect) -> None:
-    workers = workers or os.cpu_count() or 1
-    if workers == 1:
-        for r in todo:
-            collect(execute_run(r))
-        return
-    with ProcessPoolExecutor(max_workers=min(workers, len(todo))) as pool:
-        futures = {pool.submit(execute_run, r) for r in todo}
-        try:
-            while futures:
-                finished, futures = wait(futures, timeout=POLL_S, return_when=FIRST_COMPLETED)
-                for f in finished:
-                    collect(f.result())
-                if not finished:
-                    collect(None)
-        except BaseException:
-            for f in futures:
-                f.cancel()
-            raise
-
-
-def _probe(address: str, timeout_s: float = 5.0) -> None:
-    """Fail fast on an unreachable cluster (``ray.init`` itself retries for minutes)."""
-    import socket
-
-    hostport = address.split("://", 1)[-1]
-    if hostport in ("auto", "local") or ":" not in hostport:
-        return
-    host, _, port = hostport.rpartition(":")
-    try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
-            pass
-    except (OSError, ValueError) as e:
-        raise InputError(f"--address {address}: cannot reach a Ray cluster there ({e})") from None
-
-
-def _run_ray(todo: list[Run], workers: int | None, address: str | None, collect) -> None:
-    try:
-        import ray
-    except ImportError:
-        raise InputError("--backend ray needs Ray: pip install 'fleetwise[ray]'") from None
-    if not ray.is_initialized():
-        if address:
-            _probe(address)
-        try:
-            if address:
-                ray.init(address=address, log_to_driver=False)
-            else:
-                ray.init(address="local", num_cpus=workers or os.cpu_count(), include_dashboard=False,
-                         log_to_driver=False)
-        except Exception as e:  # unreachable cluster, bad address
-            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise InputError(f"--address {address}: cannot connect to a Ray cluster: {msg}") from None
-    task = ray.remote(execute_run)
-    refs = [task.remote(r) for r in todo]
-    try:
-        while refs:
-            ready, refs = ray.wait(refs, num_returns=1, timeout=POLL_S)
-            for ref in ready:
-                collect(ray.get(ref))
-            if not ready:
-                collect(None)
-    except BaseException:
-        for ref in refs:
-            ray.cancel(ref, force=True)
-        raise

@@ -214,9 +214,9 @@ def gate(policy: dict[Any, float], rule: dict[Any, float], *, lower_is_better: b
 # --------------------------------------------------------------------------------------------- 6. at scale
 def run_jobs(fn: Callable[[Any], Any], jobs: Sequence[Any], *, backend: str = "local", workers: int | None = None,
              address: str | None = None, on_result: Callable[[Any], None] | None = None) -> list[Any]:
-    """``fn`` over ``jobs`` on the sweep backends (``fleetwise.experiments.runner``): worker processes (spawned, so
-    each imports torch itself) or Ray tasks. Returns the results in job order; ``on_result`` as each finishes."""
-    from fleetwise.experiments.runner import run_tasks
+    """``fn`` over ``jobs`` on the sweep backends (``fleetwise.execution``): worker processes (spawned, so each
+    imports torch itself) or Ray tasks. Returns the results in job order; ``on_result`` as each finishes."""
+    from fleetwise.execution import run_tasks
 
     return run_tasks(fn, list(jobs), backend=backend, workers=workers, address=address, on_result=on_result,
                      spawn=True)
