@@ -231,7 +231,7 @@ def expand(spec: ExperimentSpec, where: str = "experiment", records_dir: str | N
             label = f"{where}: scenario {base.name}" + (f" with {tag}" if tag else "")
             scenario = parse_scenario(sc, where=label)
             if scenario.platform is not None:  # runs with the platform layer: what it checks, checked now
-                from fleetwise.platform.runner import check_scenario_faults
+                from fleetwise.platform.faults import check_scenario_faults
 
                 if scenario.scaler is None:
                     raise InputError(f"{label}: platform: runs only with a scaler (add scaler: static for a "

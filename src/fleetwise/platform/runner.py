@@ -20,8 +20,10 @@ import numpy as np
 from fleetwise.control.protocols import DecisionPoint, GroupState, ScaleObs
 from fleetwise.errors import InputError
 from fleetwise.limits import MAX_PERIODIC_EVENTS
+from fleetwise.platform.admission import Admission
+from fleetwise.platform.faults import FaultInjector, FaultRecord, check_fault_targets
 from fleetwise.scenario import STORAGE_GBPS, Built, PlatformSpec
-from fleetwise.sim.records import COMPLETED, REJECTED
+from fleetwise.sim.records import COMPLETED
 
 
 @dataclass
@@ -59,124 +61,6 @@ class Group:
     cold_starts: int = 0
     cache_starts: int = 0
     preemptions: int = 0
-
-
-@dataclass
-class FaultRecord:
-    time_s: float
-    kind: str
-    target: str
-    replicas: int  # replicas it killed
-    requests: int  # requests they held (retried elsewhere)
-    models: tuple[int, ...] = ()
-    ready_before: int = 0
-    recovered_s: float | None = None  # time until the affected models had as many ready replicas again
-
-
-class Admission:
-    """Per-tenant token-bucket rate limits and in-flight quotas, and overload admission control by priority.
-    Called by the simulator for every arriving request; returns "" (admit) or the rejection reason."""
-
-    def __init__(self, platform: "Platform", spec: PlatformSpec):
-        sim = platform.sim
-        w = sim.workload
-        self.platform = platform
-        self.sim = sim
-        self.tenant = w.tenant.tolist()
-        self.prio = w.priority.tolist()
-        by_name = {t.name: t for t in spec.tenants}
-        unknown = [t for t in by_name if t not in w.tenants]
-        if unknown:
-            raise InputError(f"platform.tenants: tenant {unknown[0]!r} is not in the workload (tenants: "
-                             f"{', '.join(w.tenants)})")
-        self.rate = [by_name[t].rate_limit_rps if t in by_name else None for t in w.tenants]
-        self.burst = [float(by_name[t].burst) if t in by_name else 0.0 for t in w.tenants]
-        self.quota = [by_name[t].max_outstanding if t in by_name else None for t in w.tenants]
-        self.tokens = list(self.burst)
-        self.t_last = [0.0] * len(w.tenants)
-        self.inflight = [0] * len(w.tenants)
-        self.admitted = bytearray(sim.n)
-        self._seen = 0
-        self.max_q = spec.admission.max_queue_per_replica
-        self.protect = spec.admission.protect_priority
-        self.active = any(r is not None for r in self.rate) or any(q is not None for q in self.quota) or \
-            self.max_q is not None
-
-    def _sync(self) -> None:
-        log = self.sim.completions
-        for rid in log[self._seen:]:
-            if self.admitted[rid]:
-                self.admitted[rid] = 0
-                self.inflight[self.tenant[rid]] -= 1
-        self._seen = len(log)
-
-    def __call__(self, rid: int) -> str:
-        t = self.tenant[rid]
-        now = self.sim.now
-        r = self.rate[t]
-        if r is not None:
-            tok = min(self.burst[t], self.tokens[t] + (now - self.t_last[t]) * r)
-            self.t_last[t] = now
-            if tok < 1.0:
-                self.tokens[t] = tok
-                return "rate_limited"
-            self.tokens[t] = tok - 1.0
-        q = self.quota[t]
-        if q is not None:
-            self._sync()
-            if self.inflight[t] >= q:
-                return "quota_exceeded"
-        if self.max_q is not None and self.prio[rid] < self.protect:
-            m = self.sim.model_of[rid]
-            ready, waiting = self.platform.model_queue(m)
-            if waiting > self.max_q * max(ready, 1):
-                return "admission_control"
-        if q is not None:
-            self.admitted[rid] = 1
-            self.inflight[t] += 1
-        return ""
-
-
-def check_fault_targets(faults, zones: list[str], n_groups: int, regions: list[str]) -> None:
-    """Every fault must hit something that exists (a target naming nothing used to be ignored silently):
-    ``zones`` of the deployments (groups), their number, the fleet's ``regions``."""
-    zones = sorted(set(zones))
-    for k, f in enumerate(faults):
-        t, where = f.target.strip(), f"platform.faults[{k}]: {f.kind} target {f.target!r}"
-        if f.kind in ("gpu", "node"):
-            forms = "empty (random), g<deployment index>" + (" or r<replica index>" if f.kind == "gpu" else "")
-            ok = t == "" or (t[:1] == "g" and t[1:].isdigit() and int(t[1:]) < n_groups) or \
-                (f.kind == "gpu" and t[:1] == "r" and t[1:].isdigit())
-            if not ok:
-                raise InputError(f"{where}: expected {forms} (deployments: {n_groups})")
-        elif f.kind == "zone" and t not in zones:
-            raise InputError(f"{where}: not a zone of the deployments ({', '.join(zones)})")
-        elif f.kind == "region" and t not in regions:
-            raise InputError(f"{where}: not a region of the fleet ({', '.join(regions)})")
-        elif f.kind == "link":
-            parts = [x.strip() for x in t.split(",")] if t else []
-            if len(parts) != 2 or any(x not in regions for x in parts) or parts[0] == parts[1]:
-                raise InputError(f"{where}: expected 'regionA,regionB', two regions of the fleet "
-                                 f"({', '.join(regions)})")
-
-
-def check_scenario_faults(scenario) -> None:
-    """A scenario's fault targets, checked from its fleet and deployments alone (before anything is built, e.g.
-    when a sweep is expanded)."""
-    if scenario.platform is None or not scenario.platform.faults:
-        return
-    from fleetwise.fleet.spec import build_fleet
-
-    fleet = build_fleet(scenario.fleet, np.random.default_rng(0))
-    names = [r.name for r in fleet.regions]
-    zones = []
-    for di, d in enumerate(scenario.deployments):
-        try:
-            region = names[fleet.index(d.region)] if d.region is not None else names[0]
-        except InputError as e:
-            raise InputError(f"deployments[{di}]: {e}") from None
-        zones.append(d.zone or f"{region}-a")
-    check_fault_targets(scenario.platform.faults, zones, len(scenario.deployments), names)
 
 
 class Platform:
@@ -284,6 +168,7 @@ class Platform:
         self.down_zones: set[str] = set()
         self.down_regions: set[str] = set()
         self.faults: list[FaultRecord] = []
+        self.fault_injector = FaultInjector(self)
         self.events: list[tuple[float, str]] = []
         self.flaps = 0  # scaling oscillations (direction reversals of a model's total target)
         self._last_dir: dict[int, int] = {}
@@ -312,16 +197,16 @@ class Platform:
         sim.at(0.0, self._sample)
         for k, f in enumerate(spec.faults):
             if f.at_s < self.horizon_s:
-                sim.at(f.at_s, lambda s, f=f, k=k: self._fault(f, k))
+                sim.at(f.at_s, lambda s, f=f, k=k: self.fault_injector.inject(f, k))
         for g in self.groups:
             if g.spot is not None:
                 for t, avail in g.spot.changes(0.0, self.horizon_s, g.spot_capacity, g.spot_offset_s):
                     sim.at(t, lambda s, g=g, a=avail: self._spot_change(g, a))
         if any(g.available is not None and g.available < len(g.replicas) for g in self.groups):
-            sim.at(0.0, lambda s: self._reconcile())
+            sim.at(0.0, lambda s: self.reconcile())
 
     # ------------------------------------------------------------------ replica lifecycle
-    def _alive(self, i: int) -> bool:
+    def alive(self, i: int) -> bool:
         r = self.sim.replicas[i]
         return r.stop_s is None and not r.failed
 
@@ -329,7 +214,7 @@ class Platform:
         """Put replica ``i`` on a node of its group with a free slot (True: that node holds the weights)."""
         for nid, members in self.nodes.items():
             if self.nodes_group[nid] == g.index:
-                live = [j for j in members if self._alive(j)]
+                live = [j for j in members if self.alive(j)]
                 self.nodes[nid] = live
                 if len(live) < g.slots_per_node and live:
                     live.append(i)
@@ -374,7 +259,7 @@ class Platform:
     def _usable(self, g: Group) -> bool:
         return g.zone not in self.down_zones and g.region_name not in self.down_regions
 
-    def _reconcile(self) -> None:
+    def reconcile(self) -> None:
         """Bring every group to its target: start replicas (where the zone is up and spot capacity allows) or
         drain the surplus (starting ones first, then the ready ones with the fewest requests: consolidation)."""
         sim = self.sim
@@ -392,7 +277,7 @@ class Platform:
                 order = sorted(live, key=lambda i: (now >= reps[i].ready_s, reps[i].outstanding, -i))
                 for i in order[: len(live) - want]:
                     sim.drain(i)
-        copies = sum(1 for m in self.nodes.values() if any(self._alive(j) for j in m))
+        copies = sum(1 for m in self.nodes.values() if any(self.alive(j) for j in m))
         self.peak_host_copies = max(self.peak_host_copies, copies)
 
     def set_targets(self, targets: dict[str, int] | None) -> None:
@@ -418,7 +303,7 @@ class Platform:
                 if last and d != last:
                     self.flaps += 1
                 self._last_dir[m] = d
-        self._reconcile()
+        self.reconcile()
 
     # ------------------------------------------------------------------ observation
     def model_queue(self, m: int) -> tuple[int, int]:
@@ -504,24 +389,24 @@ class Platform:
         return ready, starting, draining, waiting, running, kv / ready if ready else 0.0, \
             busy / ready if ready else 0.0
 
-    def _done(self) -> bool:
+    def done(self) -> bool:
         sim = self.sim
         return sim.ended >= sim.n and sim.now >= self.end_s
 
     # ------------------------------------------------------------------ timers
     def _epoch(self, sim) -> DecisionPoint | None:
-        self._check_recovery()
-        if self._done():
+        self.check_recovery()
+        if self.done():
             return None
         sim.at(sim.now + self.spec.epoch_s, self._epoch)
         obs = self.observe()
         return DecisionPoint("scale", sim.now, sim, payload=obs, handler=self.set_targets)
 
     def _sample(self, sim) -> None:
-        self._check_recovery()
+        self.check_recovery()
         if self.monitor is not None:
             self._record()
-        if not self._done():
+        if not self.done():
             sim.at(sim.now + self.spec.monitor_s, self._sample)
 
     def _record(self) -> None:
@@ -569,7 +454,7 @@ class Platform:
 
     def _spot_change(self, g: Group, avail: int) -> None:
         sim = self.sim
-        if self._done():  # after the window: nothing runs any more, nothing to preempt or start
+        if self.done():  # after the window: nothing runs any more, nothing to preempt or start
             return
         g.available = avail
         live = [i for i in self._live(g)]
@@ -580,15 +465,15 @@ class Platform:
                 sim.preemption_notice(i, g.notice_s, migrate=self.spec.migrate)
                 g.preemptions += 1
                 self.spot_preemptions += 1
-        self._reconcile()
+        self.reconcile()
 
-    def _ready_of(self, models: tuple[int, ...]) -> int:
+    def ready_of(self, models: tuple[int, ...]) -> int:
         reps = self.sim.replicas
         now = self.sim.now
         return sum(1 for m in models for g in self.model_groups[m] for i in g.replicas
                    if reps[i].stop_s is None and not reps[i].failed and not reps[i].draining and now >= reps[i].ready_s)
 
-    def _wanted(self, models: tuple[int, ...]) -> int:
+    def wanted(self, models: tuple[int, ...]) -> int:
         """Replicas the scaler wants now for ``models`` where they can run (zone up, spot available)."""
         n = 0
         for m in models:
@@ -597,77 +482,6 @@ class Platform:
                     w = min(max(g.target, g.min_replicas), g.max_replicas)
                     n += w if g.available is None else min(w, g.available)
         return n
-
-    def _check_recovery(self) -> None:
-        """A fault is recovered from when its models have as many ready replicas as before it, or as many as
-        the scaler wants now (whichever is fewer)."""
-        for f in self.faults:
-            if f.recovered_s is None and f.replicas and \
-                    self._ready_of(f.models) >= min(f.ready_before, max(1, self._wanted(f.models))):
-                f.recovered_s = self.sim.now - f.time_s
-
-    def _fault(self, f, k: int) -> None:
-        sim = self.sim
-        if self._done():
-            return
-        reps = sim.replicas
-        now = sim.now
-        alive = [i for i in range(len(reps)) if self._alive(i)]
-        victims: list[int] = []
-        target = f.target
-        if f.kind == "link":
-            names = [r.name for r in self.built.fleet.regions]
-            parts = [p.strip() for p in target.split(",")] if target else []
-            if len(parts) != 2 or any(p not in names for p in parts):
-                raise InputError(f"platform.faults[{k}]: link target {target!r}: expected 'regionA,regionB' with "
-                                 f"regions from: {', '.join(names)}")
-            a, b = names.index(parts[0]), names.index(parts[1])
-            self._degrade(a, b, f.factor)
-            self.events.append((now, f"link {target} x{f.factor:g}"))
-            if f.duration_s:
-                sim.at(now + f.duration_s, lambda s: self._degrade(a, b, 1.0 / f.factor))
-            self.faults.append(FaultRecord(now, f.kind, target, 0, 0, recovered_s=f.duration_s or 0.0))
-            return
-        if f.kind == "gpu":
-            if target.startswith("r") and target[1:].isdigit():
-                victims = [int(target[1:])] if self._alive(int(target[1:])) else []
-            else:
-                pool = [i for i in alive if not target or (target.startswith("g") and reps[i].group == int(target[1:]))]
-                victims = [pool[int(self.rng.integers(len(pool)))]] if pool else []
-        elif f.kind == "node":
-            gi = int(target[1:]) if target.startswith("g") and target[1:].isdigit() else None
-            nodes = [nid for nid, m in self.nodes.items() if any(self._alive(j) for j in m)
-                     and (gi is None or self.nodes_group[nid] == gi)]
-            if nodes:
-                nid = nodes[int(self.rng.integers(len(nodes)))]
-                victims = [j for j in self.nodes[nid] if self._alive(j)]
-        elif f.kind == "zone":
-            self.down_zones.add(target)
-            victims = [i for i in alive if reps[i].zone == target]
-        elif f.kind == "region":
-            self.down_regions.add(target)
-            victims = [i for i in alive if self.built.fleet.regions[reps[i].region].name == target]
-        models = tuple(sorted({reps[i].model_index for i in victims}))
-        before = self._ready_of(models)
-        held = 0
-        for i in victims:
-            held += sim.fail(i, detect_s=self.spec.health_check_s)
-        self.faults.append(FaultRecord(now, f.kind, target or "random", len(victims), held, models, before))
-        self.events.append((now, f"{f.kind} fault {target}".strip()))
-        if f.kind in ("zone", "region") and f.duration_s:
-            sim.at(now + f.duration_s, lambda s: self._recover(f))
-        self._reconcile()  # replace what died where zones are up (like a ReplicaSet controller)
-
-    def _recover(self, f) -> None:
-        (self.down_zones if f.kind == "zone" else self.down_regions).discard(f.target)
-        self.events.append((self.sim.now, f"{f.kind} {f.target} back"))
-        self._reconcile()
-
-    def _degrade(self, a: int, b: int, factor: float) -> None:
-        sim = self.sim
-        for x, y in ((a, b), (b, a)):
-            rtt, bw = sim.link(x, y)
-            sim.set_link(x, y, rtt * factor, None if bw is None else bw / factor)
 
     # ------------------------------------------------------------------ running and results
     def run(self, controller=None, progress=None):
@@ -696,55 +510,19 @@ class Platform:
                 r.stop_s = max(end, r.start_s)
             elif r.stop_s > end and r.start_s <= end:
                 r.stop_s = end
-        self._check_recovery()
+        self.check_recovery()
+
+    def check_recovery(self) -> None:
+        self.fault_injector.check_recovery()
 
     def results(self, records) -> dict[str, Any]:
-        """The summary (fleetwise.metrics.summarize) plus the platform's own figures."""
-        sim = self.sim
-        s = self.built.summary(records)
-        from fleetwise.sim.records import REJECT_REASONS
+        """The summary (fleetwise.metrics.summarize) plus the platform's own figures (``platform.results``)."""
+        from fleetwise.platform.results import platform_results
 
-        reason = records.reason
-        horizon = REJECT_REASONS.index("horizon")
-        lost = int((records.status == 0).sum() + ((records.status == REJECTED) & (reason == horizon)).sum())
-        s["lost_requests"] = lost
-        s["retried_requests"] = int((np.frombuffer(sim.retries, dtype=np.int32) > 0).sum())
-        s["oscillations"] = self.flaps
-        s["scale_events"] = sum(g.scale_events for g in self.groups)
-        s["spot_preemptions"] = self.spot_preemptions
-        s["cold_starts"] = sum(g.cold_starts for g in self.groups)
-        s["cache_starts"] = sum(g.cache_starts for g in self.groups)
-        s["migrated_gb"] = sim.migrated_bytes / 1e9
-        s["replica_hours"] = sum(r.active_s(sim.now) for r in sim.replicas) / 3600.0
-        for reason_name in ("rate_limited", "quota_exceeded", "admission_control"):
-            s[f"rejected_{reason_name}"] = int((reason == REJECT_REASONS.index(reason_name)).sum())
-        rec = [f.recovered_s for f in self.faults if f.replicas and f.recovered_s is not None]
-        s["faults"] = len(self.faults)
-        s["recovery_s_max"] = max(rec) if rec else 0.0
-        s["fault_requests_affected"] = sum(f.requests for f in self.faults)
-        return s
+        return platform_results(self, records)
 
     def cost_breakdown(self) -> dict[str, dict[str, float]]:
-        """GPU + energy cost (USD) by model, region, pool and tenant (tenants pay in proportion to the tokens
-        they were served on each replica)."""
-        sim = self.sim
-        w = sim.workload
-        out: dict[str, dict[str, float]] = {"model": {}, "region": {}, "pool": {}, "tenant": {}}
-        rep_cost = []
-        for r in sim.replicas:
-            c = r.cost_usd(r.active_s(sim.now))
-            rep_cost.append(c)
-            for k, v in (("model", r.model_name), ("region", self.built.fleet.regions[r.region].name), ("pool", r.pool)):
-                out[k][v] = out[k].get(v, 0.0) + c
-        rep = np.frombuffer(sim.replica_of, dtype=np.int32)
-        done = np.frombuffer(sim.status, dtype=np.int8) == COMPLETED
-        tok = (w.prompt_tokens + w.output_tokens).astype(float) * done
-        nrep = len(sim.replicas)
-        per_rep = np.bincount(rep[done], weights=tok[done], minlength=nrep)
-        for ti, tname in enumerate(w.tenants):
-            m = done & (w.tenant == ti)
-            share = np.bincount(rep[m], weights=tok[m], minlength=nrep)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                frac = np.where(per_rep > 0, share / per_rep, 0.0)
-            out["tenant"][tname] = float((frac * np.asarray(rep_cost)).sum())
-        return out
+        """GPU + energy cost (USD) by model, region, pool and tenant (``platform.results``)."""
+        from fleetwise.platform.results import cost_breakdown
+
+        return cost_breakdown(self)
