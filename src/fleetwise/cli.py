@@ -46,16 +46,44 @@ def _progress() -> Progress:
                     TimeRemainingColumn(), console=console, transient=True, disable=not console.is_terminal)
 
 
-def _load(scenario: Optional[str], trace: Optional[str], requests: Optional[int]):
+def _load(scenario: Optional[str], trace: Optional[str], load: Optional[str] = None):
+    """The scenario, with a user's trace in place of its workload (keeping the scenario's context limit, time
+    scale, SLO classes and tenants; docs/workloads.md#bring-your-own-trace), and one line per override for the
+    caller to print once the scenario has built (a bad trace stays a one-line error)."""
     from fleetwise.scenario import load_scenario
+    from fleetwise.workload.spec import parse_load, resolve_trace, trace_in_place_of
 
     sc = load_scenario(scenario)
-    workload = None
+    lines: list[str] = []
     if trace is not None:
-        from fleetwise.workload.spec import load_trace
+        resolve_trace(trace)  # a missing file fails here, with its name
+        spec, lines = trace_in_place_of(sc.workload, trace, parse_load(load))
+        sc = sc.model_copy(update={"workload": spec})
+    elif load is not None:
+        if sc.workload.get("kind") != "trace":
+            raise InputError(f"--load needs --trace (the scenario's workload is {sc.workload.get('kind')}, not a trace)")
+        spec = {k: v for k, v in sc.workload.items() if k not in ("time_scale", "target_rate_rps")}
+        spec["load"] = parse_load(load)
+        lines = [f"--load {load}: replaces the scenario's trace rate"]
+        sc = sc.model_copy(update={"workload": spec})
+    if trace is not None or load is not None:
+        from fleetwise.scenario import parse_scenario
 
-        workload = load_trace(trace, limit=requests)
-    return sc, workload
+        sc = parse_scenario(sc.model_dump(mode="json"), where=f"scenario {sc.name} with --trace/--load")
+    return sc, lines
+
+
+def _print_adaptations(lines: list[str], reports) -> None:
+    for ln in lines + [x for rep in reports for x in rep.lines()]:
+        console.print(ln, highlight=False, markup=False)
+
+
+def _warn_overload(reasons: dict, requests: int, where: str = "") -> None:
+    from fleetwise.workload.adapt import overload_warning
+
+    msg = overload_warning(reasons, requests, where)
+    if msg:
+        console.print(msg, style="yellow", highlight=False, markup=False)
 
 
 def _jsonable(d: dict) -> dict:
@@ -67,7 +95,10 @@ def simulate(
     scenario: Optional[str] = typer.Option(None, "--scenario", "-s", help="scenario YAML file or built-in name"),
     router: Optional[str] = typer.Option(None, help="router policy name (overrides the scenario)"),
     batcher: Optional[str] = typer.Option(None, help="batcher policy name (overrides the scenario)"),
-    trace: Optional[str] = typer.Option(None, help="replay this trace file (or alias azure-conv, mooncake, ...)"),
+    trace: Optional[str] = typer.Option(None, help="replay this trace file (or alias azure-conv, mooncake, ...) in "
+                                        "place of the scenario's arrivals and lengths"),
+    load: Optional[str] = typer.Option(None, help="with --trace: the arrival rate as a fraction of the fleet's "
+                                       "capacity (0.7) or real (the trace's own rate; default)"),
     requests: Optional[int] = typer.Option(None, "--requests", "-n", min=1, help="number of requests"),
     seed: Optional[int] = typer.Option(None, help="random seed (default: the scenario's)"),
     scaler: Optional[str] = typer.Option(None, help="autoscaler (runs the platform layer; overrides the scenario)"),
@@ -79,10 +110,11 @@ def simulate(
     (or ``--scaler``) runs with the platform layer: autoscaling, spot, faults, tenants (docs/platform.md)."""
     from fleetwise.scenario import PolicyRef, build
 
-    sc, workload = _load(scenario, trace, requests)
+    sc, lines = _load(scenario, trace, load)
     if scaler is not None:
         sc = sc.model_copy(update={"scaler": PolicyRef(name=scaler)})
-    b = build(sc, seed, workload=workload, num_requests=requests)
+    b = build(sc, seed, num_requests=requests)
+    _print_adaptations(lines, b.adaptations)
     plat = None
     if sc.scaler is not None:
         from fleetwise.control.registry import make
@@ -97,6 +129,9 @@ def simulate(
             plat.run(b.controller(router, batcher), progress=prog_fn)
     s = b.summary(records) if plat is None else plat.results(records)
     s["reject_reasons"] = records.reject_reasons()
+    _warn_overload(s["reject_reasons"], len(records), sc.name)
+    if b.adaptations:
+        s["adaptation"] = [r.as_dict() for r in b.adaptations]
     if plat is not None and monitor is not None:
         from fleetwise.platform.monitor import plot_monitor
 
@@ -114,6 +149,8 @@ def simulate(
     t.add_column("metric")
     t.add_column("value", justify="right")
     for k, v in s.items():
+        if k == "adaptation":
+            continue
         if isinstance(v, float):
             t.add_row(k, f"{v:.4g}")
         else:
@@ -244,7 +281,10 @@ def compare(
     batcher: Optional[str] = typer.Option(None, help="batcher for every run (default: the scenario's)"),
     seeds: int = typer.Option(3, min=1, help="number of seeds per router"),
     requests: Optional[int] = typer.Option(None, "--requests", "-n", min=1),
-    trace: Optional[str] = typer.Option(None, help="replay this trace file instead of the scenario's workload"),
+    trace: Optional[str] = typer.Option(None, help="replay this trace file in place of the scenario's arrivals and "
+                                        "lengths (each seed draws its own window or block bootstrap)"),
+    load: Optional[str] = typer.Option(None, help="with --trace: the arrival rate as a fraction of the fleet's "
+                                       "capacity (0.7) or real (the trace's own rate; default)"),
     workers: Optional[int] = typer.Option(None, min=1, help="parallel runs (default: all cores)"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
@@ -258,11 +298,12 @@ def compare(
         raise InputError("--routers: give at least one router name")
     sc = load_scenario(scenario)  # validates early, with the file name in the message
     grid = {}
-    if trace is not None:
-        from fleetwise.workload.spec import resolve_trace
+    if trace is not None or load is not None:
+        from fleetwise.scenario import build
 
-        resolve_trace(trace)  # a missing file fails here, with its name
-        grid["workload"] = [{"kind": "trace", "path": trace}]
+        sc, lines = _load(scenario, trace, load)
+        _print_adaptations(lines, build(sc, 0, num_requests=requests).adaptations)  # seed 0's (each seed its own)
+        grid["workload"] = [sc.workload]
     data = {"name": "compare", "scenarios": [scenario or "default"], "policies": {"router": names},
             "seeds": seeds, "requests": requests, "grid": grid, "baseline": {"router": names[0]}}
     if batcher:
@@ -275,11 +316,33 @@ def compare(
     if res.failed:
         f = store.runs(where="status = 'failed'")[0]
         raise InputError(f"{f['router_label']} seed {f['seed']}: {f['error']}")
+    _warn_stored_overload(store.runs())
     if as_json:
         out.print_json(json.dumps(_ci_json(rows)))
         return
     for t in _summary_tables(rows, sc.name, names[0] if len(names) > 1 else None, names):
         out.print(t)
+
+
+def _warn_stored_overload(runs: list[dict]) -> None:
+    """One warning line per scenario and policy whose runs rejected > 1% of requests for unconfigured reasons."""
+    from collections import defaultdict
+
+    from fleetwise.workload.adapt import WARN_SHARE
+
+    by: dict[tuple, list[dict]] = defaultdict(list)
+    for r in runs:
+        by[(r["scenario"], json.dumps(r.get("params") or {}, sort_keys=True), r["router_label"],
+            r["batcher_label"])].append(r)
+    for (scen, params, router, batcher), rs in by.items():
+        bad = sum(float(r.get("rejected_unconfigured") or 0) for r in rs)
+        n = sum(float(r.get("requests") or 0) for r in rs)
+        if n > 0 and bad > WARN_SHARE * n:
+            tag = "" if params == "{}" else f" {params}"
+            console.print(f"warning: {scen}{tag} {router}/{batcher}: {bad / n:.1%} of requests rejected for reasons "
+                          f"no setting asked for (context, KV, queue, horizon) over {len(rs)} seeds: overloaded, "
+                          f"these numbers do not compare with a run that serves them (try --load 0.7)",
+                          style="yellow", highlight=False, markup=False)
 
 
 def _report(db: str, out_dir: str, experiment: Optional[str] = None, baseline: Optional[dict] = None) -> None:

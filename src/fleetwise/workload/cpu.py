@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import csv
 import gzip
-import io
 import math
 import re
 import tarfile
