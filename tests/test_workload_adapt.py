@@ -196,3 +196,22 @@ def test_cli_simulate_prints_the_fit_and_warns_when_overloaded(data_dir, tmp_pat
     assert "warning: scenario:" in r.stderr and "exceeds_context" in r.stderr
     r = subprocess.run(base + ["--load", "fast"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "--load 'fast'" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_experiment_names_a_trace_and_a_load(data_dir):
+    from fleetwise.experiments.spec import expand, parse_experiment
+
+    spec = parse_experiment({"name": "t", "scenarios": ["default", "prefix-cache"], "seeds": 2, "trace": "azure-conv",
+                             "load": 0.7, "policies": {"router": ["round_robin"]}})
+    runs = expand(spec)
+    assert len(runs) == 4
+    for r in runs:
+        w = r.scenario["workload"]
+        assert w["kind"] == "trace" and w["path"] == "azure-conv" and w["load"] == 0.7
+        assert w["max_total_tokens"] == 8192 and "time_scale" not in w
+    spec = parse_experiment({"name": "t", "scenarios": ["default"], "load": 0.5})
+    with pytest.raises(InputError, match="load needs a trace"):
+        expand(spec)
+    spec = parse_experiment({"name": "t", "scenarios": ["prefix-cache"], "load": "lots"})
+    with pytest.raises(InputError, match="load 'lots'"):
+        expand(spec)

@@ -235,6 +235,21 @@ def _execute(spec, db: Optional[str], backend: str, workers: Optional[int], addr
     return store, runs, res
 
 
+def _print_experiment_fit(spec, where: str) -> None:
+    """Each scenario's trace fit for the first seed (each seed draws its own window)."""
+    from fleetwise.experiments.spec import expand
+    from fleetwise.scenario import build, parse_scenario
+
+    seen = set()
+    for run in expand(spec, where=where):
+        if run.scenario_name in seen:
+            continue
+        seen.add(run.scenario_name)
+        b = build(parse_scenario(run.scenario, where=where), run.seed, num_requests=run.requests)
+        _print_adaptations([f"{run.scenario_name}: trace {spec.trace or 'of the scenario'}, load {spec.load or 'real'}"],
+                           b.adaptations)
+
+
 @app.command()
 def sweep(
     spec_file: str = typer.Argument(..., metavar="EXPERIMENT", help="experiment YAML file or built-in name"),
@@ -252,9 +267,12 @@ def sweep(
     if backend not in ("local", "ray"):
         raise InputError(f"--backend {backend!r}: expected local or ray")
     spec = load_experiment(spec_file)
+    if spec.trace is not None or spec.load is not None:
+        _print_experiment_fit(spec, spec_file)
     store, runs, res = _execute(spec, db, backend, workers, address, spec_file)
     ids = [r.run_id for r in runs]
     stored = [r for r in store.runs() if r["run_id"] in set(ids)]
+    _warn_stored_overload(stored)
     rows = aggregate(stored, SUMMARY_METRICS, spec.baseline or None)
     console.print(f"{res.total} runs: {res.ok} ran, {res.failed} failed, {res.skipped} already stored "
                   f"({res.wall_s:.1f} s) -> {db}", highlight=False)
