@@ -82,7 +82,12 @@ def test_load_sets_the_rate_from_the_capacity():
     rate = (len(out) - 1) / out.arrival_s[-1]
     assert rate == pytest.approx(7.0)
     assert rep.rate_rps == pytest.approx(7.0) and rep.capacity_rps == 10.0
-    assert seen["p"] == pytest.approx(out.prompt_tokens.mean())  # the capacity of the clipped requests
+    whole = clip_to_context(w, 2048)[0]  # the capacity of the whole clipped trace's mean request, for every seed
+    assert seen["p"] == pytest.approx(whole.prompt_tokens.mean()) and seen["o"] == pytest.approx(whole.output_tokens.mean())
+    # duration_s: simulated seconds, the bootstrap repeats the trace to fill them
+    long, rep2 = adapt_trace(w, np.random.default_rng(0), TraceFit(load=0.7, duration_s=3 * len(w) / 7.0),
+                             capacity=cap)
+    assert rep2.resample == "bootstrap" and long.arrival_s[-1] == pytest.approx(3 * len(w) / 7.0, rel=0.1)
     assert rep.clipped_share > 0 and (out.prompt_tokens + out.output_tokens <= 2048).all()
     text = "\n".join(rep.lines())
     assert "load 0.7" in text and "block bootstrap" in text and "clipped" in text
@@ -126,8 +131,11 @@ def test_scenario_trace_at_load_uses_the_scalers_capacity(data_dir):
     sc = parse_scenario(d)
     b = build(sc, 0)
     w, rep = b.workload, b.adaptations[0]
+    from fleetwise.workload.spec import load_trace
+
+    whole = clip_to_context(load_trace("mooncake"), 8192)[0]
     perf = PerfModel(get_gpu("h100-80gb"), get_model("llama-3-8b"))
-    cap = 4 * capacity_rps(perf, w.prompt_tokens.mean(), w.output_tokens.mean(), 2.0, 0.1)
+    cap = 4 * capacity_rps(perf, whole.prompt_tokens.mean(), whole.output_tokens.mean(), 2.0, 0.1)
     assert rep.capacity_rps == pytest.approx(cap)
     assert (len(w) - 1) / (w.arrival_s[-1] - w.arrival_s[0]) == pytest.approx(0.7 * cap)
     assert (np.diff(w.prefix_offsets) <= -(-w.prompt_tokens // 512)).all()

@@ -31,6 +31,7 @@ Every step is recorded in an :class:`AdaptReport` whose ``lines()`` callers prin
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Callable
@@ -64,10 +65,13 @@ class TraceFit:
     clip_mode: str = "prompt"
     num_requests: int | None = None
     window_s: float | None = None
+    duration_s: float | None = None  # simulated seconds of arrivals (after the rate is set)
     resample: str = "auto"
     block_s: float | None = None
 
     def __post_init__(self) -> None:
+        if sum(x is not None for x in (self.num_requests, self.window_s, self.duration_s)) > 1:
+            raise InputError("give at most one of num_requests, window_s and duration_s (the size of a replay)")
         if self.resample not in RESAMPLE:
             raise InputError(f"resample={self.resample!r}: expected one of {', '.join(RESAMPLE)}")
         if self.load is not None and not (self.load > 0 and math.isfinite(self.load)):
@@ -187,16 +191,15 @@ def select_window(w: Workload, rng: np.random.Generator, fit: TraceFit) -> tuple
     if span <= 0:  # no arrival times: lengths only
         k = fit.num_requests or n
         idx = rng.integers(0, n, k) if mode != "none" else np.arange(min(k, n))
-        return w.take(idx), {"resample": "poisson"}
+        return w.take(idx), {"resample": "poisson", "idx": idx}
     whole = (fit.num_requests is None or fit.num_requests >= n) and (fit.window_s is None or fit.window_s >= span)
     if mode == "auto":
         mode = "window" if sized and not whole else "bootstrap"
     if mode == "none":
-        sel = w.take(slice(None))  # a copy: the caller's trace is never modified
-        if fit.num_requests is not None:
-            sel = sel.head(fit.num_requests)
+        idx = np.arange(min(n, fit.num_requests or n))
         if fit.window_s is not None:
-            sel = sel.take(np.flatnonzero(t[: len(sel)] < fit.window_s))
+            idx = idx[t[idx] < fit.window_s]
+        sel = w.take(idx)  # a copy: the caller's trace is never modified
         info = {"resample": "none"}
     elif mode == "window":
         if fit.num_requests is not None and fit.num_requests < n:
@@ -251,51 +254,70 @@ def select_window(w: Workload, rng: np.random.Generator, fit: TraceFit) -> tuple
         sel.arrival_s = tt
         info = {"resample": "bootstrap", "blocks": k, "block_s": b}
     sel.arrival_s = sel.arrival_s - sel.arrival_s[0]
+    info["idx"] = idx
     return sel, info
 
 
 def adapt_trace(w: Workload, rng: np.random.Generator, fit: TraceFit,
                 capacity: Callable[[float, float], tuple[float, str]] | None = None) -> tuple[Workload, AdaptReport]:
     """Fit trace ``w`` (arrivals sorted) by ``fit``; all randomness from ``rng``. ``capacity(mean_prompt,
-    mean_output) -> (requests/s, note)`` is the fleet's capacity, needed for a numeric ``load``."""
+    mean_output) -> (requests/s, note)`` is the fleet's capacity, needed for a numeric ``load``; it is asked once,
+    for the mean request of the whole (clipped) trace, so every seed replays the same rate."""
     n0 = len(w)
     if n0 == 0:
         raise InputError(f"trace {w.name}: no requests")
     t0 = w.arrival_s - w.arrival_s[0]
-    rep = AdaptReport(trace=w.name, trace_requests=n0, trace_span_s=float(t0[-1]),
-                      trace_rate_rps=_rate(t0) if t0[-1] > 0 else 0.0, resample="none",
+    span = float(t0[-1])
+    rep = AdaptReport(trace=w.name, trace_requests=n0, trace_span_s=span,
+                      trace_rate_rps=_rate(t0) if span > 0 else 0.0, resample="none",
                       max_total_tokens=fit.max_total_tokens, load=fit.load)
+    clipped = np.zeros(n0, bool)
+    dropped = np.zeros(n0, np.int64)
+    if fit.max_total_tokens is not None:
+        c, _, _ = clip_to_context(w, fit.max_total_tokens, fit.clip_mode)
+        clipped = (c.prompt_tokens != w.prompt_tokens) | (c.output_tokens != w.output_tokens)
+        if w.prefix_offsets is not None:
+            dropped = np.diff(w.prefix_offsets) - np.diff(c.prefix_offsets)
+        w = c
+    target: float | None = None
+    if fit.load is not None:
+        if capacity is None:
+            raise InputError(f"trace {w.name}: load={fit.load:g} needs the fleet's capacity (build the workload "
+                             f"through a scenario, or give load: real)")
+        p_mean, o_mean = float(w.prompt_tokens.mean()), float(w.output_tokens.mean())
+        cap, note = capacity(max(1.0, p_mean), max(1.0, o_mean))
+        if not cap > 0:
+            raise InputError(f"trace {w.name}: the fleet has no capacity for its mean request "
+                             f"({p_mean:.0f} prompt + {o_mean:.0f} output tokens){': ' + note if note else ''}")
+        rep.capacity_rps, rep.capacity_note = float(cap), note
+        target = fit.load * cap
+    elif fit.target_rate_rps is not None:
+        target = float(fit.target_rate_rps)
+    if fit.duration_s is not None and span > 0:  # the trace seconds that make duration_s simulated seconds
+        factor = target / rep.trace_rate_rps if target is not None else 1.0 / fit.time_scale
+        fit = dataclasses.replace(fit, duration_s=None, window_s=fit.duration_s * factor)
     sel, info = select_window(w, rng, fit)
     rep.resample = info["resample"]
     rep.window_s = info.get("window_s")
     rep.blocks, rep.block_s = info.get("blocks", 0), info.get("block_s", 0.0)
     if "note" in info:
         rep.notes.append(info["note"])
-    if fit.max_total_tokens is not None:
-        sel, rep.clipped, rep.prefix_blocks_dropped = clip_to_context(sel, fit.max_total_tokens, fit.clip_mode)
+    idx = info["idx"]
     n = len(sel)
     rep.requests = n
+    rep.clipped = int(clipped[idx].sum())
     rep.clipped_share = rep.clipped / n
+    rep.prefix_blocks_dropped = int(dropped[idx].sum())
     rep.mean_prompt_tokens = float(sel.prompt_tokens.mean())
     rep.mean_output_tokens = float(sel.output_tokens.mean())
-    target: float | None = None
-    if fit.load is not None:
-        if capacity is None:
-            raise InputError(f"trace {w.name}: load={fit.load:g} needs the fleet's capacity (build the workload "
-                             f"through a scenario, or give load: real)")
-        cap, note = capacity(max(1.0, rep.mean_prompt_tokens), max(1.0, rep.mean_output_tokens))
-        if not cap > 0:
-            raise InputError(f"trace {w.name}: the fleet has no capacity for its mean request "
-                             f"({rep.mean_prompt_tokens:.0f} prompt + {rep.mean_output_tokens:.0f} output tokens)"
-                             f"{': ' + note if note else ''}")
-        rep.capacity_rps, rep.capacity_note = float(cap), note
-        target = fit.load * cap
-    elif fit.target_rate_rps is not None:
-        target = float(fit.target_rate_rps)
     if rep.resample == "poisson":
         if target is None:
             raise InputError(f"trace {w.name}: has no arrival times (every request at 0 s); give a load or "
                              f"target_rate_rps so that arrivals can be drawn")
+        if fit.duration_s is not None:
+            k = max(1, int(rng.poisson(target * fit.duration_s)))
+            sel = sel.take(rng.integers(0, n, k)) if k != n else sel
+            n = rep.requests = len(sel)
         sel.arrival_s = np.cumsum(rng.exponential(1.0 / target, n))
         rep.window_rate_rps = math.inf
         rep.rate_rps = target

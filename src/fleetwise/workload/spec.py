@@ -302,6 +302,7 @@ class TraceSpec(_Common):
     # fitting the trace to the fleet (fleetwise.workload.adapt): a fraction of the fleet's capacity, or "real"
     load: Union[Annotated[float, Field(gt=0, le=100)], Literal["real"]] = "real"
     window_s: float | None = Field(default=None, gt=0)  # trace seconds each seed replays (with resample: window)
+    duration_s: float | None = Field(default=None, gt=0)  # or: simulated seconds of arrivals (bootstrap repeats)
     resample: Literal["auto", "window", "bootstrap", "none"] = "auto"
     block_s: float | None = Field(default=None, gt=0)  # bootstrap block length, trace seconds
     tenants: list[TraceTenant] | None = Field(default=None, min_length=1)  # class mapping; default: slo_class
@@ -312,6 +313,8 @@ class TraceSpec(_Common):
             raise ValueError("give time_scale or target_rate_rps, not both")
         if self.load != "real" and (self.target_rate_rps is not None or self.time_scale != 1.0):
             raise ValueError("give load, time_scale or target_rate_rps, not several (load sets the rate)")
+        if sum(x is not None for x in (self.num_requests, self.window_s, self.duration_s)) > 1:
+            raise ValueError("give at most one of num_requests, window_s and duration_s")
         if self.tenants is not None and len({t.tenant for t in self.tenants}) != len(self.tenants):
             raise ValueError("tenant names must be unique")
         return self
@@ -320,7 +323,7 @@ class TraceSpec(_Common):
         return TraceFit(load=None if self.load == "real" else float(self.load), time_scale=self.time_scale,
                         target_rate_rps=self.target_rate_rps, max_total_tokens=self.max_total_tokens,
                         clip_mode=self.clip_mode, num_requests=self.num_requests, window_s=self.window_s,
-                        resample=self.resample, block_s=self.block_s)
+                        duration_s=self.duration_s, resample=self.resample, block_s=self.block_s)
 
     def parts(self) -> list[tuple[str, str, float]]:
         """(model, SLO class, share) of the requests, for the capacity estimate."""
