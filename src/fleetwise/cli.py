@@ -460,12 +460,19 @@ def _paper_module(name: str):
 
 
 def _reproduce(name: str, quick: bool, as_json: bool, eval_trace: Optional[str], seeds: Optional[int],
-               db: Optional[str], **extra) -> None:
+               db: Optional[str], load: Optional[str] = None, **extra) -> None:
+    from fleetwise.workload.spec import parse_load
+
+    if load is not None and eval_trace is None:
+        raise InputError("--load applies to --eval-trace (the held-out data keep the paper's load)")
     mod = _paper_module(name)
+    kw = {"load": parse_load(load if load is not None else "0.7")} if eval_trace is not None else {}
     try:
-        res = mod.run(quick=quick, seeds=seeds, eval_trace=eval_trace, db=db, **extra)
+        res = mod.run(quick=quick, seeds=seeds, eval_trace=eval_trace, db=db, **kw, **extra)
     except ModuleNotFoundError as e:
         raise InputError(_missing_rl(e)) from None
+    for ln in res.get("_trace_fit", []) if isinstance(res, dict) else []:
+        console.print(ln, highlight=False, markup=False)
     if as_json:
         out.print_json(json.dumps(res))
     else:
@@ -477,44 +484,50 @@ _JSON = typer.Option(False, "--json", help="print one JSON object")
 _EVAL = typer.Option(None, "--eval-trace", help="evaluate on this trace file or folder instead of the held-out data")
 _SEEDS = typer.Option(None, min=1, help="seeds (default: the paper's protocol; fewer with --quick)")
 _DB = typer.Option(str(Path("results") / "fleetwise.duckdb"), help="results store for runs and learning curves")
+_LOAD = typer.Option(None, "--load", help="with --eval-trace: the trace's rate as a fraction of the fleet's capacity "
+                     "(default 0.7) or real (the trace's own rate); docs/workloads.md#bring-your-own-trace")
 
 
 @reproduce_app.command("allocation")
 def reproduce_allocation(quick: bool = _QUICK, as_json: bool = _JSON, eval_trace: Optional[str] = _EVAL,
-                         seeds: Optional[int] = _SEEDS, db: str = _DB) -> None:
+                         seeds: Optional[int] = _SEEDS, db: str = _DB, load: Optional[str] = _LOAD,
+                         column: Optional[str] = typer.Option(None, "--column", help="with --eval-trace: the CPU "
+                                                              "column, a header name or a 1-based index")) -> None:
     """Q-learning vs SARSA vs fixed policy for GPU count and parallelism, on real CPU-usage traces."""
-    _reproduce("allocation", quick, as_json, eval_trace, seeds, db)
+    if column is not None and eval_trace is None:
+        raise InputError("--column applies to --eval-trace")
+    _reproduce("allocation", quick, as_json, eval_trace, seeds, db, load, **({"column": column} if column else {}))
 
 
 @reproduce_app.command("batching")
 def reproduce_batching(quick: bool = _QUICK, as_json: bool = _JSON, eval_trace: Optional[str] = _EVAL,
-                       seeds: Optional[int] = _SEEDS, db: str = _DB) -> None:
+                       seeds: Optional[int] = _SEEDS, db: str = _DB, load: Optional[str] = _LOAD) -> None:
     """DISPPO (semi-Markov PPO) vs batching baselines at edge nodes."""
-    _reproduce("batching", quick, as_json, eval_trace, seeds, db)
+    _reproduce("batching", quick, as_json, eval_trace, seeds, db, load)
 
 
 @reproduce_app.command("torta")
 def reproduce_torta(quick: bool = _QUICK, as_json: bool = _JSON, eval_trace: Optional[str] = _EVAL,
-                    seeds: Optional[int] = _SEEDS, db: str = _DB,
+                    seeds: Optional[int] = _SEEDS, db: str = _DB, load: Optional[str] = _LOAD,
                     train_seeds: Optional[int] = typer.Option(None, min=1, help="agents trained per kind and "
                                                               "topology (default 3; 1 with --quick)"),
                     workers: Optional[int] = typer.Option(None, min=1, help="processes (default: one per CPU)")) -> None:
     """TORTA: RL + optimal transport across regions, switching-aware allocation within them."""
-    _reproduce("torta", quick, as_json, eval_trace, seeds, db, train_seeds=train_seeds, workers=workers)
+    _reproduce("torta", quick, as_json, eval_trace, seeds, db, load, train_seeds=train_seeds, workers=workers)
 
 
 @reproduce_app.command("graph-marl")
 def reproduce_graph_marl(quick: bool = _QUICK, as_json: bool = _JSON, eval_trace: Optional[str] = _EVAL,
-                         seeds: Optional[int] = _SEEDS, db: str = _DB) -> None:
+                         seeds: Optional[int] = _SEEDS, db: str = _DB, load: Optional[str] = _LOAD) -> None:
     """Graph-MARL-CloudLLM: a heterogeneous GNN + MAPPO across clouds."""
-    _reproduce("graph_marl", quick, as_json, eval_trace, seeds, db)
+    _reproduce("graph_marl", quick, as_json, eval_trace, seeds, db, load)
 
 
 @reproduce_app.command("platform")
 def reproduce_platform(quick: bool = _QUICK, as_json: bool = _JSON, eval_trace: Optional[str] = _EVAL,
-                       seeds: Optional[int] = _SEEDS, db: str = _DB) -> None:
+                       seeds: Optional[int] = _SEEDS, db: str = _DB, load: Optional[str] = _LOAD) -> None:
     """Platform autoscaling: scalers on a day of multi-tenant load with faults and spot preemptions."""
-    _reproduce("platform", quick, as_json, eval_trace, seeds, db)
+    _reproduce("platform", quick, as_json, eval_trace, seeds, db, load)
 
 
 @bench_app.command("env-steps")
