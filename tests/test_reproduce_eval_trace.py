@@ -27,3 +27,18 @@ def test_platform_eval_trace_keeps_faults_and_tenants(data_dir, tmp_path):
         assert r["rejected_unconfigured"] <= 0.01 * r["requests"]
         assert _width(r, "slo_attainment") > 0 and _width(r, "cost_per_mtok_usd") > 0
     assert res["_meta"]["load"] == 0.7 and res["_meta"]["overloaded"] == []
+
+
+def test_batching_eval_trace_clips_and_fits_the_edge(data_dir, tmp_path):
+    pytest.importorskip("sb3_contrib")
+    from fleetwise.reproduce import batching as B
+
+    res = B.run(quick=True, seeds=3, eval_trace="azure-code", db=str(tmp_path / "db.duckdb"), progress=False,
+                load=0.7, timesteps=256, sweep=False)
+    fit = "\n".join(res["_trace_fit"])
+    assert "load 0.7" in fit and "busiest node" in fit and "context: prompt + output <= 8192" in fit
+    for name in B.BASELINES:
+        r = res[name]
+        assert r["dropped_share"] < 0.01, (name, r["dropped_share"])
+        assert _width(r, "deadline_rps") > 0
+    assert res["_meta"]["best_baseline"] in B.BASELINES and res["_meta"]["load"] == 0.7
