@@ -42,3 +42,22 @@ def test_batching_eval_trace_clips_and_fits_the_edge(data_dir, tmp_path):
         assert r["dropped_share"] < 0.01, (name, r["dropped_share"])
         assert _width(r, "deadline_rps") > 0
     assert res["_meta"]["best_baseline"] in B.BASELINES and res["_meta"]["load"] == 0.7
+
+
+def test_torta_eval_trace_rescales_the_day_to_the_fleet(data_dir, tmp_path):
+    pytest.importorskip("stable_baselines3")
+    pytest.importorskip("ot")
+    from fleetwise.reproduce import torta as T
+
+    res = T.run(quick=True, seeds=2, eval_trace="azure-conv", db=str(tmp_path / "db.duckdb"), progress=False,
+                topologies=["ring"], timesteps=48, train_seeds=1, workers=1, load=0.7)
+    fit = "\n".join(res["_trace_fit"])
+    assert "load 0.7" in fit and "context: prompt + output <= 4096" in fit
+    ring = res["ring"]
+    # the capacity-aware policies serve the fitted day (round robin and nearest may overload a region: marked)
+    for name in ("least_loaded", "ot_capacity", "torta"):
+        r = ring[name]
+        assert r["rejected_share"] < 0.01, (name, r["rejected_share"])
+        assert _width(r, "response_time_mean_s") > 0
+    best = ring["torta"]["changes"]["response_time_mean_s"]["vs"]
+    assert "overloaded" not in best and ring[best]["rejected_share"] <= T.MAX_UNSERVED
