@@ -61,3 +61,19 @@ def test_torta_eval_trace_rescales_the_day_to_the_fleet(data_dir, tmp_path):
         assert _width(r, "response_time_mean_s") > 0
     best = ring["torta"]["changes"]["response_time_mean_s"]["vs"]
     assert "overloaded" not in best and ring[best]["rejected_share"] <= T.MAX_UNSERVED
+
+
+def test_graph_marl_eval_trace_fits_the_starting_fleet(data_dir, tmp_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("pettingzoo")
+    from fleetwise.reproduce import graph_marl as G
+
+    res = G.run(quick=True, seeds=2, eval_trace="azure-code", db=str(tmp_path / "db.duckdb"), progress=False,
+                load=0.7, updates=1, episodes_per_update=1, segment_s=60.0)
+    fit = "\n".join(res["_trace_fit"])
+    assert "load 0.7" in fit and "instance(s) per pool" in fit and "context: prompt + output <= 8192" in fit
+    for name in ("least_loaded", "latency_greedy", "static"):
+        r = res[name]
+        assert r["dropped_share"] < 0.01, (name, r["dropped_share"])
+        assert _width(r, "latency_p99_s") > 0
+    assert res["_meta"]["load"] == 0.7

@@ -207,34 +207,62 @@ def spot_series(region: str) -> np.ndarray:
     return data[np.minimum((t // gap).astype(int), len(data) - 1)] / mx
 
 
+def fit_multicloud_trace(cfg: GraphMARLConfig, trace: Workload, rng: np.random.Generator,
+                         duration_s: float | None = None, load: float | None = None):
+    """A user's trace as one segment (fleetwise.workload.adapt, docs/workloads.md): prompts clipped to
+    ``max_context``, ``duration_s`` of it (a window, or a block bootstrap when the trace is shorter, drawn by
+    ``rng``), at ``load`` x the capacity of the instances the segment starts with (``capacity_rps`` of each,
+    for the trace's mean request under the largest class's SLO; ``None``: the trace's own rate); each request a
+    class drawn by the classes' rate shares. Returns (workload, class per request, AdaptReport)."""
+    from fleetwise.catalog import get_gpu, get_model
+    from fleetwise.perf import PerfModel
+    from fleetwise.perf.capacity import capacity_rps
+    from fleetwise.workload.adapt import TraceFit, adapt_trace
+
+    main = max(cfg.classes, key=lambda c: c.rate_rps)
+
+    def capacity(p: float, o: float) -> tuple[float, str]:
+        cap = 0.0
+        for r in cfg.regions:
+            for spec in cfg.pools[_region(r).cloud]:
+                pm = PerfModel(get_gpu(spec.gpu), get_model(cfg.variants[spec.variant].model), tp=spec.tp)
+                cap += min(cfg.initial_replicas, spec.max_replicas) * capacity_rps(pm, p, o, main.ttft_s, main.tpot_s)
+        return cap, f"the {cfg.initial_replicas} instance(s) per pool a segment starts with, at the {main.name} SLO"
+
+    dur = cfg.segment_s if duration_s is None else duration_s
+    w, rep = adapt_trace(trace, rng, TraceFit(load=load, max_total_tokens=cfg.max_context, duration_s=dur),
+                         capacity=capacity)
+    total = sum(c.rate_rps for c in cfg.classes)
+    cls = rng.choice(len(cfg.classes), size=len(w), p=[c.rate_rps / total for c in cfg.classes])
+    rep.classes = {c.name: float((cls == i).mean()) for i, c in enumerate(cfg.classes)}
+    rep.class_rule = "each request a class drawn by the classes' rate shares; SLO and quality weight from it"
+    return w, cls, rep
+
+
 def multicloud_workload(cfg: GraphMARLConfig, rng: np.random.Generator, held_out: bool,
-                        duration_s: float | None = None, trace: Workload | None = None) -> Workload:
+                        duration_s: float | None = None, trace: Workload | None = None,
+                        load: float | None = None) -> Workload:
     """One segment of ``duration_s``: each class's arrivals from its trace, time-scaled to its rate, from the
     training (first ``train_fraction``) or held-out part of the trace; origins drawn by ``origin_weights``.
-    With ``trace`` every class replays that one trace (user-supplied), split by class shares."""
+    A user's ``trace`` is fitted by :func:`fit_multicloud_trace` (at ``load``) instead."""
     dur = cfg.segment_s if duration_s is None else duration_s
     parts = []
-    total_rate = sum(c.rate_rps for c in cfg.classes)
-    for ci, c in enumerate(cfg.classes):
-        if trace is not None or not c.source.startswith("servegen:"):
-            w = trace if trace is not None else _trace(c.source, cfg.max_context)
+    if trace is not None:
+        fw, cls, _ = fit_multicloud_trace(cfg, trace, rng, dur, load)
+        parts = [(cls, fw.arrival_s, fw.prompt_tokens, fw.output_tokens)]
+    for ci, c in enumerate(cfg.classes if trace is None else ()):
+        if not c.source.startswith("servegen:"):
+            w = _trace(c.source, cfg.max_context)
             if len(w) < 2:
                 raise InputError(f"trace {w.name!r}: needs at least 2 requests")
             span = float(w.arrival_s[-1] - w.arrival_s[0]) or 1.0
-            rate = c.rate_rps if trace is None else total_rate
-            speed = rate / (len(w) / span)
+            speed = c.rate_rps / (len(w) / span)
             seg = dur * speed
             lo, hi = (0.0, cfg.train_fraction * span) if not held_out else (cfg.train_fraction * span, span)
-            if trace is not None:
-                lo, hi = 0.0, span
             start = lo + rng.uniform(0.0, max(hi - lo - seg, 0.0))
             idx = np.nonzero((w.arrival_s >= start) & (w.arrival_s < start + seg))[0]
             arr = (w.arrival_s[idx] - start) / speed
             pr, out = w.prompt_tokens[idx], w.output_tokens[idx]
-            if trace is not None:  # split the user's trace among the classes by their rate shares
-                cls = rng.choice(len(cfg.classes), size=len(idx), p=[x.rate_rps / total_rate for x in cfg.classes])
-                parts = [(cls, arr, pr, out)]
-                break
         else:
             from fleetwise.workload.readers import servegen_arrivals
             from fleetwise.workload.synthetic import LognormalLengths
@@ -700,9 +728,10 @@ def _pz():
 
 
 def make_env(config: GraphMARLConfig | None = None, held_out: bool = False, trace: Workload | None = None,
-             duration_s: float | None = None):
-    """The PettingZoo parallel environment (class built lazily so the module imports without pettingzoo)."""
-    return _env_class()(config, held_out, trace, duration_s)
+             duration_s: float | None = None, load: float | None = None):
+    """The PettingZoo parallel environment (class built lazily so the module imports without pettingzoo).
+    ``trace`` replaces the classes' arrivals, fitted at ``load`` (:func:`fit_multicloud_trace`)."""
+    return _env_class()(config, held_out, trace, duration_s, load)
 
 
 @functools.lru_cache(maxsize=1)
@@ -713,9 +742,9 @@ def _env_class():
         __doc__ = __doc__
         metadata = {"name": "fleetwise_multicloud_v0", "render_modes": []}
 
-        def __init__(self, config=None, held_out=False, trace=None, duration_s=None):
+        def __init__(self, config=None, held_out=False, trace=None, duration_s=None, load=None):
             self.cfg = config or GraphMARLConfig()
-            self.held_out, self.trace, self.duration_s = held_out, trace, duration_s
+            self.held_out, self.trace, self.duration_s, self.load = held_out, trace, duration_s, load
             cfg = self.cfg
             clouds = cfg.clouds
             region_cloud = [clouds.index(_region(r).cloud) for r in cfg.regions]
@@ -782,7 +811,7 @@ def _env_class():
             if seed is not None:
                 self._rng = np.random.default_rng(seed)
             rng = self._rng
-            w = multicloud_workload(self.cfg, rng, self.held_out, self.duration_s, self.trace)
+            w = multicloud_workload(self.cfg, rng, self.held_out, self.duration_s, self.trace, self.load)
             self.mc = MultiCloud(self.cfg, w, int(rng.integers(2**31)))
             self.agents = list(self.possible_agents)
             obs = self._observe()
@@ -868,13 +897,13 @@ def heuristic(name: str, mc: MultiCloud) -> dict:
 
 
 def evaluate(cfg: GraphMARLConfig, policy, seeds: Sequence[int], held_out: bool = True,
-             trace: Workload | None = None, duration_s: float | None = None) -> list[dict]:
+             trace: Workload | None = None, duration_s: float | None = None, load: float | None = None) -> list[dict]:
     """Run ``policy`` on the held-out segments drawn by ``seeds``; per seed the metrics.
 
     ``policy``: a heuristic name, or a callable ``(env, obs, state) -> actions`` (a trained policy)."""
     out = []
     for seed in seeds:
-        env = make_env(cfg, held_out=held_out, trace=trace, duration_s=duration_s)
+        env = make_env(cfg, held_out=held_out, trace=trace, duration_s=duration_s, load=load)
         obs, _ = env.reset(seed=seed)
         if hasattr(policy, "reset"):
             policy.reset(seed)
