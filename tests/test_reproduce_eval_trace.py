@@ -77,3 +77,26 @@ def test_graph_marl_eval_trace_fits_the_starting_fleet(data_dir, tmp_path):
         assert r["dropped_share"] < 0.01, (name, r["dropped_share"])
         assert _width(r, "latency_p99_s") > 0
     assert res["_meta"]["load"] == 0.7
+
+
+def test_allocation_eval_trace_bitbrains_layout_at_load(data_dir, tmp_path):
+    pytest.importorskip("gymnasium")
+    from fleetwise.reproduce import allocation as A
+
+    # ten real PlanetLab VM-days in the Bitbrains layout (semicolon + tab, a header, milliseconds), a month folder
+    folder = tmp_path / "rnd" / "2013-7"
+    folder.mkdir(parents=True)
+    files = sorted((data_dir / "planetlab-cpu-cloudsim" / "20110303").iterdir())[:10]
+    for k, f in enumerate(files):
+        vals = [int(x) for x in f.read_text().split()]
+        rows = ["Timestamp [ms];\tCPU cores;\tCPU usage [MHZ];\tCPU usage [%]"]
+        rows += [f"{300_000 * i};\t4;\t{29.26 * v:.3f};\t{v:.3f}" for i, v in enumerate(vals)]
+        (folder / f"{k}.csv").write_text("\n".join(rows) + "\n")
+    res = A.run(quick=True, seeds=2, eval_trace=str(tmp_path / "rnd"), db=str(tmp_path / "db.duckdb"), load=0.7,
+                policies=["q_learning", "fixed", "oracle"])
+    fit = "\n".join(res["_trace_fit"])
+    assert "10 CPU series, 288 windows" in fit and "busiest window demands 0.7 x the host's capacity" in fit
+    assert _width(res["q_learning"], "accuracy") > 0
+    assert res["oracle"]["accuracy"] == 1.0 and res["_meta"]["load"] == 0.7
+    series, cfg, _ = A.fit_cpu_series([np.array([0.1, 0.4, 0.2]), np.zeros(5)], 0.7)
+    assert np.allclose(series[0], np.array([0.25, 1.0, 0.5]) * 0.7 / 0.9) and cfg.normalize == "none"
