@@ -115,3 +115,17 @@ def test_ragged_and_empty_fields(tmp_path):
         p = tmp_path / "trunc.csv.gz"
         p.write_bytes(gzip.compress(b"1\n2\n" * 100)[:20])
         read_cpu_series(p)
+
+
+def test_value_column_with_container_ids_and_anonymised_timestamps(tmp_path, planetlab):
+    """The Alibaba GenAI-serving layout (value, timestamp_anon, container_ip), here with PlanetLab values."""
+    rows = ["value,timestamp_anon,container_ip"]
+    for m, s in enumerate(planetlab):
+        rows += [f"{float(v)},{1662858720.0 + 57.0 * i},ip{m}" for i, v in enumerate(s)]
+    p = tmp_path / "duty.csv"
+    p.write_text("\n".join(rows[:1] + rows[:0:-1]) + "\n")  # newest first: the timestamps order the samples
+    d = read_cpu_traces(p, column="value")
+    assert sorted(d) == ["duty.csv:ip0", "duty.csv:ip1", "duty.csv:ip2"]
+    assert np.allclose(d["duty.csv:ip2"], planetlab[2] / 100)
+    with pytest.raises(InputError, match="no CPU-utilisation column"):
+        read_cpu_traces(p)

@@ -19,9 +19,11 @@ Accepted files (``read_cpu_traces`` / ``read_cpu_series``)
   cpu_util_percent, mem_util_percent, mem_gps, mkpi, net_in, net_out, disk_io_percent``; recognised by a first
   field like ``m_1932``): one series per machine, samples sorted by ``time_stamp``.
 * **Several machines in one file**: a header column named ``machine_id`` (or ``machine``, ``vm_id``, ``vm``,
-  ``instance_id``, ``host_id``) splits the file into one series per id, named ``<file>:<id>``.
-* **Timestamps**: a header column named ``timestamp`` / ``time_stamp`` / ``time`` / ``ts`` (milliseconds when
-  the name says ``ms``, e.g. Bitbrains' ``Timestamp [ms]``; otherwise seconds) orders the samples; with
+  ``instance_id``, ``host_id``, ``container_id``, ``container_ip``, ``container``, ``pod_id``, ``pod_name``,
+  ``pod``) splits the file into one series per id, named ``<file>:<id>``.
+* **Timestamps**: a header column named ``timestamp`` / ``time_stamp`` / ``time`` / ``ts`` or starting with
+  ``timestamp`` (milliseconds when the name says ``ms``, e.g. Bitbrains' ``Timestamp [ms]``; otherwise seconds)
+  orders the samples; with
   ``window_s`` the samples are averaged into windows of that length (windows without a sample are left out).
 * **Scale**: a column whose name contains ``percent``, ``pct`` or ``%`` is percent (0–100); otherwise
   ``scale="auto"`` reads the series as percent if any value exceeds 1, else as a fraction (0–1); integer-only
@@ -63,8 +65,9 @@ CPU_COLUMNS = (
     "cpuutilpercent", "cpuusagepercent", "cpuutilizationpercent", "cpuutilisationpercent", "cpupercentage",
     "avgcpu", "meancpu", "cpuavg", "cpumean", "utilization", "utilisation", "util", "usage",
 )
-ID_COLUMNS = ("machineid", "machine", "vmid", "vm", "instanceid", "hostid")
-TIME_COLUMNS = ("timestamp", "timestampms", "timestamps", "time", "times", "timems", "ts")
+ID_COLUMNS = ("machineid", "machine", "vmid", "vm", "instanceid", "hostid", "containerid", "containerip", "container",
+              "podid", "podname", "pod")
+TIME_COLUMNS = ("timestamp", "timestampms", "timestamps", "time", "times", "timems", "ts")  # or any "timestamp..."
 _PERCENT_HINT = ("percent", "pct", "%")
 _ALIBABA_ID = re.compile(r"^m_\d+$")
 ALIBABA_2018_COLUMNS = ("machine_id", "time_stamp", "cpu_util_percent", "mem_util_percent", "mem_gps", "mkpi",
@@ -147,6 +150,10 @@ def _pick(header: list[str], column: str | int | None, names: tuple[str, ...], w
     for j, h in enumerate(header):
         if _norm_col(h) in names:
             return j
+    if names is TIME_COLUMNS:
+        for j, h in enumerate(header):
+            if _norm_col(h).startswith("timestamp"):
+                return j
     if required:
         raise InputError(f"{where} header: no {what} column (found {', '.join(h.strip() for h in header)}{sep}; "
                          f"expected one of cpu, cpu_util, cpu_utilization, cpu_usage, cpu_percent, cpu_util_percent, "
