@@ -223,3 +223,17 @@ def test_experiment_names_a_trace_and_a_load(data_dir):
     spec = parse_experiment({"name": "t", "scenarios": ["prefix-cache"], "load": "lots"})
     with pytest.raises(InputError, match="load 'lots'"):
         expand(spec)
+
+
+def test_prefix_traces_never_hit_the_cache_with_a_repeat():
+    w = _trace(prefix=True)
+    a, info = select_window(w, np.random.default_rng(3), TraceFit())  # auto: a circular window, each request once
+    assert info["resample"] == "window" and len(a) == len(w) and len(set(info["idx"].tolist())) == len(w)
+    assert sorted(a.prompt_tokens.tolist()) == sorted(w.prompt_tokens.tolist())
+    assert a.arrival_s[0] == 0 and (np.diff(a.arrival_s) >= 0).all()
+    two, info = select_window(w, np.random.default_rng(3), TraceFit(num_requests=2 * len(w)))  # two laps
+    assert len(two) == 2 * len(w) and len(np.unique(two.prefix_blocks)) == len(two.prefix_blocks)
+    b, info = select_window(w, np.random.default_rng(3), TraceFit(resample="bootstrap"))
+    idx = info["idx"]
+    assert len(np.unique(idx)) < len(idx)  # a bootstrap repeats requests ...
+    assert len(np.unique(b.prefix_blocks)) == len(b.prefix_blocks)  # ... with fresh block ids (here all distinct)

@@ -75,7 +75,7 @@ def _load(scenario: Optional[str], trace: Optional[str], load: Optional[str] = N
 
 def _print_adaptations(lines: list[str], reports) -> None:
     for ln in lines + [x for rep in reports for x in rep.lines()]:
-        console.print(ln, highlight=False, markup=False)
+        console.print(ln, highlight=False, markup=False, soft_wrap=True)
 
 
 def _warn_overload(reasons: dict, requests: int, where: str = "") -> None:
@@ -83,7 +83,7 @@ def _warn_overload(reasons: dict, requests: int, where: str = "") -> None:
 
     msg = overload_warning(reasons, requests, where)
     if msg:
-        console.print(msg, style="yellow", highlight=False, markup=False)
+        console.print(msg, style="yellow", highlight=False, markup=False, soft_wrap=True)
 
 
 def _jsonable(d: dict) -> dict:
@@ -360,7 +360,7 @@ def _warn_stored_overload(runs: list[dict]) -> None:
             console.print(f"warning: {scen}{tag} {router}/{batcher}: {bad / n:.1%} of requests rejected for reasons "
                           f"no setting asked for (context, KV, queue, horizon) over {len(rs)} seeds: overloaded, "
                           f"these numbers do not compare with a run that serves them (try --load 0.7)",
-                          style="yellow", highlight=False, markup=False)
+                          style="yellow", highlight=False, markup=False, soft_wrap=True)
 
 
 def _report(db: str, out_dir: str, experiment: Optional[str] = None, baseline: Optional[dict] = None) -> None:
@@ -472,7 +472,7 @@ def _reproduce(name: str, quick: bool, as_json: bool, eval_trace: Optional[str],
     except ModuleNotFoundError as e:
         raise InputError(_missing_rl(e)) from None
     for ln in res.get("_trace_fit", []) if isinstance(res, dict) else []:
-        console.print(ln, highlight=False, markup=False)
+        console.print(ln, highlight=False, markup=False, soft_wrap=True)
     if as_json:
         out.print_json(json.dumps(res))
     else:

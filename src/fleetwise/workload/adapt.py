@@ -6,7 +6,8 @@ classes, tenants, models, origins). :func:`adapt_trace` turns a trace into the w
 1. **Window** (what each seed replays), ``resample``:
 
    * ``window``: a contiguous window of the trace — ``num_requests`` requests, or ``window_s`` seconds of the
-     trace's own clock — starting at a point drawn uniformly by the seed;
+     trace's own clock — starting at a point drawn uniformly by the seed (as long as the trace or longer: a
+     circular window, wrapping around the trace's end);
    * ``bootstrap``: a circular block bootstrap in time (Politis & Romano's circular blocks): blocks of
      ``block_s`` trace seconds (default: a twentieth of the trace's span, at least ten mean gaps), each starting
      at a uniform point of the trace (wrapping around its end), laid end to end until the run is as long as the
@@ -14,7 +15,10 @@ classes, tenants, models, origins). :func:`adapt_trace` turns a trace into the w
    * ``none``: the trace as it is (the first ``num_requests``), identical for every seed (so confidence
      intervals over seeds only show the simulator's own randomness);
    * ``auto`` (default): ``window`` when ``num_requests`` or ``window_s`` selects less than the whole trace,
-     ``bootstrap`` otherwise.
+     ``bootstrap`` otherwise — except for a trace with prefix-cache block ids, which gets a ``window`` (a whole
+     trace is then a circular window: from a random point, wrapping around the end), so that no request appears
+     twice in a lap (a repeat would hit the cache its first copy filled). A request replayed again (a bootstrap,
+     several laps) gets fresh prefix-block ids.
 
    A trace without arrival times (all at 0 s, e.g. a lengths-only file) gets Poisson arrivals at the target rate
    (it needs a numeric ``load`` or ``target_rate_rps``), its lengths drawn with replacement.
@@ -193,8 +197,8 @@ def select_window(w: Workload, rng: np.random.Generator, fit: TraceFit) -> tuple
         idx = rng.integers(0, n, k) if mode != "none" else np.arange(min(k, n))
         return w.take(idx), {"resample": "poisson", "idx": idx}
     whole = (fit.num_requests is None or fit.num_requests >= n) and (fit.window_s is None or fit.window_s >= span)
-    if mode == "auto":
-        mode = "window" if sized and not whole else "bootstrap"
+    if mode == "auto":  # a trace with prefix-cache ids keeps each request once per lap: a (circular) window
+        mode = "window" if (sized and not whole) or w.has_prefix else "bootstrap"
     if mode == "none":
         idx = np.arange(min(n, fit.num_requests or n))
         if fit.window_s is not None:
@@ -206,18 +210,36 @@ def select_window(w: Workload, rng: np.random.Generator, fit: TraceFit) -> tuple
             k = int(fit.num_requests)
             s = int(rng.integers(0, n - k + 1))
             idx = np.arange(s, s + k)
+            sel = w.take(idx)
+            info = {"resample": "window", "window_s": (float(t[idx[0]]), float(t[idx[-1]]))}
         elif fit.window_s is not None and fit.window_s < span:
             s0 = float(rng.uniform(0.0, span - fit.window_s))
             idx = np.flatnonzero((t >= s0) & (t < s0 + fit.window_s))
             if len(idx) == 0:
                 raise InputError(f"trace {w.name}: the {fit.window_s:g} s window from {s0:.0f} s holds no "
                                  f"request (use a longer window_s)")
-        else:
-            idx = np.arange(n)
-        sel = w.take(idx)
-        info = {"resample": "window", "window_s": (float(t[idx[0]]), float(t[idx[-1]]))}
-        if len(idx) == n:
-            info["note"] = "the window is the whole trace: every seed replays the same requests"
+            sel = w.take(idx)
+            info = {"resample": "window", "window_s": (float(t[idx[0]]), float(t[idx[-1]]))}
+        else:  # the whole trace or more: a circular window from a random point, wrapping around the end
+            gap = span / max(n - 1, 1)
+            circ = span + gap
+            s0 = float(rng.uniform(0.0, circ))
+            rel = (t - s0) % circ
+            order = np.argsort(rel, kind="stable")
+            target_s = float(fit.window_s) if fit.window_s is not None else circ
+            laps = max(1, math.ceil((fit.num_requests or 0) / n), math.ceil(target_s / circ - 1e-9))
+            idx = np.tile(order, laps)
+            tt = (np.arange(laps)[:, None] * circ + rel[order][None, :]).ravel()
+            if fit.num_requests is not None:
+                idx, tt = idx[: fit.num_requests], tt[: fit.num_requests]
+            else:
+                keep = tt < target_s
+                idx, tt = idx[keep], tt[keep]
+            sel = w.take(idx)
+            sel.arrival_s = tt
+            info = {"resample": "window", "window_s": (s0, s0 + float(tt[-1])),
+                    "note": f"the window covers the whole trace: from trace second {s0:.0f}, wrapping around its "
+                            f"end ({laps} lap{'s' if laps > 1 else ''}); each seed its own start"}
     else:  # bootstrap
         gap = span / max(n - 1, 1)
         b = float(fit.block_s) if fit.block_s is not None else max(span / 20.0, 10.0 * gap)
@@ -255,7 +277,24 @@ def select_window(w: Workload, rng: np.random.Generator, fit: TraceFit) -> tuple
         info = {"resample": "bootstrap", "blocks": k, "block_s": b}
     sel.arrival_s = sel.arrival_s - sel.arrival_s[0]
     info["idx"] = idx
+    _fresh_prefix_ids(sel, idx)
     return sel, info
+
+
+def _fresh_prefix_ids(sel: Workload, idx: np.ndarray) -> None:
+    """A request replayed a second time (bootstrap, a window of several laps) gets fresh prefix-cache block ids,
+    so that a repeat never hits the cache its first copy filled (the k-th repeat: ids + k x (largest id + 1))."""
+    if sel.prefix_offsets is None or len(idx) == 0 or len(sel.prefix_blocks) == 0:
+        return
+    order = np.argsort(idx, kind="stable")
+    first = np.r_[True, idx[order][1:] != idx[order][:-1]]
+    run_start = np.maximum.accumulate(np.where(first, np.arange(len(idx)), 0))
+    occ = np.empty(len(idx), np.int64)
+    occ[order] = np.arange(len(idx)) - run_start
+    if occ.max() == 0:
+        return
+    step = int(sel.prefix_blocks.max()) + 1
+    sel.prefix_blocks = sel.prefix_blocks + np.repeat(occ * step, np.diff(sel.prefix_offsets))
 
 
 def adapt_trace(w: Workload, rng: np.random.Generator, fit: TraceFit,
