@@ -8,20 +8,32 @@ import pytest
 
 gym = pytest.importorskip("gymnasium")
 
-from fleetwise.envs.allocation import (  # noqa: E402
-    ACTIONS, CANON, N_ACTIONS, AllocationConfig, AllocationEnv, Discretizer, _synthetic_series,
-    deployment, perf_table,
-)
+from fleetwise.envs.allocation import AllocationEnv  # noqa: E402
 from fleetwise.errors import InputError  # noqa: E402
 from fleetwise.learn import tabular  # noqa: E402
-from fleetwise.policies.allocators import Constant, FixedThreshold, Oracle, RandomAllocator  # noqa: E402
+from fleetwise.policies.allocation_model import (  # noqa: E402
+    ACTIONS,
+    CANON,
+    N_ACTIONS,
+    AllocationConfig,
+    Discretizer,
+    synthetic_series,
+    deployment,
+    perf_table,
+)
+from fleetwise.policies.allocators import (  # noqa: E402
+    Constant,
+    FixedThreshold,
+    Oracle,
+    RandomAllocator,
+)
 from fleetwise.reproduce.allocation import classification_metrics, evaluate  # noqa: E402
 from fleetwise.workload.cpu import parse_cpu_text, read_cpu_series, read_cpu_traces  # noqa: E402
 
 
 def _series(n=12, seed=0):
     rng = np.random.default_rng(seed)
-    return [_synthetic_series(rng) for _ in range(n)]
+    return [synthetic_series(rng) for _ in range(n)]
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +148,7 @@ def test_tabular_is_deterministic_and_saves(env, trained, tmp_path):
     p = trained["q_learning"].save(tmp_path / "q")
     back = tabular.TabularPolicy.load(p)
     assert np.array_equal(back.q, trained["q_learning"].q) and back.disc == trained["q_learning"].disc
-    from fleetwise.control.registry import make
+    from fleetwise.policies import make
 
     pol = make("allocator", "q_learning", {"path": str(p)})
     obs, _ = env.reset(seed=0)
@@ -149,7 +161,7 @@ def test_tabular_is_deterministic_and_saves(env, trained, tmp_path):
 def test_fixed_rule_fit_and_registry(env):
     fx = FixedThreshold.fit(env.core, _series(4), np.random.default_rng(0), grid_step=0.2)
     assert fx.allocate(np.r_[0.0, np.zeros(17)]) in [ACTIONS.index((1, p)) for p in ("data", "model", "hybrid")]
-    from fleetwise.control.registry import make, names
+    from fleetwise.policies import make, names
 
     assert {"fixed", "constant", "oracle", "random", "q_learning", "sarsa", "dqn"} <= set(names("allocator"))
     f = make("allocator", "fixed", {"thresholds": [0.3, 0.6, 0.9], "parallelism": "data"})

@@ -117,14 +117,14 @@ def test_features_and_action_mapping():
 
 def test_importing_fleetwise_does_not_import_torch():
     code = ("import sys, fleetwise, fleetwise.envs.autoscaling, fleetwise.policies.scalers_rl, "
-            "fleetwise.learn.autoscaling; from fleetwise.control.registry import names; "
+            "fleetwise.learn.autoscaling; from fleetwise.policies import names; "
             "assert 'rl' in names('scaler'); print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
 
 def test_rl_scaler_missing_checkpoint_is_an_input_error(tmp_path):
-    from fleetwise.control.registry import make
+    from fleetwise.policies import make
 
     with pytest.raises(InputError, match="not found"):
         make("scaler", "rl", {"checkpoint": str(tmp_path / "nope.zip")})

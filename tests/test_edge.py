@@ -11,8 +11,14 @@ gym = pytest.importorskip("gymnasium")
 pytest.importorskip("sb3_contrib")
 
 import fleetwise.envs  # noqa: E402,F401
-from fleetwise.control.registry import make  # noqa: E402
-from fleetwise.envs.edge import EdgeBatchingEnv, EdgeConfig, EdgePolicyBatcher, evaluate, with_batch_limit  # noqa: E402
+from fleetwise.policies import make  # noqa: E402
+from fleetwise.envs.edge import EdgeBatchingEnv  # noqa: E402
+from fleetwise.worlds.edge import (  # noqa: E402
+    EdgeConfig,
+    EdgePolicyBatcher,
+    evaluate,
+    with_batch_limit,
+)
 
 SMALL = replace(EdgeConfig(), segment_s=40.0, drain_s=60.0)
 
@@ -42,7 +48,7 @@ def test_masked_random_rollout_times_and_rewards():
         assert m[-1] == (not lane.running)  # wait only when nothing decodes
         j = len(SMALL.prefill_sizes)
         assert m[j] == bool(lane.running)  # decode needs a decoding sequence
-        if not lane.replica.waiting:
+        if not lane.waiting:
             assert not m[:j].any() and not m[j + 1]  # nothing to prefill or offload
         obs, r, term, trunc, info = env.step(int(rng.choice(np.flatnonzero(m))))
         steps += 1

@@ -17,7 +17,7 @@ import yaml
 from fleetwise.errors import InputError
 from fleetwise.experiments.runner import execute_run, run_sweep
 from fleetwise.experiments.spec import expand, load_experiment, parse_experiment
-from fleetwise.experiments.stats import bootstrap_ci, paired_change
+from fleetwise.metrics.stats import bootstrap_ci, paired_change
 from fleetwise.experiments.store import Store
 
 THIRD = {

@@ -9,9 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fakes import LinearPerf
-from fleetwise.control.controller import Controller
 from fleetwise.errors import InputError
 from fleetwise.platform import run_platform
+from fleetwise.policies import make_controller
 from fleetwise.scenario import parse_scenario
 from fleetwise.sim.build import make_replica
 from fleetwise.sim.records import REJECT_REASONS
@@ -36,7 +36,7 @@ def run_with(sim, actions, router="least_outstanding_requests"):
     """Run ``sim`` with timers that call ``actions`` [(t, fn(sim))]."""
     for t, fn in actions:
         sim.at(t, lambda s, fn=fn: fn(s) and None)
-    return sim.run(Controller.from_names(router, "sarathi"))
+    return sim.run(make_controller(router, "sarathi"))
 
 
 def all_served(rec):
@@ -107,7 +107,7 @@ def test_kv_offload_swaps_instead_of_recomputing():
     def go(offload):
         w = workload(n=400, rate=30.0, seed=2, pmax=1500, omax=400)
         sim = sim_of(w, replicas=1, kv=3000, kv_offload=offload)
-        return sim.run(Controller.from_names("round_robin", "sarathi")), sim
+        return sim.run(make_controller("round_robin", "sarathi")), sim
     rec_o, sim_o = go(True)
     rec_r, sim_r = go(False)
     assert all_served(rec_o) and all_served(rec_r)
@@ -119,7 +119,7 @@ def test_priority_victim_is_the_lowest_priority():
     w = workload(n=300, rate=30.0, seed=2, pmax=1500, omax=400)
     w.priority = (np.arange(len(w)) % 2).astype(np.int16)  # odd requests are important
     sim = sim_of(w, replicas=1, kv=3000)
-    rec = sim.run(Controller.from_names("round_robin", "sarathi"))
+    rec = sim.run(make_controller("round_robin", "sarathi"))
     assert all_served(rec)
     pre = rec.preemptions
     assert pre[w.priority == 0].sum() > 2 * pre[w.priority == 1].sum()
@@ -264,7 +264,7 @@ def test_priority_batcher_preempts_low_priority_for_high():
     res = {}
     for b in ("sarathi", "priority"):
         sim = sim_of(w, replicas=1, kv=4000)
-        rec = sim.run(Controller.from_names("round_robin", b))
+        rec = sim.run(make_controller("round_robin", b))
         assert all_served(rec)
         res[b] = rec
     hi = w.priority == 1
@@ -275,8 +275,8 @@ def test_priority_batcher_preempts_low_priority_for_high():
 
 def test_priority_batcher_is_sarathi_with_one_priority():
     w = workload(n=300, rate=20.0, seed=1)
-    a = sim_of(w, replicas=1, kv=4000).run(Controller.from_names("round_robin", "sarathi"))
-    b = sim_of(w, replicas=1, kv=4000).run(Controller.from_names("round_robin", "priority"))
+    a = sim_of(w, replicas=1, kv=4000).run(make_controller("round_robin", "sarathi"))
+    b = sim_of(w, replicas=1, kv=4000).run(make_controller("round_robin", "priority"))
     assert a.equals(b)
 
 

@@ -7,12 +7,12 @@ import math
 
 import numpy as np
 import pytest
-from fakes import LinearPerf
 
+from fakes import LinearPerf
 from fleetwise.control.protocols import GroupState, ScaleObs, Scaler
-from fleetwise.control.registry import make, names
 from fleetwise.errors import InputError
 from fleetwise.perf.capacity import capacity_rps
+from fleetwise.policies import make, names
 from fleetwise.policies.scalers import holt_forecast, split_replicas
 
 NAN = float("nan")
@@ -335,7 +335,7 @@ def test_capacity_rps_from_the_real_performance_model():
 
 
 def _simulate(perf, rate, P, O, n=2500, seed=0):
-    from fleetwise.control.controller import Controller
+    from fleetwise.policies import make_controller
     from fleetwise.sim.build import make_replica
     from fleetwise.sim.simulator import SimOptions, Simulator
     from fleetwise.workload.request import Workload
@@ -344,7 +344,7 @@ def _simulate(perf, rate, P, O, n=2500, seed=0):
     w = Workload(arrival_s=np.cumsum(rng.exponential(1 / rate, n)), prompt_tokens=np.full(n, P),
                  output_tokens=np.full(n, O))
     sim = Simulator([make_replica(0, perf)], w, options=SimOptions(check_invariants=False))
-    return sim.run(Controller.from_names("round_robin", "vllm", batcher_params={"max_num_seqs": 64}))
+    return sim.run(make_controller("round_robin", "vllm", batcher_params={"max_num_seqs": 64}))
 
 
 def test_capacity_rps_matches_a_direct_simulation():

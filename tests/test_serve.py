@@ -18,7 +18,12 @@ import numpy as np
 import pytest
 
 from fleetwise.errors import InputError
-from fleetwise.serve.policy import ROUTE_EXAMPLE, ReplicaSnapshot, RouteRequest, load_route_policy
+from fleetwise.serve.policy import (
+    ROUTE_EXAMPLE,
+    ReplicaSnapshot,
+    RouteRequest,
+    load_route_policy,
+)
 
 TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -106,14 +111,14 @@ def test_unready_replicas_only_when_none_is_ready():
     reps = [snap(id="p", ready=False, outstanding_requests=9), snap(id="q", ready=False, outstanding_requests=2)]
     assert pick("least_outstanding_requests", RouteRequest(prompt_tokens=5, replicas=reps)) == ["q"]
     one = RouteRequest(prompt_tokens=5, replicas=[snap(id="solo")])
-    from fleetwise.control.registry import names
+    from fleetwise.policies import names
 
     for name in names("router"):
         assert pick(name, one) == ["solo"], name
 
 
 def test_every_registered_router_is_covered():
-    from fleetwise.control.registry import names
+    from fleetwise.policies import names
 
     assert {"round_robin", "least_outstanding_requests", "least_outstanding_tokens", "least_kv_load", "power_of_two",
             "prefix_aware", "nearest_region", "latency_aware", "random"} <= set(names("router"))
@@ -180,7 +185,7 @@ def serving(app):
 
 
 def test_route_with_every_router_over_http(web):
-    from fleetwise.control.registry import names
+    from fleetwise.policies import names
 
     body = REQ.model_dump()
     c = client(web)
@@ -291,7 +296,8 @@ def test_metrics_count_decisions_latency_and_errors(web):
 @pytest.fixture
 def test_scalers():
     """Two tiny scalers registered for this test only (removed after it)."""
-    from fleetwise.control.registry import _REGISTRY, names
+    from fleetwise.control.registry import registered
+    from fleetwise.policies import names
 
     names("scaler")  # load the built-ins first
     gate = {"entered": threading.Event(), "release": threading.Event(), "seen": []}
@@ -316,13 +322,13 @@ def test_scalers():
 
     added = {"test_plus_step": PlusStep, "test_slow": Slow, "test_broken": Broken}
     for k, v in added.items():
-        assert k not in _REGISTRY["scaler"]
-        _REGISTRY["scaler"][k] = v
+        assert k not in registered("scaler")
+        registered("scaler")[k] = v
     try:
         yield gate
     finally:
         for k in added:
-            _REGISTRY["scaler"].pop(k, None)
+            registered("scaler").pop(k, None)
 
 
 def scale_body(**group):
@@ -360,7 +366,7 @@ def test_scale_with_a_registered_scaler(web, test_scalers):
 
 
 def test_scale_with_every_registered_scaler(web):
-    from fleetwise.control.registry import names
+    from fleetwise.policies import names
     from fleetwise.serve.app import SCALE_EXAMPLE
 
     for name in names("scaler"):
@@ -611,7 +617,7 @@ def test_schemathesis_finds_no_server_error(web):
     from hypothesis import HealthCheck, given, settings
     from hypothesis.errors import Unsatisfiable
 
-    from fleetwise.control.registry import names
+    from fleetwise.policies import names
 
     app = web.create_app(token=TOKEN, scaler="hpa" if "hpa" in names("scaler") else None)
     schema = schemathesis.openapi.from_asgi("/openapi.json", app, headers=AUTH)

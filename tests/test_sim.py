@@ -8,8 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fakes import LinearPerf
-from fleetwise.control.controller import Controller
-from fleetwise.control.registry import names
+from fleetwise.policies import make_controller, names
 from fleetwise.sim.build import make_replica
 from fleetwise.sim.records import Records
 from fleetwise.sim.simulator import SimOptions, Simulator
@@ -34,7 +33,7 @@ def run(w, *, replicas=2, kv=20000, pp=1, block=16, batcher="sarathi", router="r
         check=True, seed=0, perf=None, bparams=None):
     reps = [make_replica(i, perf or LinearPerf(kv_tokens=kv, pp=pp), block_tokens=block) for i in range(replicas)]
     sim = Simulator(reps, w, seed=seed, options=SimOptions(force_single_step=force, check_invariants=check))
-    rec = sim.run(Controller.from_names(router, batcher, batcher_params=bparams))
+    rec = sim.run(make_controller(router, batcher, batcher_params=bparams))
     return rec, sim
 
 
@@ -136,7 +135,7 @@ def test_least_outstanding_beats_random_on_tail_ttft():
 def test_cold_start_delays_service_until_model_loaded():
     w = poisson_workload(50, rate=5.0, seed=1)
     reps = [make_replica(0, LinearPerf(), ready_s=30.0)]
-    rec = Simulator(reps, w).run(Controller.from_names())
+    rec = Simulator(reps, w).run(make_controller())
     assert np.all(rec.first_token_s >= 30.0)
     assert rec.completed.all()
 
@@ -152,7 +151,7 @@ def test_step_api_advance_apply():
     w = poisson_workload(30, rate=5.0)
     reps = [make_replica(i, LinearPerf()) for i in range(2)]
     sim = Simulator(reps, w)
-    ctl = Controller.from_names("least_outstanding_requests", "sarathi")
+    ctl = make_controller("least_outstanding_requests", "sarathi")
     sim.batcher_stationary = True
     kinds = set()
     while (dp := sim.advance()) is not None:
@@ -176,7 +175,7 @@ def test_horizon_ends_every_request():
     w = poisson_workload(400, rate=50.0, seed=2)  # far more than 2 replicas serve in 5 s
     reps = [make_replica(i, LinearPerf()) for i in range(2)]
     sim = Simulator(reps, w, options=SimOptions(max_time_s=5.0))
-    rec = sim.run(Controller.from_names())
+    rec = sim.run(make_controller())
     assert np.all(rec.status > 0)
     assert rec.reject_reasons().get("horizon", 0) > 0
     assert np.all(rec.completion_s[rec.completed] <= 5.0 + 1e-9)
@@ -187,7 +186,7 @@ def test_stall_delays_service_on_that_replica():
     reps = [make_replica(i, LinearPerf()) for i in range(2)]
     sim = Simulator(reps, w)
     sim.stall(0, 7.0)
-    rec = sim.run(Controller.from_names("round_robin", "sarathi"))
+    rec = sim.run(make_controller("round_robin", "sarathi"))
     assert rec.replica.tolist() == [0, 1]
     assert rec.first_token_s[0] >= 7.0 and rec.first_token_s[1] < 1.0
 
@@ -204,7 +203,7 @@ def test_offload_moves_a_waiting_request_over_the_link():
     assert dp.kind == "batch" and dp.lane.replica.index == 0
     sim.apply(BatchPlan(offload=((0, 1),)))
     sim.batcher_stationary = True
-    ctl = Controller.from_names("round_robin", "sarathi")
+    ctl = make_controller("round_robin", "sarathi")
     while (dp := sim.advance()) is not None:
         sim.apply(ctl.decide(dp))
     rec = sim.records()

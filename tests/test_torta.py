@@ -11,7 +11,7 @@ from fleetwise.errors import InputError
 
 
 def test_transport_plan_respects_marginals():
-    from fleetwise.envs.torta import transport_plan
+    from fleetwise.policies.transport import transport_plan
 
     rng = np.random.default_rng(0)
     for exact in (False, True):
@@ -30,7 +30,7 @@ def test_transport_plan_respects_marginals():
 
 
 def test_bad_topology_file_gives_one_line_error(tmp_path):
-    from fleetwise.envs.torta import TortaConfig, make_fleet
+    from fleetwise.worlds.torta import TortaConfig, make_fleet
 
     p = tmp_path / "topo.yaml"
     p.write_text("fleet: {topology: backbone, regions: [us-east-1, mars-1]}\n")
@@ -50,8 +50,8 @@ def test_bad_topology_file_gives_one_line_error(tmp_path):
 def test_stall_delays_service_and_keeps_records_sane():
     """A model switch (Simulator.stall) delays the replica's work by the reload time; nothing is lost."""
     from fleetwise.catalog import get_gpu, get_model
-    from fleetwise.control.registry import make
     from fleetwise.perf import PerfModel
+    from fleetwise.policies import make
     from fleetwise.sim.build import make_replica
     from fleetwise.sim.simulator import Simulator
     from fleetwise.workload.request import Workload
@@ -68,7 +68,7 @@ def test_stall_delays_service_and_keeps_records_sane():
                     sim.stall(0, 5.0)
                 sim.apply(0)
             else:
-                sim.apply(batcher.plan(dp.lane, sim))
+                sim.apply(batcher.plan(dp.view))
         return sim.records()
 
     a, b = run(False), run(True)
@@ -78,8 +78,8 @@ def test_stall_delays_service_and_keeps_records_sane():
 
 
 def test_planners_and_micro_layer_on_one_day():
-    from fleetwise.envs.torta import TortaConfig, evaluate
     from fleetwise.policies.planners import NearestPlanner, OTPlanner
+    from fleetwise.worlds.torta import TortaConfig, evaluate
 
     cfg = TortaConfig(topology="ring")
     near = evaluate(cfg, NearestPlanner, "affinity_greedy", [3])[0]
@@ -131,9 +131,10 @@ def test_env_checker_and_temporal_observation():
 
 def test_tiny_training_beats_a_bad_fixed_plan():
     """A few hundred slots of PPO: the learned planner beats one that piles all demand on one region."""
-    from fleetwise.envs.torta import TortaConfig, TortaEnv, evaluate
+    from fleetwise.envs.torta import TortaConfig, TortaEnv
     from fleetwise.learn.torta import TortaArgs, train
     from fleetwise.policies.planners import OTPlanner, PolicyPlanner
+    from fleetwise.worlds.torta import evaluate
 
     cfg = TortaConfig(topology="ring")
     model, curve, _ = train(lambda: TortaEnv(cfg), TortaArgs(total_timesteps=240, n_steps=120, seed=0))

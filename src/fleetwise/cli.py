@@ -117,8 +117,8 @@ def simulate(
     _print_adaptations(lines, b.adaptations)
     plat = None
     if sc.scaler is not None:
-        from fleetwise.control.registry import make
         from fleetwise.platform.runner import Platform
+        from fleetwise.policies import make
 
         plat = Platform(b, make("scaler", sc.scaler.name, sc.scaler.params, where="scaler: "),
                         seed=sc.seed if seed is None else seed, monitor=monitor is not None)
@@ -262,7 +262,7 @@ def sweep(
 ) -> None:
     """Run an experiment: every scenario x policy x grid point x seed not already in the store."""
     from fleetwise.experiments.spec import load_experiment
-    from fleetwise.experiments.stats import aggregate
+    from fleetwise.metrics.stats import aggregate
 
     if backend not in ("local", "ray"):
         raise InputError(f"--backend {backend!r}: expected local or ray")
@@ -308,7 +308,7 @@ def compare(
 ) -> None:
     """Compare routers on one scenario: mean ± 95% CI over seeds, and the paired change against the first."""
     from fleetwise.experiments.spec import ExperimentSpec
-    from fleetwise.experiments.stats import aggregate
+    from fleetwise.metrics.stats import aggregate
     from fleetwise.scenario import load_scenario
 
     names = [r.strip() for r in routers.split(",") if r.strip()]
@@ -393,7 +393,7 @@ def report(
 @app.command("policies")
 def policies() -> None:
     """List the registered policies of every decision level."""
-    from fleetwise.control.registry import LEVELS, names
+    from fleetwise.policies import LEVELS, names
 
     for level in LEVELS:
         n = names(level)

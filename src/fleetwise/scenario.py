@@ -228,7 +228,7 @@ class Built:
 
     def controller(self, router: PolicyRef | str | None = None, batcher: PolicyRef | str | None = None):
         from fleetwise.control.controller import Controller
-        from fleetwise.control.registry import make
+        from fleetwise.policies import make
 
         r = PolicyRef.model_validate(router) if router is not None else self.scenario.router
         b = PolicyRef.model_validate(batcher) if batcher is not None else self.scenario.batcher

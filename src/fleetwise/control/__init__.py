@@ -12,9 +12,10 @@ from fleetwise.control.protocols import (
     Router,
     Scaler,
 )
-from fleetwise.control.registry import make, names, register
+from fleetwise.control.registry import register
+from fleetwise.control.views import LaneView, PlanView, RouteView
 
 __all__ = [
-    "Allocator", "Batcher", "BatchPlan", "Controller", "DECODE", "DecisionPoint", "Planner", "Router",
-    "Scaler", "WAIT", "make", "names", "register",
+    "Allocator", "Batcher", "BatchPlan", "Controller", "DECODE", "DecisionPoint", "LaneView", "PlanView", "Planner",
+    "RouteView", "Router", "Scaler", "WAIT", "register",
 ]

@@ -1,4 +1,5 @@
-"""A Controller bundles one policy per decision level and answers the simulator's decision points."""
+"""A Controller bundles one policy per decision level and answers the simulator's decision points
+(``fleetwise.policies.make_controller`` builds one by policy names)."""
 
 from __future__ import annotations
 
@@ -16,18 +17,11 @@ class Controller:
     planner: Any = None
     allocator: Any = None
 
-    @classmethod
-    def from_names(cls, router: str = "round_robin", batcher: str = "sarathi", router_params: dict | None = None,
-                   batcher_params: dict | None = None) -> "Controller":
-        from fleetwise.control.registry import make
-
-        return cls(router=make("router", router, router_params), batcher=make("batcher", batcher, batcher_params))
-
     def decide(self, dp: DecisionPoint) -> int | BatchPlan:
         if dp.kind == "route":
-            return self.router.route(dp)
+            return self.router.route(dp.view)
         if dp.kind == "batch":
-            return self.batcher.plan(dp.lane, dp.sim)
+            return self.batcher.plan(dp.view)
         if dp.kind == "scale" and self.scaler is not None:
             return self.scaler.scale(dp.payload)
         raise ValueError(f"unknown decision kind {dp.kind!r}")

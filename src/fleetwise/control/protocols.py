@@ -1,66 +1,28 @@
 """The five decision levels, as small protocols, and the plain actions they return.
 
-A policy sees a read-only view and returns a plain action; it never reaches into the simulator.
-Heuristic and learned policies go through the same code path (`Simulator.advance` / `Simulator.apply`).
+A policy sees a read-only view (``fleetwise.control.views``, ``ScaleObs`` below) and returns a plain action
+(``BatchPlan``, a replica index, targets); it never reaches into the simulator. Heuristic and learned policies
+go through the same code path (``Simulator.run_until``). The plain actions and ``DecisionPoint`` are defined
+beside the simulator that consumes them (``fleetwise.sim.actions``) and re-exported here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
-if TYPE_CHECKING:  # pragma: no cover
-    from fleetwise.sim.engine import Lane
-    from fleetwise.sim.simulator import Simulator
+from fleetwise.control.views import LaneView, PlanView, RouteView
+from fleetwise.sim.actions import DECODE, WAIT, BatchPlan, DecisionPoint
 
-
-@dataclass(frozen=True, slots=True)
-class BatchPlan:
-    """What one engine lane runs next.
-
-    ``decode``: include one decode token for every running (decoding) sequence of the lane.
-    ``prefill``: (request id, chunk tokens) pairs; a request still waiting is admitted (KV allocated for its prompt).
-    ``offload``: waiting requests sent to another replica's queue (over the network between their regions);
-    each request may be offloaded once. After an offload-only plan the lane is asked again at once.
-    An empty plan (no decode, no prefill) means: wait until something changes (an arrival or a completion), or
-    for ``wait_s`` seconds when that is > 0.
-    """
-
-    decode: bool = False
-    prefill: tuple[tuple[int, int], ...] = ()
-    preempt: tuple[int, ...] = ()  # admitted requests of this lane to evict first (recompute), e.g. low priority
-    offload: tuple[tuple[int, int], ...] = ()  # (request id, replica index): move a waiting request elsewhere
-    wait_s: float = 0.0  # with nothing to run: idle this long (or until the queue changes), then decide again
-
-    @property
-    def empty(self) -> bool:
-        return not self.decode and not self.prefill
-
-
-WAIT = BatchPlan()
-DECODE = BatchPlan(decode=True)
-
-
-@dataclass(slots=True)
-class DecisionPoint:
-    """Something a policy must decide. ``kind`` is "route" (which replica serves request ``request``),
-    "batch" (what lane ``lane`` runs next) or one a platform layer adds with ``Simulator.at`` (e.g. "scale",
-    with the observation as ``payload``). ``sim`` is the read-only view the policy may inspect."""
-
-    kind: str
-    time_s: float
-    sim: "Simulator"
-    request: int = -1
-    lane: "Lane | None" = None
-    payload: Any = None  # other kinds (e.g. "scale"): the observation; ``handler(action)`` applies the answer
-    handler: Any = None
+__all__ = ["Allocator", "BatchPlan", "Batcher", "DECODE", "DecisionPoint", "GroupState", "LaneView", "PlanView",
+           "Planner", "RouteView", "Router", "ScaleObs", "Scaler", "WAIT"]
 
 
 @runtime_checkable
 class Router(Protocol):
-    """Picks the replica (index into ``sim.replicas``) that serves one request."""
+    """Picks the replica (one of ``view.candidates()``) that serves one request."""
 
-    def route(self, dp: DecisionPoint) -> int: ...
+    def route(self, view: RouteView) -> int: ...
 
 
 @runtime_checkable
@@ -74,7 +36,7 @@ class Batcher(Protocol):
 
     stationary: bool
 
-    def plan(self, lane: "Lane", sim: "Simulator") -> BatchPlan: ...
+    def plan(self, view: LaneView) -> BatchPlan: ...
 
 
 @runtime_checkable

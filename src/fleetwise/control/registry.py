@@ -1,4 +1,9 @@
-"""One registry per decision level. A new policy is one definition: ``@register_router("power_of_two")``."""
+"""One registry per decision level. A new policy is one definition: ``@register_router("power_of_two")``.
+
+This module only keeps the tables; ``fleetwise.policies.make(level, name, params)`` loads the built-in policies
+(importing their modules runs the decorators) and builds one. A package of your own registers its policies the
+same way when it is imported.
+"""
 
 from __future__ import annotations
 
@@ -41,28 +46,15 @@ def register_allocator(name: str):
     return register("allocator", name)
 
 
-def _load_builtins() -> None:
-    # Importing the modules runs their @register decorators.
-    import fleetwise.policies.batchers  # noqa: F401
-    import fleetwise.policies.planners  # noqa: F401
-    import fleetwise.policies.routers  # noqa: F401
-    import fleetwise.policies.scalers  # noqa: F401
-
-    try:  # allocators need gymnasium (the ``rl`` extra)
-        import fleetwise.policies.allocators  # noqa: F401
-        import fleetwise.policies.scalers_rl  # noqa: F401  (the trained scaler "rl")
-    except ImportError:
-        pass
+def registered(level: str) -> dict[str, Callable[..., Any]]:
+    """The policies registered for ``level`` so far (name -> factory). ``fleetwise.policies.make`` and ``names``
+    load the built-in policies first; use those."""
+    return _REGISTRY[level]
 
 
-def names(level: str) -> list[str]:
-    _load_builtins()
-    return sorted(_REGISTRY[level])
-
-
-def make(level: str, name: str, params: dict[str, Any] | None = None, where: str = "") -> Any:
-    """Build the policy ``name`` of ``level`` with keyword ``params``; unknown names/params give an InputError."""
-    _load_builtins()
+def build(level: str, name: str, params: dict[str, Any] | None = None, where: str = "") -> Any:
+    """Build the registered policy ``name`` of ``level`` with keyword ``params``; unknown names/params give an
+    InputError. Only what is registered already is known: ``fleetwise.policies.make`` loads the built-ins."""
     table = _REGISTRY[level]
     if name not in table:
         raise InputError(f"{where}unknown {level} {name!r}; expected one of: {', '.join(sorted(table))}")

@@ -83,18 +83,21 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
 from fleetwise.errors import InputError
+from fleetwise.policies.scaler_features import (  # noqa: F401  (re-exported: the env's observation and action)
+    N_GLOBAL_FEATURES,
+    N_GROUP_FEATURES,
+    OBS_CLIP,
+    features,
+    symmetric_deltas,
+    targets_from_action,
+)
 
-N_GROUP_FEATURES = 17
-N_GLOBAL_FEATURES = 2
-OBS_CLIP = 5.0
-DAY_S = 86400.0
 SERVEGEN_SPAN_S = 1_209_600.0  # m-large: 14 days of 600-s windows
 SPOT_TRACE_SPAN_S = 547_060.0  # aws-04-19-2023/us-east-1b_intel_64 (the "auto" trace of us-east-1b)
 
@@ -169,7 +172,7 @@ def cached_servegen():
     from fleetwise.workload import readers
 
     orig = readers.read_servegen
-    if getattr(orig, "_fleetwise_cached", False):
+    if getattr(orig, "fleetwise_cached", False):
         yield
         return
 
@@ -179,7 +182,7 @@ def cached_servegen():
             _SERVEGEN[key] = orig(folder_or_model_dir, model=model, limit=limit)
         return _SERVEGEN[key]
 
-    cached._fleetwise_cached = True  # type: ignore[attr-defined]
+    cached.fleetwise_cached = True  # type: ignore[attr-defined]
     readers.read_servegen = cached
     try:
         yield
@@ -193,110 +196,6 @@ def build_cached(scenario, seed: int):
 
     with cached_servegen():
         return build(scenario, seed)
-
-
-# --------------------------------------------------------------------------------------------- observation
-def _fin(x, default: float = 0.0) -> float:
-    return float(x) if x is not None and math.isfinite(x) else default
-
-
-def features(obs, max_groups: int) -> np.ndarray:
-    """The observation vector of a ScaleObs (see the module docstring): ``max_groups * 17 + 2`` float32 values
-    in [-5, 5]. Uses the ScaleObs only, so the env and the deployed scaler see the same thing."""
-    groups = list(obs.groups)
-    if len(groups) > max_groups:
-        raise InputError(f"rl scaler: the scenario has {len(groups)} scaling groups; the policy handles at most "
-                         f"{max_groups}")
-    out = np.zeros(max_groups * N_GROUP_FEATURES + N_GLOBAL_FEATURES, dtype=np.float64)
-    top_price = max((_fin(g.price_usd_per_hour) for g in groups), default=0.0)
-    epoch = obs.epoch_s if obs.epoch_s and obs.epoch_s > 0 else 30.0
-    supply: dict[str, float] = {}
-    for g in groups:
-        u = _fin(g.capacity_rps) if _fin(g.capacity_rps) > 0 else 1.0
-        supply[g.model] = supply.get(g.model, 0.0) + (max(0, g.ready) + max(0, g.starting)) * u
-    for i, g in enumerate(groups):
-        cap = max(1, int(g.max_replicas))
-        u = _fin(g.capacity_rps) if _fin(g.capacity_rps) > 0 else 1.0
-        arr = max(0.0, _fin(g.arrivals_rps))
-        hist = [max(0.0, _fin(x)) for x in g.history_rps[-4:]]
-        ready = max(0, int(g.ready))
-        f = out[i * N_GROUP_FEATURES:(i + 1) * N_GROUP_FEATURES]
-        f[0] = 1.0
-        f[1] = 1.0 if g.pool == "spot" else 0.0
-        f[2] = ready / cap
-        f[3] = max(0, int(g.starting)) / cap
-        f[4] = max(0, int(g.draining)) / cap
-        f[5] = math.log1p(max(0, int(g.waiting)) / max(ready, 1)) / math.log1p(100.0)
-        f[6] = _fin(g.busy)
-        f[7] = _fin(g.kv_used)
-        f[8] = arr / (u * cap)
-        f[9] = (arr - sum(hist) / len(hist)) / (u * cap) if hist else 0.0
-        f[10] = _fin(g.ttft_p90_s) / g.slo_ttft_s if _fin(g.slo_ttft_s) > 0 else 0.0
-        f[11] = _fin(g.tpot_p90_s) / g.slo_tpot_s if _fin(g.slo_tpot_s) > 0 else 0.0
-        f[12] = _fin(g.price_usd_per_hour) / top_price if top_price > 0 else 0.0
-        f[13] = 1.0 if g.available is None else max(0, int(g.available)) / cap
-        f[14] = (ready + max(0, int(g.starting))) / cap
-        f[15] = min(OBS_CLIP, supply[g.model] / arr) if arr > 1e-9 else OBS_CLIP
-        f[16] = _fin(g.cold_start_s) / (10.0 * epoch)
-    ang = 2.0 * math.pi * (_fin(obs.time_s) % DAY_S) / DAY_S
-    out[-2] = math.sin(ang)
-    out[-1] = math.cos(ang)
-    np.nan_to_num(out, copy=False, nan=0.0, posinf=OBS_CLIP, neginf=-OBS_CLIP)
-    return np.clip(out, -OBS_CLIP, OBS_CLIP).astype(np.float32)
-
-
-# --------------------------------------------------------------------------------------------- action
-def symmetric_deltas(n: int) -> tuple[int, ...]:
-    """``n`` (odd) replica changes centred on 0: 5 -> (-2, -1, 0, 1, 2)."""
-    if n < 1 or n % 2 == 0:
-        raise InputError(f"action choices per group: expected an odd number, got {n}")
-    return tuple(range(-(n // 2), n // 2 + 1))
-
-
-def targets_from_action(obs, action: Sequence[int], deltas: Sequence[int], on_demand_floor: int = 1
-                        ) -> dict[str, int]:
-    """Targets {group key: replicas}: per group ``ready + starting + deltas[action[i]]`` clamped to
-    ``[min_replicas, min(max_replicas, available)]``. Then two safety rules per model with demand (arrivals
-    or waiting requests), as the heuristics' ``on_demand_floor``: its non-spot groups keep at least
-    ``on_demand_floor`` replicas together (spot capacity can vanish at once; the cheapest non-spot group gets
-    the missing ones), and its targets never add up to zero (one replica in its cheapest group that can have
-    one), so requests are never held until the horizon."""
-    a = np.asarray(action, dtype=np.int64).reshape(-1)
-    out: dict[str, int] = {}
-    caps: dict[str, int] = {}
-    for i, g in enumerate(obs.groups):
-        cap = max(0, int(g.max_replicas))
-        if g.available is not None:
-            cap = min(cap, max(0, int(g.available)))
-        lo = min(max(0, int(g.min_replicas)), max(0, int(g.max_replicas)))
-        k = int(a[i]) if i < len(a) else len(deltas) // 2
-        d = deltas[min(max(k, 0), len(deltas) - 1)]
-        cur = max(0, int(g.ready)) + max(0, int(g.starting))
-        out[g.key] = max(lo, min(cap, cur + d)) if cap >= lo else lo
-        caps[g.key] = cap
-    models: dict[str, list] = {}
-    for g in obs.groups:
-        models.setdefault(g.model, []).append(g)
-
-    def price(g):
-        return (_fin(g.price_usd_per_hour, math.inf), g.pool == "spot")
-
-    for gs in models.values():
-        if not any(_fin(g.arrivals_rps) > 0 or g.waiting > 0 for g in gs):
-            continue
-        od = [g for g in gs if g.pool != "spot" and caps[g.key] > 0]
-        missing = on_demand_floor - sum(out[g.key] for g in od)
-        for g in sorted(od, key=price):
-            if missing <= 0:
-                break
-            add = min(missing, caps[g.key] - out[g.key])
-            if add > 0:
-                out[g.key] += add
-                missing -= add
-        if sum(out[g.key] for g in gs) == 0:
-            ok = [g for g in gs if caps[g.key] > 0] or gs
-            out[min(ok, key=price).key] = 1
-    return out
 
 
 # --------------------------------------------------------------------------------------------- env
@@ -349,20 +248,7 @@ class AutoscalingEnv(gym.Env):
 
     def _advance(self):
         """Run the simulator, answering route/batch decisions, up to the next scale decision (None: done)."""
-        sim = self.sim
-        route, plan = self._ctl.router.route, self._ctl.batcher.plan
-        advance, apply = sim.advance, sim.apply
-        while (dp := advance()) is not None:
-            k = dp.kind
-            if k == "route":
-                apply(route(dp))
-            elif k == "batch":
-                apply(plan(dp.lane, sim))
-            elif k == "scale":
-                return dp
-            else:
-                raise RuntimeError(f"Autoscaling-v0: unexpected decision point {k!r}")
-        return None
+        return self.sim.run_until(math.inf, self._ctl, stop=("scale",))
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
@@ -375,7 +261,6 @@ class AutoscalingEnv(gym.Env):
         self.platform = p = Platform(built, scaler=None, seed=ep_seed, monitor=False)
         self.sim = sim = built.sim
         self._ctl = built.controller(self.router, self.batcher)
-        sim.batcher_stationary = bool(getattr(self._ctl.batcher, "stationary", False))
         if len(p.groups) > self.cfg.max_groups:
             raise InputError(f"Autoscaling-v0: the scenario has {len(p.groups)} scaling groups; max_groups is "
                              f"{self.cfg.max_groups}")
@@ -417,7 +302,7 @@ class AutoscalingEnv(gym.Env):
         still = []
         for i in self._open:
             r = reps[i]
-            rate = r.num_gpus * r.price_usd_per_gpu_hour / 3600.0
+            rate = r.gpu_usd_per_s
             if r.stop_s is not None:
                 self._closed_cost += rate * max(0.0, min(r.stop_s, now) - r.start_s)
             else:

@@ -27,6 +27,7 @@ import re
 import struct
 import sys
 import time
+import weakref
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +36,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from fleetwise.errors import InputError
-from fleetwise.experiments.stats import CI, aggregate
+from fleetwise.metrics.pareto import pareto_front
+from fleetwise.metrics.stats import CI, aggregate
 
 # (summary key, label, unit shown, scale applied for display, direction: +1 higher is better, -1 lower is, 0 neither)
 KEY_METRICS: list[tuple[str, str, str, float, int]] = [
@@ -64,6 +66,7 @@ MANIFEST = "report-manifest.json"
 # bottom (tick labels + x label), and between axes
 M_LEFT, M_RIGHT, M_TOP, M_BOTTOM, M_WSPACE, M_HSPACE = 0.85, 0.2, 0.68, 0.6, 0.95, 0.95
 LEGEND_FONT = 8.5
+_LEGENDS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # figure -> (legend columns, title)
 
 SECTIONS = [
     ("summary", "1. Summary"),
@@ -317,12 +320,12 @@ class _Plots:
                             bottom=(M_BOTTOM + extra) / h, wspace=M_WSPACE / ax_w, hspace=M_HSPACE / ax_h)
         axes = fig.subplots(nrows, ncols, squeeze=False, **kw)
         fig.suptitle(title, fontsize=11, y=1 - 0.1 / h, va="top")
-        fig._fw_legend = (ncol, legend_title)  # type: ignore[attr-defined]
+        _LEGENDS[fig] = (ncol, legend_title)
         return fig, axes
 
     @staticmethod
     def legend(fig, handles, labels) -> None:
-        ncol, title = getattr(fig, "_fw_legend", (len(labels), None))
+        ncol, title = _LEGENDS.get(fig, (len(labels), None))
         fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 0.06 / fig.get_size_inches()[1]),
                    ncol=ncol, fontsize=LEGEND_FONT, title=title, title_fontsize=LEGEND_FONT, frameon=True)
 
@@ -598,17 +601,6 @@ def _load_html(ex: _Experiment, plots: _Plots) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------- section 4
-def _pareto_front(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Indices of the points not dominated in (lower x, lower y), sorted by x."""
-    order = np.lexsort((y, x))
-    front, best = [], math.inf
-    for i in order:
-        if y[i] < best:
-            front.append(i)
-            best = y[i]
-    return np.array(front, int)
-
-
 def _pareto_html(ex: _Experiment, plots: _Plots) -> str:
     parts = []
     for s in ex.scenarios:
@@ -643,7 +635,7 @@ def _pareto_html(ex: _Experiment, plots: _Plots) -> str:
                 ys.append(ym[ok])
             if xs:
                 x, y = np.concatenate(xs), np.concatenate(ys)
-                f = _pareto_front(x, y)
+                f = pareto_front(x, y)
                 ax.plot(x[f], y[f], ls="--", color="black", lw=1, drawstyle="steps-post", zorder=1)
                 ax.scatter(x[f], y[f], s=130, facecolors="none", edgecolors="black", lw=1.4, zorder=3,
                            label="Pareto front")

@@ -151,7 +151,7 @@ def parse_experiment(data: Any, where: str = "experiment") -> ExperimentSpec:
         spec = ExperimentSpec.model_validate(data)
     except ValidationError as e:
         raise InputError(format_validation_error(e, where)) from None
-    from fleetwise.control.registry import make
+    from fleetwise.policies import make
 
     for level, refs in spec.policies.items():
         for i, ref in enumerate(refs):

@@ -130,7 +130,7 @@ def train_autoscaler(timesteps: int, seed: int = 0, config: TrainConfig | None =
 
 # --------------------------------------------------------------------------------------------- evaluation
 def _scaler(spec):
-    from fleetwise.control.registry import make
+    from fleetwise.policies import make
     from fleetwise.scenario import PolicyRef
 
     ref = PolicyRef.model_validate(spec)
@@ -182,8 +182,8 @@ def evaluate(policies: dict[str, Any], seeds: Sequence[int], held_out: bool = Tr
 
 
 def summarize(rows: dict[str, list[dict]]) -> dict[str, dict]:
-    """Per policy and metric: mean and 95% bootstrap CI over seeds (fleetwise.experiments.stats)."""
-    from fleetwise.experiments.stats import bootstrap_ci
+    """Per policy and metric: mean and 95% bootstrap CI over seeds (fleetwise.metrics.stats)."""
+    from fleetwise.metrics.stats import bootstrap_ci
 
     out: dict[str, dict] = {}
     for name, rs in rows.items():
@@ -198,7 +198,7 @@ def summarize(rows: dict[str, list[dict]]) -> dict[str, dict]:
 def paired(rows: dict[str, list[dict]], policy: str = "rl") -> dict[str, dict]:
     """``policy`` against every other, paired by seed: the difference in SLO attainment (points of the
     fraction) and the relative change in cost per million tokens, mean and 95% bootstrap CI."""
-    from fleetwise.experiments.stats import bootstrap_ci, paired_change
+    from fleetwise.metrics.stats import bootstrap_ci, paired_change
 
     mine = {r["seed"]: r for r in rows.get(policy, [])}
     out: dict[str, dict] = {}

@@ -6,12 +6,11 @@ so that the rest of fleetwise imports without them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
 import numpy as np
 
-from fleetwise.errors import InputError
+from fleetwise.policies.allocators import DQNPolicy  # noqa: F401  (re-exported: what training returns)
 
 
 @dataclass
@@ -29,40 +28,6 @@ class DQNArgs:
     net_arch: tuple[int, ...] = (64, 64)
     seed: int = 0
     log_every: int = 5_000
-
-
-@dataclass
-class DQNPolicy:
-    model: object
-    name: str = "dqn"
-    curve: list[tuple[int, float]] = field(default_factory=list)
-
-    def allocate(self, obs) -> int:
-        a, _ = self.model.predict(np.asarray(obs, np.float32), deterministic=True)
-        return int(a)
-
-    def allocate_batch(self, obs: np.ndarray) -> np.ndarray:
-        a, _ = self.model.predict(np.asarray(obs, np.float32), deterministic=True)
-        return np.asarray(a, np.int64)
-
-    def save(self, path: str | Path) -> Path:
-        self.model.save(str(path))
-        p = Path(path)
-        return p if p.suffix == ".zip" else p.with_name(p.name + ".zip")
-
-    @classmethod
-    def load(cls, path: str | Path) -> "DQNPolicy":
-        import torch
-        from stable_baselines3 import DQN
-
-        torch.set_num_threads(1)
-        p = Path(path)
-        if not p.exists():
-            raise InputError(f"{p}: file not found (expected a Stable-Baselines3 DQN .zip)")
-        try:
-            return cls(DQN.load(str(p), device="cpu"))
-        except Exception as e:  # SB3 raises assorted errors for a file that is not its zip
-            raise InputError(f"{p}: not a saved DQN policy ({type(e).__name__}: {e})") from None
 
 
 def train(env, args: DQNArgs | None = None) -> DQNPolicy:

@@ -12,14 +12,13 @@ Hyperparameters (literature names): step size ``max(alpha, n(s,a)^-alpha_omega)`
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
 import numpy as np
 
-from fleetwise.envs.allocation import N_ACTIONS, AllocationCore, Discretizer
 from fleetwise.errors import InputError
+from fleetwise.policies.allocation_model import N_ACTIONS, AllocationCore, Discretizer
+from fleetwise.policies.allocators import TabularPolicy  # noqa: F401  (re-exported: what training returns)
 
 
 @dataclass
@@ -35,44 +34,6 @@ class TabularArgs:
     bw_bins: int = 3
     seed: int = 0
     log_every: int = 10_000  # learning-curve point: mean training return per episode over the last interval
-
-
-@dataclass
-class TabularPolicy:
-    """Greedy policy of a Q table. ``allocate(obs) -> action``; ``save``/``load`` as .npz (table + JSON meta)."""
-
-    q: np.ndarray
-    disc: Discretizer
-    name: str = "q_learning"
-    curve: list[tuple[int, float]] = field(default_factory=list)
-
-    def allocate(self, obs) -> int:
-        return int(np.argmax(self.q[self.disc(obs)]))
-
-    def allocate_batch(self, obs: np.ndarray) -> np.ndarray:
-        idx = [self.disc(o) for o in obs]
-        return self.q[idx].argmax(axis=1)
-
-    def save(self, path: str | Path) -> Path:
-        p = Path(path)
-        meta = {"name": self.name, "discretizer": asdict(self.disc), "curve": self.curve}
-        np.savez(p, q=self.q, meta=np.array(json.dumps(meta)))
-        return p if p.suffix == ".npz" else p.with_name(p.name + ".npz")
-
-    @classmethod
-    def load(cls, path: str | Path) -> "TabularPolicy":
-        p = Path(path)
-        try:
-            with np.load(p, allow_pickle=False) as z:
-                q = z["q"]
-                meta = json.loads(str(z["meta"]))
-        except (OSError, KeyError, ValueError) as e:
-            raise InputError(f"{p}: not a saved tabular policy ({type(e).__name__}: {e})") from None
-        disc = Discretizer(**meta["discretizer"])
-        if q.shape != (disc.n_states, N_ACTIONS):
-            raise InputError(f"{p}: Q table shape {q.shape} does not match its discretizer "
-                             f"({disc.n_states} states x {N_ACTIONS} actions)")
-        return cls(q, disc, meta.get("name", "tabular"), [tuple(x) for x in meta.get("curve", [])])
 
 
 def _pool(env) -> tuple[AllocationCore, list[np.ndarray]]:

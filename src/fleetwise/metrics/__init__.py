@@ -1,4 +1,4 @@
-"""Summaries of simulation runs (spread across seeds: fleetwise.experiments.stats)."""
+"""Summaries of simulation runs (spread across seeds: fleetwise.metrics.stats)."""
 
 from fleetwise.metrics.summary import balance, ideal_latency, summarize
 

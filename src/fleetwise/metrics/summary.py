@@ -113,10 +113,10 @@ def summarize(records: Records, replicas: Sequence["Replica"], *, slo_classes: S
         mfu.append(r.flops / (r.perf.peak_flops() * active))
         cap = r.kv_capacity_tokens()
         kv.append(r.kv_token_s / (cap * active) if cap else 0.0)
-        e = r.energy_busy_j + r.perf.idle_power_w() * max(active - r.busy_s, 0.0)
+        e = r.energy_j(active)
         energy_j += e
         energy_usd += e / 3.6e6 * r.electricity_usd_per_kwh
-        gpu_usd += r.num_gpus * r.price_usd_per_gpu_hour * active / 3600.0
+        gpu_usd += r.gpu_cost_usd(active)
     s["gpu_util"] = float(np.mean(util)) if util else 0.0
     s["mfu"] = float(np.mean(mfu)) if mfu else 0.0
     s["kv_util"] = float(np.mean(kv)) if kv else 0.0

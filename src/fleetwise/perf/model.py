@@ -191,6 +191,10 @@ class PerfModel:
     def weight_bytes_per_gpu(self) -> float:
         return self._w_gpu
 
+    def reserved_bytes_per_gpu(self) -> float:
+        """GPU memory held besides weights and KV cache: activations, logits, workspace."""
+        return self._reserve
+
     def kv_bytes_per_token_per_gpu(self) -> float:
         return self._kv_tok_gpu
 

@@ -7,8 +7,8 @@ def run_platform(scenario, seed: int | None = None, *, scaler=None, workload=Non
     """Build ``scenario`` (a Scenario) and run it with the platform layer; returns the Platform (with
     ``records``, ``summary``) — ``scaler`` is a registered name, a PolicyRef-like dict, or a Scaler object;
     default: the scenario's ``scaler`` (``hpa`` if it has none)."""
-    from fleetwise.control.registry import make
     from fleetwise.platform.runner import Platform
+    from fleetwise.policies import make
     from fleetwise.scenario import PolicyRef, build
 
     seed = scenario.seed if seed is None else seed

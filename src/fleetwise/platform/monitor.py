@@ -574,15 +574,11 @@ def _point(p: Sequence) -> tuple[str, float, float, Any, Any]:
 def pareto_front(points: Sequence[Sequence]) -> list[str]:
     """Labels of the points no other point dominates (at most the cost and at least the attainment, and better in
     one), sorted by cost. Points with a NaN cost or attainment are left out; identical points are all kept."""
-    pts = [q for q in (_point(p) for p in points) if math.isfinite(q[1]) and math.isfinite(q[2])]
-    if not pts:
-        return []
-    c = np.array([q[1] for q in pts])
-    a = np.array([q[2] for q in pts])
-    dom = ((c[None, :] <= c[:, None]) & (a[None, :] >= a[:, None])
-           & ((c[None, :] < c[:, None]) | (a[None, :] > a[:, None]))).any(axis=1)
-    keep = sorted(np.flatnonzero(~dom).tolist(), key=lambda i: (c[i], -a[i], pts[i][0]))
-    return [pts[i][0] for i in keep]
+    from fleetwise.metrics.pareto import pareto_front as front
+
+    pts = [_point(p) for p in points]
+    keep = front([q[1] for q in pts], [-q[2] for q in pts])
+    return [pts[i][0] for i in sorted(keep.tolist(), key=lambda i: (pts[i][1], -pts[i][2], pts[i][0]))]
 
 
 def _err(ci: Any, v: float) -> tuple[float, float]:

@@ -20,8 +20,7 @@ import numpy as np
 from fleetwise.control.protocols import DecisionPoint, GroupState, ScaleObs
 from fleetwise.errors import InputError
 from fleetwise.scenario import STORAGE_GBPS, Built, PlatformSpec
-
-COMPLETED, REJECTED = 1, 2
+from fleetwise.sim.records import COMPLETED, REJECTED
 
 
 @dataclass
@@ -146,8 +145,8 @@ class Platform:
     def __init__(self, built: Built, scaler=None, *, spec: PlatformSpec | None = None, seed: int = 0,
                  monitor: bool = True):
         from fleetwise.catalog import get_gpu
-        from fleetwise.platform import spot as spotmod
         from fleetwise.perf.capacity import capacity_rps
+        from fleetwise.platform import spot as spotmod
         from fleetwise.workload.slo import get_slo
 
         sc = built.scenario
@@ -499,9 +498,7 @@ class Platform:
         for g in self.groups:
             ready, starting, draining, waiting, running, kv, busy = self._group_now(g, dt, "m")
             m = g.model_index
-            cost = sum(reps[i].num_gpus * reps[i].price_usd_per_gpu_hour
-                       * max(0.0, (reps[i].stop_s if reps[i].stop_s is not None else now) - reps[i].start_s)
-                       for i in g.replicas) / 3600.0
+            cost = sum(reps[i].gpu_cost_usd(reps[i].active_s(now)) for i in g.replicas)
             t = tt.get(g.index)
             cols["replicas_ready"].append(ready)
             cols["replicas_starting"].append(starting)
@@ -619,9 +616,8 @@ class Platform:
     def _degrade(self, a: int, b: int, factor: float) -> None:
         sim = self.sim
         for x, y in ((a, b), (b, a)):
-            sim._rtt[x][y] *= factor
-            if sim._bw is not None:
-                sim._bw[x][y] /= factor
+            rtt, bw = sim.link(x, y)
+            sim.set_link(x, y, rtt * factor, None if bw is None else bw / factor)
 
     # ------------------------------------------------------------------ running and results
     def run(self, controller=None, progress=None):
@@ -686,9 +682,7 @@ class Platform:
         out: dict[str, dict[str, float]] = {"model": {}, "region": {}, "pool": {}, "tenant": {}}
         rep_cost = []
         for r in sim.replicas:
-            active = max((r.stop_s if r.stop_s is not None else sim.now) - r.start_s, 0.0)
-            e = r.energy_busy_j + r.perf.idle_power_w() * max(active - r.busy_s, 0.0)
-            c = r.num_gpus * r.price_usd_per_gpu_hour * active / 3600.0 + e / 3.6e6 * r.electricity_usd_per_kwh
+            c = r.cost_usd(r.active_s(sim.now))
             rep_cost.append(c)
             for k, v in (("model", r.model_name), ("region", self.built.fleet.regions[r.region].name), ("pool", r.pool)):
                 out[k][v] = out[k].get(v, 0.0) + c

@@ -6,14 +6,25 @@ Registered names: ``fixed`` (static CPU-threshold rule), ``constant``, ``oracle`
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
 from fleetwise.control.registry import register_allocator
-from fleetwise.envs.allocation import ACTIONS, CANON, GPU_COUNTS, N_ACTIONS, PARALLELISMS, AllocationConfig, \
-    AllocationCore
 from fleetwise.errors import InputError
+from fleetwise.policies.allocation_model import (
+    ACTIONS,
+    CANON,
+    GPU_COUNTS,
+    N_ACTIONS,
+    PARALLELISMS,
+    AllocationConfig,
+    AllocationCore,
+    Discretizer,
+)
 
 
 def action_of(num_gpus: int, parallelism: str) -> int:
@@ -131,24 +142,91 @@ class Oracle:
         return q.argmax(axis=1)
 
 
+# ------------------------------------------------------------------ learned allocators (trained by fleetwise.learn)
+@dataclass
+class TabularPolicy:
+    """Greedy policy of a Q table. ``allocate(obs) -> action``; ``save``/``load`` as .npz (table + JSON meta)."""
+
+    q: np.ndarray
+    disc: Discretizer
+    name: str = "q_learning"
+    curve: list[tuple[int, float]] = field(default_factory=list)
+
+    def allocate(self, obs) -> int:
+        return int(np.argmax(self.q[self.disc(obs)]))
+
+    def allocate_batch(self, obs: np.ndarray) -> np.ndarray:
+        idx = [self.disc(o) for o in obs]
+        return self.q[idx].argmax(axis=1)
+
+    def save(self, path: str | Path) -> Path:
+        p = Path(path)
+        meta = {"name": self.name, "discretizer": asdict(self.disc), "curve": self.curve}
+        np.savez(p, q=self.q, meta=np.array(json.dumps(meta)))
+        return p if p.suffix == ".npz" else p.with_name(p.name + ".npz")
+
+    @classmethod
+    def load(cls, path: str | Path) -> "TabularPolicy":
+        p = Path(path)
+        try:
+            with np.load(p, allow_pickle=False) as z:
+                q = z["q"]
+                meta = json.loads(str(z["meta"]))
+        except (OSError, KeyError, ValueError) as e:
+            raise InputError(f"{p}: not a saved tabular policy ({type(e).__name__}: {e})") from None
+        disc = Discretizer(**meta["discretizer"])
+        if q.shape != (disc.n_states, N_ACTIONS):
+            raise InputError(f"{p}: Q table shape {q.shape} does not match its discretizer "
+                             f"({disc.n_states} states x {N_ACTIONS} actions)")
+        return cls(q, disc, meta.get("name", "tabular"), [tuple(x) for x in meta.get("curve", [])])
+
+
+@dataclass
+class DQNPolicy:
+    model: object
+    name: str = "dqn"
+    curve: list[tuple[int, float]] = field(default_factory=list)
+
+    def allocate(self, obs) -> int:
+        a, _ = self.model.predict(np.asarray(obs, np.float32), deterministic=True)
+        return int(a)
+
+    def allocate_batch(self, obs: np.ndarray) -> np.ndarray:
+        a, _ = self.model.predict(np.asarray(obs, np.float32), deterministic=True)
+        return np.asarray(a, np.int64)
+
+    def save(self, path: str | Path) -> Path:
+        self.model.save(str(path))
+        p = Path(path)
+        return p if p.suffix == ".zip" else p.with_name(p.name + ".zip")
+
+    @classmethod
+    def load(cls, path: str | Path) -> "DQNPolicy":
+        import torch
+        from stable_baselines3 import DQN
+
+        torch.set_num_threads(1)
+        p = Path(path)
+        if not p.exists():
+            raise InputError(f"{p}: file not found (expected a Stable-Baselines3 DQN .zip)")
+        try:
+            return cls(DQN.load(str(p), device="cpu"))
+        except Exception as e:  # SB3 raises assorted errors for a file that is not its zip
+            raise InputError(f"{p}: not a saved DQN policy ({type(e).__name__}: {e})") from None
+
+
 @register_allocator("q_learning")
 def load_q_learning(path: str):
-    from fleetwise.learn.tabular import TabularPolicy
-
     return TabularPolicy.load(path)
 
 
 @register_allocator("sarsa")
 def load_sarsa(path: str):
-    from fleetwise.learn.tabular import TabularPolicy
-
     return TabularPolicy.load(path)
 
 
 @register_allocator("dqn")
 def load_dqn(path: str):
-    from fleetwise.learn.dqn import DQNPolicy
-
     return DQNPolicy.load(path)
 
 

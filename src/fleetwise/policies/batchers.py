@@ -9,32 +9,30 @@ behind it is admitted.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
+from dataclasses import replace
 
 from fleetwise.control.protocols import DECODE, WAIT, BatchPlan
 from fleetwise.control.registry import register_batcher
-
-if TYPE_CHECKING:  # pragma: no cover
-    from fleetwise.sim.engine import Lane
-    from fleetwise.sim.simulator import Simulator
+from fleetwise.control.views import LaneView
 
 
-def admit_fcfs(lane: "Lane", sim: "Simulator", token_budget: int, max_seqs: int, chunked: bool,
-               reserve_blocks: int) -> list[tuple[int, int]]:
-    """Waiting requests (FCFS) that fit this lane now: KV blocks for their whole context, at most ``max_seqs``
-    sequences in the lane, prompt tokens within ``token_budget`` (a chunk of one when ``chunked``)."""
+def admit_fcfs(view: LaneView, token_budget: int, max_seqs: int, chunked: bool, reserve_blocks: int,
+               queue: Iterable[int] | None = None) -> list[tuple[int, int]]:
+    """Waiting requests (FCFS, or in ``queue`` order) that fit this lane now: KV blocks for their whole context,
+    at most ``max_seqs`` sequences in the lane, prompt tokens within ``token_budget`` (a chunk of one when
+    ``chunked``)."""
     out: list[tuple[int, int]] = []
-    free = lane.free_blocks - reserve_blocks
-    seqs = lane.num_seqs
-    bs = lane.block_tokens
-    ctx, pf = sim.ctx, sim.pf
-    for rid in lane.replica.waiting:
+    free = view.free_blocks - reserve_blocks
+    seqs = len(view.running) + len(view.prefilling)
+    bs = view.block_tokens
+    for rid in view.waiting if queue is None else queue:
         if token_budget <= 0 or seqs >= max_seqs:
             break
-        need = -(-ctx[rid] // bs)
+        need = -(-view.context(rid) // bs)
         if need > free:
             break
-        left = ctx[rid] - pf[rid]
+        left = view.prefill_left(rid)
         if not chunked and left > token_budget and out:
             break  # whole prompts only; a prompt longer than the budget runs alone
         chunk = min(left, token_budget) if chunked else left
@@ -58,21 +56,25 @@ class Sarathi:
         self.chunk_tokens = chunk_tokens
         self.max_num_seqs = max_num_seqs
 
-    def plan(self, lane: "Lane", sim: "Simulator") -> BatchPlan:
-        budget = self.chunk_tokens - len(lane.running)
+    def plan(self, view: LaneView) -> BatchPlan:
+        return self.plan_queue(view, None)
+
+    def plan_queue(self, view: LaneView, queue: list[int] | None) -> BatchPlan:
+        """The plan with the waiting queue taken in ``queue`` order (None: the replica's order)."""
+        running = view.running
+        budget = self.chunk_tokens - len(running)
         prefill: list[tuple[int, int]] = []
-        ctx, pf = sim.ctx, sim.pf
-        for rid in lane.prefilling:
+        for rid in view.prefilling:
             if budget <= 0:
                 break
-            c = min(ctx[rid] - pf[rid], budget)
+            c = min(view.prefill_left(rid), budget)
             prefill.append((rid, c))
             budget -= c
-        if budget > 0 and lane.replica.waiting:
-            prefill += admit_fcfs(lane, sim, budget, self.max_num_seqs, True, lane.new_blocks(1))
+        if budget > 0 and view.waiting:
+            prefill += admit_fcfs(view, budget, self.max_num_seqs, True, view.new_blocks(1), queue)
         if not prefill:
-            return DECODE if lane.running else WAIT
-        return BatchPlan(decode=bool(lane.running), prefill=tuple(prefill))
+            return DECODE if running else WAIT
+        return BatchPlan(decode=bool(running), prefill=tuple(prefill))
 
 
 @register_batcher("vllm")
@@ -86,17 +88,17 @@ class PrefillFirst:
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_num_seqs = max_num_seqs
 
-    def _prefill(self, lane: "Lane", sim: "Simulator") -> BatchPlan | None:
-        if not lane.replica.waiting:
+    def _prefill(self, view: LaneView) -> BatchPlan | None:
+        if not view.waiting:
             return None
-        adm = admit_fcfs(lane, sim, self.max_num_batched_tokens, self.max_num_seqs, False, 0)
+        adm = admit_fcfs(view, self.max_num_batched_tokens, self.max_num_seqs, False, 0)
         return BatchPlan(prefill=tuple(adm)) if adm else None
 
-    def plan(self, lane: "Lane", sim: "Simulator") -> BatchPlan:
-        p = self._prefill(lane, sim)
+    def plan(self, view: LaneView) -> BatchPlan:
+        p = self._prefill(view)
         if p is not None:
             return p
-        return DECODE if lane.running else WAIT
+        return DECODE if view.running else WAIT
 
 
 @register_batcher("decode_first")
@@ -104,10 +106,10 @@ class DecodeFirst(PrefillFirst):
     """Decode-prioritized: decode while any sequence is decoding; prefill new requests (whole prompts) only
     when the decode batch is empty. Lowest time per output token, at the price of queueing delay."""
 
-    def plan(self, lane: "Lane", sim: "Simulator") -> BatchPlan:
-        if lane.running:
+    def plan(self, view: LaneView) -> BatchPlan:
+        if view.running:
             return DECODE
-        return self._prefill(lane, sim) or WAIT
+        return self._prefill(view) or WAIT
 
 
 @register_batcher("static")
@@ -118,10 +120,10 @@ class Static(PrefillFirst):
     def __init__(self, max_batch: int = 16, max_num_batched_tokens: int = 65536):
         super().__init__(max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_batch)
 
-    def plan(self, lane: "Lane", sim: "Simulator") -> BatchPlan:
-        if lane.running or lane.prefilling:
-            return DECODE if lane.running else WAIT
-        return self._prefill(lane, sim) or WAIT
+    def plan(self, view: LaneView) -> BatchPlan:
+        if view.running or view.prefilling:
+            return DECODE if view.running else WAIT
+        return self._prefill(view) or WAIT
 
 
 @register_batcher("priority")
@@ -129,40 +131,38 @@ class Priority(Sarathi):
     """Sarathi chunked prefill with priorities (SLO classes): waiting requests are admitted highest priority
     first (first come, first served within a priority), and when the most important waiting request does not
     fit the KV cache, running sequences of strictly lower priority are preempted (lowest priority, newest
-    first) to make room — vLLM's ``--scheduling-policy priority``. With one priority it is exactly Sarathi."""
+    first) to make room — vLLM's ``--scheduling-policy priority``, whose waiting queue is a priority queue: the
+    plan keeps the replica's queue in that order (``BatchPlan.queue``). With one priority it is exactly Sarathi."""
 
-    def plan(self, lane: "Lane", sim: "Simulator") -> BatchPlan:
-        prio = sim._prio
-        w = lane.replica.waiting
-        if prio is None or not w:
-            return super().plan(lane, sim)
+    def plan(self, view: LaneView) -> BatchPlan:
+        w = view.waiting
+        if not view.has_priorities or not w:
+            return super().plan(view)
+        prio = view.priority
         # the waiting queue in priority order (a stable sort keeps arrival order within a priority)
-        order = sorted(w, key=lambda r: -prio[r])
-        if list(w) != order:
-            w.clear()
-            w.extend(order)
-        head = w[0]
-        bs = lane.block_tokens
-        need = -(-sim.ctx[head] // bs) + lane.new_blocks(1)
-        free = lane.free_blocks
+        order = sorted(w, key=lambda r: -prio(r))
+        queue = tuple(order) if list(w) != order else None
+        head = order[0]
+        bs = view.block_tokens
+        need = -(-view.context(head) // bs) + view.new_blocks(1)
+        free = view.free_blocks
         preempt: list[int] = []
         if need > free:
-            running = list(lane.running)  # admission order
-            victims = sorted((k for k, r in enumerate(running) if prio[r] < prio[head]),
-                             key=lambda k: (prio[running[k]], -k))  # lowest priority first, newest first within
+            running = list(view.running)  # admission order
+            victims = sorted((k for k, r in enumerate(running) if prio(r) < prio(head)),
+                             key=lambda k: (prio(running[k]), -k))  # lowest priority first, newest first within
             victims = [running[k] for k in victims]
-            held = sim.prompt
             for r in victims:
                 if need <= free:
                     break
-                g = sim.gen_join[r] + lane.steps - sim.join_step[r]
-                free += -(-(held[r] + g - 1) // bs)
+                free += -(-view.kv_tokens(r) // bs)
                 preempt.append(r)
             if need > free:
                 preempt = []  # preempting would not make room: do not waste their work
         if not preempt:
-            return super().plan(lane, sim)
+            plan = self.plan_queue(view, order)
+            return plan if queue is None else replace(plan, queue=queue)
         # evict, then admit the head in the same iteration (the simulator preempts before it admits)
-        rest = len(lane.running) - len(preempt)
-        chunk = min(sim.ctx[head] - sim.pf[head], max(1, self.chunk_tokens - rest))
-        return BatchPlan(decode=rest > 0, preempt=tuple(preempt), prefill=((head, chunk),))
+        rest = len(view.running) - len(preempt)
+        chunk = min(view.prefill_left(head), max(1, self.chunk_tokens - rest))
+        return BatchPlan(decode=rest > 0, preempt=tuple(preempt), prefill=((head, chunk),), queue=queue)

@@ -1,17 +1,33 @@
 """Planner policies (which region serves the demand of each origin, every planning slot) and TORTA's micro
 allocators (which server inside the chosen region serves a request). docs/torta.md.
 
-A planner has ``plan(obs: SlotObs)`` (at the start of each slot) and ``region(origin, day) -> int`` (per
-request); OT planners also expose the slot's transport plan as ``matrix`` (origins x regions, sums to 1).
-A micro allocator has ``plan(day, obs)`` (at the start of each slot) and ``pick(region, request, day) -> replica``.
-Both see the ``Day`` read-only (backlogs, which model each server holds) and never change the simulator.
+A planner has ``plan(obs: SlotObs)`` (at the start of each slot) and ``region(origin, view: PlanView) -> int``
+(per request); OT planners also expose the slot's transport plan as ``matrix`` (origins x regions, sums to 1).
+A micro allocator has ``plan(view, obs)`` (at the start of each slot) and ``pick(region, request, view) ->
+server``. Both read a ``PlanView`` (``fleetwise.control.views``: backlogs, which model each server holds) and
+never change the simulator.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from fleetwise.control.registry import register_planner
+from fleetwise.control.views import PlanView, SlotObs
+from fleetwise.policies.transport import transport_plan
+
+
+@dataclass(frozen=True)
+class OTParams:
+    """The OT planner's cost weights and solver (TORTA's world config carries the same fields)."""
+
+    reg: float = 0.05  # entropic regularisation of Sinkhorn (costs are normalised to [0, 1])
+    exact_ot: bool = False  # ot.emd instead of ot.sinkhorn
+    w_latency: float = 1.0
+    w_migration: float = 0.5
+    w_congestion: float = 1.0
 
 
 def softmax(x: np.ndarray) -> np.ndarray:
@@ -26,17 +42,17 @@ class RoundRobinPlanner:
         self.k = 0
         self.matrix = None
 
-    def plan(self, obs) -> None:
+    def plan(self, obs: SlotObs) -> None:
         pass
 
-    def region(self, origin: int, day) -> int:
+    def region(self, origin: int, view: PlanView) -> int:
         self.k += 1
-        return (self.k - 1) % day.n
+        return (self.k - 1) % view.n
 
 
 @register_planner("nearest")
 class NearestPlanner(RoundRobinPlanner):
-    def region(self, origin: int, day) -> int:
+    def region(self, origin: int, view: PlanView) -> int:
         return int(origin)
 
 
@@ -44,10 +60,9 @@ class NearestPlanner(RoundRobinPlanner):
 class LeastLoadedPlanner(RoundRobinPlanner):
     """The region whose servers have the least outstanding work per unit of service speed, now."""
 
-    def region(self, origin: int, day) -> int:
-        b = day.backlog_s()
-        reg = day.srv.region
-        per = np.bincount(reg, b * day.srv.speed_tps, day.n) / day.srv.region_speed
+    def region(self, origin: int, view: PlanView) -> int:
+        b = view.backlog_s()
+        per = np.bincount(view.server_region, b * view.server_speed_tps, view.n) / view.region_speed_tps
         return int(np.argmin(per))
 
 
@@ -61,9 +76,7 @@ class OTPlanner:
     (the target's backlog in slots)."""
 
     def __init__(self, cfg=None, weights: str = "action"):
-        from fleetwise.envs.torta import TortaConfig
-
-        self.cfg = cfg or TortaConfig()
+        self.cfg = cfg or OTParams()  # anything with OTParams' fields (TORTA's world config has them)
         self.weights = weights
         self.action = None
         self.matrix = None
@@ -88,9 +101,7 @@ class OTPlanner:
         cong = np.clip(obs.backlog_s / obs.slot_s, 0, 5)[None, :] / 5.0
         return cfg.w_latency * rtt + cfg.w_migration * eg + cfg.w_congestion * np.broadcast_to(cong, rtt.shape)
 
-    def plan(self, obs) -> None:
-        from fleetwise.envs.torta import transport_plan
-
+    def plan(self, obs: SlotObs) -> None:
         d = obs.demand[0] + 1.0  # forecast of the origin marginal: last slot's demand (+1: no empty row)
         a = d / d.sum()
         b = self.target(obs)
@@ -98,7 +109,7 @@ class OTPlanner:
         self._route = self.matrix / self.matrix.sum(1, keepdims=True)
         self._sent = np.zeros_like(self.matrix)
 
-    def region(self, origin: int, day) -> int:
+    def region(self, origin: int, view: PlanView) -> int:
         # deterministic stride: the region furthest behind its planned share of this origin's requests
         sent = self._sent[origin]
         k = sent.sum() + 1.0
@@ -120,7 +131,7 @@ class PolicyPlanner(OTPlanner):
         self.policy = policy
         self.temporal = temporal
 
-    def plan(self, obs) -> None:
+    def plan(self, obs: SlotObs) -> None:
         v = np.clip(obs.vector(self.temporal), -1.0, 5.0)
         a, _ = self.policy.predict(v, deterministic=True)
         self.set_action(np.asarray(a, float))
@@ -134,15 +145,15 @@ class LeastLoadedServer:
     def __init__(self, cfg=None):
         self.cfg = cfg
 
-    def plan(self, day, obs) -> None:
+    def plan(self, view: PlanView, obs: SlotObs) -> None:
         pass
 
-    def _eta(self, ix, rid, day):
-        return day.backlog_s()[ix] + day.tokens[rid] / day.srv.speed_tps[ix]
+    def _eta(self, ix, rid, view: PlanView):
+        return view.backlog_s()[ix] + view.request_tokens(rid) / view.server_speed_tps[ix]
 
-    def pick(self, region: int, rid: int, day) -> int:
-        ix = day.srv.by_region[region]
-        return int(ix[np.argmin(self._eta(ix, rid, day))])
+    def pick(self, region: int, rid: int, view: PlanView) -> int:
+        ix = view.servers_by_region[region]
+        return int(ix[np.argmin(self._eta(ix, rid, view))])
 
 
 class AffinityGreedy(LeastLoadedServer):
@@ -153,22 +164,22 @@ class AffinityGreedy(LeastLoadedServer):
         super().__init__(cfg)
         self.slack = slack
 
-    def pick(self, region: int, rid: int, day) -> int:
-        ix = day.srv.by_region[region]
-        eta = self._eta(ix, rid, day)
-        same = day.held[ix] == day.model_of[rid]
+    def pick(self, region: int, rid: int, view: PlanView) -> int:
+        ix = view.servers_by_region[region]
+        eta = self._eta(ix, rid, view)
+        same = view.server_model[ix] == view.request_model(rid)
         best = int(np.argmin(eta))
         if same.any():
             j = int(np.flatnonzero(same)[np.argmin(eta[same])])
-            if eta[j] <= eta[best] + self.slack * day.cfg.reload_s:
+            if eta[j] <= eta[best] + self.slack * view.reload_s:
                 return int(ix[j])
         return int(ix[best])
 
 
-def switch_cost(day, ix: np.ndarray, model: int) -> np.ndarray:
+def switch_cost(view: PlanView, ix: np.ndarray, model: int) -> np.ndarray:
     """Expected delay a switch adds: the reload, paid by the request and by everything queued at the server."""
-    out = np.array([day.sim.replicas[i].outstanding for i in ix], float)
-    return (day.held[ix] != model) * day.cfg.reload_s * (1.0 + out)
+    out = view.server_outstanding()[ix]
+    return (view.server_model[ix] != model) * view.reload_s * (1.0 + out)
 
 
 def match(cost: np.ndarray) -> np.ndarray:
@@ -194,13 +205,13 @@ class MatchingAllocator(LeastLoadedServer):
         self.designated = None
         self._mix = None
 
-    def plan(self, day, obs) -> None:
-        nm = len(day.cfg.types)
+    def plan(self, view: PlanView, obs: SlotObs) -> None:
+        nm = len(view.model_shares)
         if self._mix is None:
-            self._mix = np.tile(np.array([t.share for t in day.cfg.types], float), (day.n, 1))
-        self.designated = day.held.copy()
-        back = day.backlog_s()
-        for r, ix in enumerate(day.srv.by_region):
+            self._mix = np.tile(np.asarray(view.model_shares, float), (view.n, 1))
+        self.designated = view.server_model.copy()
+        back = view.backlog_s()
+        for r, ix in enumerate(view.servers_by_region):
             k = len(ix)
             share = self._mix[r] / self._mix[r].sum()
             # tasks: k units of demand split by model share (largest remainder), the busiest model first
@@ -211,28 +222,26 @@ class MatchingAllocator(LeastLoadedServer):
             mean_tok = 1400.0
             cost = np.empty((k, k))
             for t, m in enumerate(tasks):
-                eta = back[ix] + mean_tok * max(share[m] * k, 1.0) / day.srv.speed_tps[ix]
-                cost[t] = eta + (day.held[ix] != m) * day.cfg.reload_s * 4.0
+                eta = back[ix] + mean_tok * max(share[m] * k, 1.0) / view.server_speed_tps[ix]
+                cost[t] = eta + (view.server_model[ix] != m) * view.reload_s * 4.0
             col = match(cost)
             for t, c in enumerate(col):
                 if c >= 0:
                     self.designated[ix[c]] = tasks[t]
-        self._mix = 0.5 * self._mix + 0.5 * self._region_mix(day) + 1e-3
+        self._mix = 0.5 * self._mix + 0.5 * self._region_mix(view) + 1e-3
 
-    def _region_mix(self, day) -> np.ndarray:
-        nm = len(day.cfg.types)
-        out = np.zeros((day.n, nm))
-        sim = day.sim
-        lo = max(sim._next - 2000, 0)
-        if sim._next > lo:
-            np.add.at(out, (day.origin[lo:sim._next], day.model_of[lo:sim._next]), 1.0)
+    def _region_mix(self, view: PlanView) -> np.ndarray:
+        out = np.zeros((view.n, len(view.model_shares)))
+        origin, model = view.recent_arrivals(2000)
+        if len(origin):
+            np.add.at(out, (origin, model), 1.0)
         return out / np.maximum(out.sum(1, keepdims=True), 1.0)
 
-    def pick(self, region: int, rid: int, day) -> int:
-        ix = day.srv.by_region[region]
-        m = day.model_of[rid]
-        eta = self._eta(ix, rid, day) + switch_cost(day, ix, m)
-        eta = eta + (self.designated[ix] != m) * 0.25 * day.cfg.reload_s  # keep to the slot's model plan
+    def pick(self, region: int, rid: int, view: PlanView) -> int:
+        ix = view.servers_by_region[region]
+        m = view.request_model(rid)
+        eta = self._eta(ix, rid, view) + switch_cost(view, ix, m)
+        eta = eta + (self.designated[ix] != m) * 0.25 * view.reload_s  # keep to the slot's model plan
         return int(ix[np.argmin(eta)])
 
 

@@ -1,31 +1,24 @@
 """Heuristic routers: which replica serves one request.
 
-Every router picks among ``sim.candidates[model]`` (the replicas serving the request's model) and reads the
-replicas' public state only (outstanding requests and tokens, KV use, prefix cache, region).
+Every router is typed against ``RouteView`` (``fleetwise.control.views``): it picks one of
+``view.candidates()`` (the replicas serving the request's model) from what the view reports of them
+(outstanding requests and tokens, KV use, prefix-cache hits, network round trip, prefill throughput). The
+simulator and the decision service both implement the view, so a router runs unchanged in either.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from fleetwise.control.registry import register_router
-
-if TYPE_CHECKING:  # pragma: no cover
-    from fleetwise.control.protocols import DecisionPoint
-
-
-def _cands(dp: "DecisionPoint") -> list[int]:
-    sim = dp.sim
-    return sim.candidates[sim.model_of[dp.request]]
+from fleetwise.control.views import RouteView
 
 
 @register_router("random")
 class Random:
-    """Uniformly random replica (the simulator's seeded generator)."""
+    """Uniformly random replica (the run's seeded generator)."""
 
-    def route(self, dp):
-        c = _cands(dp)
-        return c[int(dp.sim.rng.integers(len(c)))]
+    def route(self, view: RouteView) -> int:
+        c = view.candidates()
+        return c[int(view.rng.integers(len(c)))]
 
 
 @register_router("round_robin")
@@ -33,13 +26,13 @@ class RoundRobin:
     """Cycle through the replicas of the request's model."""
 
     def __init__(self):
-        self._next: dict[int, int] = {}
+        self.turn: dict[int, int] = {}
 
-    def route(self, dp):
-        c = _cands(dp)
-        m = dp.sim.model_of[dp.request]
-        i = self._next.get(m, 0)
-        self._next[m] = i + 1
+    def route(self, view: RouteView) -> int:
+        c = view.candidates()
+        m = view.model
+        i = self.turn.get(m, 0)
+        self.turn[m] = i + 1
         return c[i % len(c)]
 
 
@@ -47,94 +40,68 @@ class RoundRobin:
 class LeastOutstandingRequests:
     """Fewest requests routed and not finished (running + waiting); ties to the lowest index."""
 
-    def route(self, dp):
-        reps = dp.sim.replicas
-        return min(_cands(dp), key=lambda i: reps[i].outstanding)
+    def route(self, view: RouteView) -> int:
+        return min(view.candidates(), key=view.outstanding)
 
 
 @register_router("least_outstanding_tokens")
 class LeastOutstandingTokens:
     """Fewest prefill + decode tokens still to compute (an estimate of the work queued at the replica)."""
 
-    def route(self, dp):
-        reps, now = dp.sim.replicas, dp.time_s
-        return min(_cands(dp), key=lambda i: reps[i].outstanding_tokens(now))
+    def route(self, view: RouteView) -> int:
+        return min(view.candidates(), key=view.outstanding_tokens)
 
 
 @register_router("least_kv_load")
 class LeastKVLoad:
     """Lowest fraction of KV cache in use, then fewest waiting requests."""
 
-    def route(self, dp):
-        reps, now = dp.sim.replicas, dp.time_s
-        return min(_cands(dp), key=lambda i: (reps[i].kv_used_fraction(now), len(reps[i].waiting)))
+    def route(self, view: RouteView) -> int:
+        return min(view.candidates(), key=lambda i: (view.kv_used_fraction(i), view.waiting(i)))
 
 
 @register_router("power_of_two")
 class PowerOfTwo:
     """Power of two choices (Mitzenmacher): sample two replicas, take the one with fewer outstanding requests."""
 
-    def route(self, dp):
-        c = _cands(dp)
+    def route(self, view: RouteView) -> int:
+        c = view.candidates()
         if len(c) == 1:
             return c[0]
-        i, j = dp.sim.rng.choice(len(c), size=2, replace=False)
+        i, j = view.rng.choice(len(c), size=2, replace=False)
         a, b = c[int(i)], c[int(j)]
-        reps = dp.sim.replicas
-        return a if reps[a].outstanding <= reps[b].outstanding else b
+        return a if view.outstanding(a) <= view.outstanding(b) else b
 
 
 @register_router("prefix_aware")
 class PrefixAware:
     """Prefix-cache aware: minimise (outstanding tokens - prompt tokens found in the replica's prefix cache),
     i.e. the work ahead of the request minus the prefill it would save. Falls back to least outstanding
-    tokens when the workload has no prefix block ids."""
+    tokens when the request's prefix hits are unknown."""
 
     def __init__(self, hit_weight: float = 1.0):
         self.hit_weight = hit_weight
 
-    def route(self, dp):
-        sim, now = dp.sim, dp.time_s
-        reps = sim.replicas
-        rid = dp.request
-        if not sim._has_prefix:
-            return min(_cands(dp), key=lambda i: reps[i].outstanding_tokens(now))
-        blocks = sim._pblk[sim._pofs[rid]:sim._pofs[rid + 1]].tolist()
-        bt = sim.prefix_block_tokens
+    def route(self, view: RouteView) -> int:
+        if not view.has_prefix():
+            return min(view.candidates(), key=view.outstanding_tokens)
         w = self.hit_weight
-        return min(_cands(dp), key=lambda i: reps[i].outstanding_tokens(now) - w * bt * reps[i].prefix_hit_blocks(blocks))
+        return min(view.candidates(), key=lambda i: view.outstanding_tokens(i) - w * view.prefix_hit_tokens(i))
 
 
 @register_router("nearest_region")
 class NearestRegion:
     """Lowest network round trip from the request's origin region; among equals, fewest outstanding requests."""
 
-    def route(self, dp):
-        sim = dp.sim
-        reps = sim.replicas
-        row = sim._rtt[sim.origin[dp.request]]
-        return min(_cands(dp), key=lambda i: (row[reps[i].region], reps[i].outstanding))
+    def route(self, view: RouteView) -> int:
+        return min(view.candidates(), key=lambda i: (view.rtt_s(i), view.outstanding(i)))
 
 
 @register_router("latency_aware")
 class LatencyAware:
     """Lowest estimated time to first token: network round trip + outstanding tokens / the replica's
-    prefill throughput (from its performance model, a 512-token chunk)."""
+    prefill throughput (from its performance model, a 512-token chunk) + time until it serves."""
 
-    def __init__(self):
-        self._tps: dict[int, float] = {}
-
-    def route(self, dp):
-        sim, now = dp.sim, dp.time_s
-        reps = sim.replicas
-        row = sim._rtt[sim.origin[dp.request]]
-        tps = self._tps
-
-        def est(i: int) -> float:
-            r = reps[i]
-            if i not in tps:
-                tps[i] = 512.0 * len(r.lanes) / r.perf.iteration_time_s(512, 512.0 * 512, 0, 0)
-            return row[r.region] + r.outstanding_tokens(now) / tps[i] + max(0.0, r.ready_s - now)
-
-        return min(_cands(dp), key=est)
-
+    def route(self, view: RouteView) -> int:
+        return min(view.candidates(),
+                   key=lambda i: view.rtt_s(i) + view.outstanding_tokens(i) / view.prefill_tps(i) + view.ready_in_s(i))

@@ -12,9 +12,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fleetwise.control.registry import register_scaler
-from fleetwise.envs.autoscaling import N_GLOBAL_FEATURES, N_GROUP_FEATURES, features, symmetric_deltas, \
-    targets_from_action
 from fleetwise.errors import InputError
+from fleetwise.policies.scaler_features import (
+    N_GLOBAL_FEATURES,
+    N_GROUP_FEATURES,
+    features,
+    symmetric_deltas,
+    targets_from_action,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from fleetwise.control.protocols import ScaleObs

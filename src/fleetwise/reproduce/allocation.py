@@ -16,8 +16,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from fleetwise.envs.allocation import N_ACTIONS, AllocationConfig, AllocationCore
 from fleetwise.errors import InputError
+from fleetwise.policies.allocation_model import N_ACTIONS, AllocationConfig, AllocationCore
 
 POLICIES = ("q_learning", "sarsa", "fixed", "oracle", "dqn", "random")
 METRICS = ("accuracy", "precision", "recall", "f1", "mean_total_reward")
@@ -131,7 +131,7 @@ def _progress():
 
 
 def _ci(values: Sequence[float]) -> tuple[float, list[float]]:
-    from fleetwise.experiments.stats import bootstrap_ci
+    from fleetwise.metrics.stats import bootstrap_ci
 
     c = bootstrap_ci(values)
     return c.mean, [c.lo, c.hi]
@@ -282,7 +282,7 @@ def _write_outputs(raw: dict[str, Any], db: str | None, tag: str) -> dict[str, s
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from fleetwise.envs.allocation import ACTIONS, CANON
+    from fleetwise.policies.allocation_model import ACTIONS, CANON
 
     keep = sorted(set(CANON.tolist()))
     labels = [f"{n}{p[0]}" if n > 1 else "1" for n, p in (ACTIONS[i] for i in keep)]
@@ -369,11 +369,12 @@ def render(result: dict[str, Any]):
 
 def bench() -> dict[str, float]:
     """Environment steps per second of the tabular trainer's lean path (one core), and of gymnasium's step."""
-    from fleetwise.envs.allocation import AllocationEnv, _synthetic_series
+    from fleetwise.envs.allocation import AllocationEnv
     from fleetwise.learn import tabular
+    from fleetwise.policies.allocation_model import synthetic_series
 
     rng = np.random.default_rng(0)
-    series = [_synthetic_series(rng) for _ in range(20)]
+    series = [synthetic_series(rng) for _ in range(20)]
     try:
         from fleetwise.workload.cpu import planetlab_days
 

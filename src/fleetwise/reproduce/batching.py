@@ -35,7 +35,7 @@ def _budget(quick: bool) -> dict:
 
 
 def _batcher(name: str, params: dict, b: int | None = None):
-    from fleetwise.control.registry import make
+    from fleetwise.policies import make
 
     p = dict(params)
     if b is not None:
@@ -68,16 +68,11 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from fleetwise.envs.edge import (
-        EdgeBatchingEnv,
-        EdgeConfig,
-        EdgePolicyBatcher,
-        evaluate,
-        with_batch_limit,
-    )
-    from fleetwise.experiments.stats import paired_change
+    from fleetwise.envs.edge import EdgeBatchingEnv
+    from fleetwise.metrics.stats import paired_change
     from fleetwise.learn.disppo import DISPPOArgs, NumpyPolicy, train
     from fleetwise.reproduce.common import store_rows
+    from fleetwise.worlds.edge import EdgeConfig, EdgePolicyBatcher, evaluate, with_batch_limit
 
     bud = _budget(quick)
     if timesteps is not None:
@@ -91,7 +86,7 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
     fit_load = None if load == "real" else float(load)
     fit_lines: list[str] = []
     if eval_trace is not None:
-        from fleetwise.envs.edge import fit_edge_trace
+        from fleetwise.worlds.edge import fit_edge_trace
         from fleetwise.workload.spec import load_trace
 
         trace = load_trace(eval_trace)
@@ -231,8 +226,9 @@ def render(result: dict):
 
 def bench() -> dict:
     """Environment steps per second (random feasible actions, one core) and DISPPO training speed."""
-    from fleetwise.envs.edge import EdgeBatchingEnv, EdgeConfig
+    from fleetwise.envs.edge import EdgeBatchingEnv
     from fleetwise.learn.disppo import DISPPOArgs, train
+    from fleetwise.worlds.edge import EdgeConfig
 
     env = EdgeBatchingEnv(EdgeConfig())
     rng = np.random.default_rng(0)

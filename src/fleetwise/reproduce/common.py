@@ -10,7 +10,7 @@ from typing import Iterable
 
 def summarize_rows(rows: list[dict], metrics: Iterable[str]) -> dict:
     """Per metric the mean over seeds and its 95% bootstrap interval (``<metric>_ci95``), plus ``seeds``."""
-    from fleetwise.experiments.stats import bootstrap_ci
+    from fleetwise.metrics.stats import bootstrap_ci
 
     out: dict = {}
     for k in metrics:

@@ -56,7 +56,7 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
         evaluate,
         make_env,
     )
-    from fleetwise.experiments.stats import paired_change
+    from fleetwise.metrics.stats import paired_change
     from fleetwise.learn.graph_marl import MAPPOArgs, train
 
     bud = _budget(quick)
@@ -71,7 +71,7 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
     fit_load = None if load == "real" else float(load)
     fit_lines: list[str] = []
     if eval_trace is not None:
-        from fleetwise.envs.graph_marl import fit_multicloud_trace
+        from fleetwise.worlds.multicloud import fit_multicloud_trace
         from fleetwise.workload.spec import load_trace
 
         trace = load_trace(eval_trace)

@@ -141,7 +141,7 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from fleetwise.experiments.stats import paired_change
+    from fleetwise.metrics.stats import paired_change
     from fleetwise.reproduce.common import store_rows, summarize_rows
     from fleetwise.scenario import SCENARIO_DIR, read_yaml
 
@@ -206,7 +206,7 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
             result[name][f"vs_hpa_{k}_change"] = ch.mean
             result[name][f"vs_hpa_{k}_change_ci95"] = [ch.lo, ch.hi]
         d = [b["slo_attainment"] - a["slo_attainment"] for a, b in zip(rows[ref], rs)]
-        from fleetwise.experiments.stats import bootstrap_ci
+        from fleetwise.metrics.stats import bootstrap_ci
 
         ci = bootstrap_ci(d)
         result[name]["vs_hpa_slo_attainment_diff"] = ci.mean
@@ -262,7 +262,9 @@ def _train_rl(base: dict, bud: dict, out_dir: Path, prog) -> Path | None:
     """Train the RL scaler on ServeGen days 2-7 (never the evaluation day); None without the rl extra."""
     try:
         train_platform_autoscaler = _rl_trainer()
-    except ImportError:
+    except ImportError as e:
+        prog.console.print(f"warning: the RL scaler is left out: it needs the rl extra ({e}); "
+                           "pip install -c constraints.txt '.[rl]'", markup=False)
         return None
     task = prog.add_task("training the RL scaler", total=bud["rl_timesteps"])
     path = out_dir / "rl_scaler.zip"

@@ -84,7 +84,7 @@ def _train_job(job: tuple) -> tuple:
 
 def _eval_job(job: tuple) -> tuple:
     """Evaluate one policy (with one trained agent where it needs one) on the evaluation days."""
-    from fleetwise.envs.torta import TortaConfig, evaluate
+    from fleetwise.worlds.torta import TortaConfig, evaluate
 
     topo, name, ckpt, train_seed, eval_seeds, trace, keep_day, load = job
     models = {}
@@ -121,7 +121,7 @@ def _changes(rows: dict, train_seeds: int) -> dict:
     the baselines that left at most ``MAX_UNSERVED`` of the requests unserved), keyed by
     (training seed, day) with the baseline's value of that day; against the reactive PPO by (training seed, day)
     too, plus the mean change of each training seed on its own."""
-    from fleetwise.experiments.stats import paired_change
+    from fleetwise.metrics.stats import paired_change
 
     def by_key(rs, m):
         return {(r.get("train_seed", 0), r["seed"]): r[m] for r in rs}
@@ -168,7 +168,7 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
         TimeElapsedColumn,
     )
 
-    from fleetwise.envs.torta import TOPOLOGIES
+    from fleetwise.worlds.torta import TOPOLOGIES
 
     bud = _budget(quick)
     n_seeds = seeds or bud["seeds"]
@@ -183,7 +183,7 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
     topos = list(topologies or TOPOLOGIES)
     fit_lines: list[str] = []
     if eval_trace is not None:
-        from fleetwise.envs.torta import (
+        from fleetwise.worlds.torta import (
             MEAN_TOKENS,
             SERVICE_EFFICIENCY,
             TortaConfig,

@@ -268,7 +268,7 @@ class ScalePolicy:
 
 
 def load_scale_policy(spec: str) -> ScalePolicy:
-    from fleetwise.control.registry import make
+    from fleetwise.policies import make
 
     name, params = parse_spec(spec)
     return ScalePolicy(make("scaler", name, params, where="scaler: "), spec.strip())
@@ -291,7 +291,7 @@ class PlanPolicy:
     def obs(self, req: PlanRequest):
         import numpy as np
 
-        from fleetwise.envs.torta import SlotObs
+        from fleetwise.control.views import SlotObs
 
         m, n = len(req.origins), len(req.regions)
         if self.regions is not None and not (m == n == self.regions):
@@ -344,7 +344,7 @@ def _probe_plan(p: PlanPolicy) -> PlanPolicy:
 def load_plan_policy(spec: str | None = None, checkpoint: str | None = None) -> PlanPolicy:
     """A registered planner (``ot``, ``ot_capacity``, ...) or a TORTA PPO checkpoint (Stable-Baselines3 .zip,
     as trained by learn/torta.py): its action sets the OT target weights; otherwise free-capacity weights."""
-    from fleetwise.control.registry import make
+    from fleetwise.policies import make
 
     try:
         if checkpoint is not None:
@@ -364,8 +364,8 @@ def _load_checkpoint(path: str) -> PlanPolicy:
         raise InputError(f"checkpoint {path!r}: no such file")
     from stable_baselines3 import PPO
 
-    from fleetwise.envs.torta import TortaConfig
     from fleetwise.policies.planners import PolicyPlanner
+    from fleetwise.worlds.torta import TortaConfig
 
     try:
         model = PPO.load(str(p), device="cpu")
@@ -407,7 +407,7 @@ class Metrics:
                               ["endpoint", "status"], registry=self.registry)
         self.reloads = Counter("fleetwise_reloads", "Policy reloads, by result", ["result"], registry=self.registry)
         self._dec: dict[tuple[str, str], Any] = {}
-        self._lat = {ep: self.latency.labels(ep) for ep in ("route", "scale", "plan")}
+        self.latency_by_endpoint = {ep: self.latency.labels(ep) for ep in ("route", "scale", "plan")}
 
     def decided(self, endpoint: str, policy: str) -> None:
         c = self._dec.get((endpoint, policy))
@@ -467,7 +467,7 @@ class _Edge:
             handler = self.fast.get((scope["method"], path)) if self.fast else None
             await (handler or self.app)(scope, receive, send_status)
         finally:
-            lat = m._lat.get(ep)
+            lat = m.latency_by_endpoint.get(ep)
             if lat is not None:
                 lat.observe(time.perf_counter() - t0)
             if status >= 400:

@@ -1,24 +1,24 @@
 """Routing decisions outside the simulator: the registered routers, unchanged, on a caller's snapshot.
 
-A router reads a read-only view of the simulator (``sim.candidates``, ``sim.replicas[i].outstanding``, ...,
-see policies/routers.py). ``RoutePolicy.route`` builds a small stand-in of that view from a ``RouteRequest``
-(the request's features and one ``ReplicaSnapshot`` per candidate replica) and asks the router; the answer is
-an index into ``req.replicas``. The stand-in costs a few microseconds per replica.
+A router is typed against ``fleetwise.control.views.RouteView``. ``SnapshotRouteView`` implements that view from
+a ``RouteRequest`` (the request's features and one ``ReplicaSnapshot`` per candidate replica); the answer is an
+index into ``req.replicas``.
 
-How the snapshot maps onto what the routers read (request index 0, time 0):
+How the snapshot answers the view (replica ``i`` is ``req.replicas[i]``):
 
 ==============================  ===========================================================================
-``sim.candidates[m]``            indices of the ready replicas (all of them when none is ready); ``m`` is a
-                                 small integer per model name (round robin cycles per model)
-``replicas[i].outstanding``      ``outstanding_requests``
-``outstanding_tokens(now)``      ``outstanding_tokens``
-``kv_used_fraction(now)``        ``kv_used_fraction``
-``len(replicas[i].waiting)``     ``waiting``
-``prefix_hit_blocks(blocks)``    ``prefix_hit_tokens`` (with ``sim.prefix_block_tokens`` = 1)
-``sim._rtt[origin][region]``     ``rtt_s`` (the caller's round trip from the request's origin)
-``perf`` / ``lanes``             a prefill throughput of ``tokens_per_s`` (unknown: the median of the known
-                                 ones, else ``DEFAULT_TOKENS_PER_S``)
-``sim.rng``                      the policy's own seeded generator (random, power_of_two)
+``candidates()``                 indices of the ready replicas (all of them when none is ready)
+``model``                        a small integer per model name (round robin cycles per model)
+``outstanding(i)``               ``outstanding_requests``
+``outstanding_tokens(i)``        ``outstanding_tokens``
+``kv_used_fraction(i)``          ``kv_used_fraction``
+``waiting(i)``                   ``waiting``
+``prefix_hit_tokens(i)``         ``prefix_hit_tokens`` (``has_prefix()`` is True: hits are the caller's report)
+``rtt_s(i)``                     ``rtt_s`` (the caller's round trip from the request's origin)
+``prefill_tps(i)``               ``tokens_per_s`` (unknown: the median of the known ones, else
+                                 ``DEFAULT_TOKENS_PER_S``)
+``ready_in_s(i)``                0
+``rng``                          the policy's own seeded generator (random, power_of_two)
 ==============================  ===========================================================================
 """
 
@@ -31,7 +31,6 @@ from urllib.parse import parse_qsl
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from fleetwise.control.protocols import DecisionPoint
 from fleetwise.errors import InputError
 
 DEFAULT_TOKENS_PER_S = 10_000.0  # prefill throughput assumed when no replica reports one
@@ -93,60 +92,55 @@ class RouteRequest(BaseModel):
         return self
 
 
-# --------------------------------------------------------------------------------------------- the stand-in
-class _Rep:
-    """What a router reads of one replica (``Replica``'s public surface), read from a snapshot on demand."""
+# --------------------------------------------------------------------------------------------- the view
+class SnapshotRouteView:
+    """``RouteView`` of one request from a caller's snapshot (time 0, request 0)."""
 
-    __slots__ = ("index", "s", "view")
-    lanes = (None,)  # one lane: latency_aware's throughput is 512 x lanes / iteration time
-    ready_s = 0.0
+    __slots__ = ("snaps", "rng", "model", "prompt_tokens", "_ready", "_tps")
+    time_s = 0.0
+    request = 0
 
-    def __init__(self, i: int, s: ReplicaSnapshot, view: "_View"):
-        self.index = i
-        self.s = s
-        self.view = view
+    def __init__(self, req: RouteRequest, model: int, rng: np.random.Generator):
+        self.snaps = req.replicas
+        self.rng = rng
+        self.model = model
+        self.prompt_tokens = req.prompt_tokens
+        ready = [i for i, s in enumerate(self.snaps) if s.ready]
+        self._ready = ready if ready else list(range(len(self.snaps)))
+        self._tps: float | None = None
 
-    @property
-    def outstanding(self) -> int:
-        return self.s.outstanding_requests
+    def candidates(self) -> list[int]:
+        return self._ready
 
-    def outstanding_tokens(self, now: float) -> int:
-        return self.s.outstanding_tokens
+    def outstanding(self, replica: int) -> int:
+        return self.snaps[replica].outstanding_requests
 
-    def kv_used_fraction(self, now: float) -> float:
-        return self.s.kv_used_fraction
+    def outstanding_tokens(self, replica: int) -> int:
+        return self.snaps[replica].outstanding_tokens
 
-    @property
-    def waiting(self) -> range:  # only its len() is read
-        return range(self.s.waiting)
+    def kv_used_fraction(self, replica: int) -> float:
+        return self.snaps[replica].kv_used_fraction
 
-    def prefix_hit_blocks(self, blocks) -> int:
-        return self.s.prefix_hit_tokens
+    def waiting(self, replica: int) -> int:
+        return self.snaps[replica].waiting
 
-    @property
-    def region(self) -> int:  # column of this replica in the request's RTT row
-        return self.index
+    def has_prefix(self) -> bool:
+        return True
 
-    @property
-    def perf(self) -> "_Rep":
-        return self
+    def prefix_hit_tokens(self, replica: int) -> int:
+        return self.snaps[replica].prefix_hit_tokens
 
-    def iteration_time_s(self, *args: Any) -> float:
-        """Time of a 512-token prefill chunk at ``tokens_per_s`` (unknown: the median of the known ones)."""
-        tps = self.s.tokens_per_s
-        return 512.0 / (tps if tps is not None else self.view.default_tps())
+    def prefill_tps(self, replica: int) -> float:
+        tps = self.snaps[replica].tokens_per_s
+        return tps if tps is not None else self._default_tps()
 
+    def rtt_s(self, replica: int) -> float:
+        return self.snaps[replica].rtt_s
 
-class _View:
-    """The slice of ``Simulator`` the routers read, for one request (index 0) at time 0."""
+    def ready_in_s(self, replica: int) -> float:
+        return 0.0
 
-    __slots__ = ("candidates", "model_of", "replicas", "_rtt", "origin", "rng", "snaps", "_tps")
-    _has_prefix = True
-    prefix_block_tokens = 1  # prefix hits are reported in tokens: one "block" per token
-    _pblk = np.zeros(0, np.int64)  # the request's block ids (unused: hits come from the snapshot)
-    _pofs = (0, 0)
-
-    def default_tps(self) -> float:
+    def _default_tps(self) -> float:
         if self._tps is None:
             known = sorted(s.tokens_per_s for s in self.snaps if s.tokens_per_s is not None)
             k = len(known)
@@ -184,9 +178,6 @@ class RoutePolicy:
     Safe to share between threads and coroutines: the router's own state (round robin's counters, the
     random generator) changes under a lock."""
 
-    # per-replica-index caches some routers keep across calls; indices mean other replicas in every call
-    _PER_CALL_CACHES = ("_tps",)
-
     def __init__(self, router: Any, name: str, seed: int = 0, spec: str | None = None):
         self.router = router
         self.name = name
@@ -195,8 +186,6 @@ class RoutePolicy:
         self.rng = np.random.default_rng(seed)
         self._models: dict[str | None, int] = {}
         self._lock = threading.Lock()
-        self._caches = [getattr(router, a) for a in self._PER_CALL_CACHES
-                        if isinstance(getattr(router, a, None), dict)]
 
     def _model_index(self, model: str | None) -> int:
         m = self._models.get(model)
@@ -205,28 +194,13 @@ class RoutePolicy:
             self._models[model] = m
         return m
 
-    def view(self, req: RouteRequest) -> _View:
-        snaps = req.replicas
-        v = _View()
-        v.snaps = snaps
-        v._tps = None
-        v.replicas = [_Rep(i, s, v) for i, s in enumerate(snaps)]
-        v._rtt = ([s.rtt_s for s in snaps],)
-        v.origin = (0,)
-        v.rng = self.rng
-        m = self._model_index(req.model)
-        v.model_of = (m,)
-        ready = [i for i, s in enumerate(snaps) if s.ready]
-        v.candidates = {m: ready if ready else list(range(len(snaps)))}
-        return v
+    def view(self, req: RouteRequest) -> SnapshotRouteView:
+        return SnapshotRouteView(req, self._model_index(req.model), self.rng)
 
     def route(self, req: RouteRequest) -> int:
         """Index into ``req.replicas`` of the replica that should serve the request."""
         with self._lock:
-            v = self.view(req)
-            for c in self._caches:
-                c.clear()
-            i = self.router.route(DecisionPoint("route", 0.0, v, 0))
+            i = self.router.route(self.view(req))
         i = int(i)
         if not 0 <= i < len(req.replicas):
             raise InputError(f"router {self.name!r} returned replica index {i}, not one of 0..{len(req.replicas) - 1}")
@@ -237,7 +211,7 @@ class RoutePolicy:
 
 
 def route_policy_names() -> list[str]:
-    from fleetwise.control.registry import names
+    from fleetwise.policies import names
 
     return names("router")
 
@@ -245,7 +219,7 @@ def route_policy_names() -> list[str]:
 def load_route_policy(spec: str, seed: int = 0) -> RoutePolicy:
     """A registered router by name (``fleetwise policies``), optionally ``"name?param=value&..."``, e.g.
     ``"prefix_aware?hit_weight=0.5"``. Unknown names or parameters raise ``InputError`` with one clear line."""
-    from fleetwise.control.registry import make
+    from fleetwise.policies import make
 
     if not isinstance(spec, str) or not spec.strip():
         raise InputError(f"route policy: expected a router name, got {spec!r}; "

@@ -50,6 +50,7 @@ class Lane:
     run_prefill: list | tuple = ()  # (request id, chunk tokens) of the iteration in flight
     run_pf_tokens: int = 0
     run_time_s: float = 0.0
+    view: object = None  # its LaneView (fleetwise.sim.views.SimLaneView), made when first asked
 
     @property
     def free_blocks(self) -> int:
@@ -136,6 +137,29 @@ class Replica:
     served: int = 0
     preemptions: int = 0
     timeline: list = field(default_factory=list)  # GPU-busy seconds per timeline bucket (when recorded)
+
+    # --- cost: the one formula every summary, the platform and the environments bill with -----------------
+    @property
+    def gpu_usd_per_s(self) -> float:
+        """Rental price of the replica's GPUs per second."""
+        return self.num_gpus * self.price_usd_per_gpu_hour / 3600.0
+
+    def active_s(self, until_s: float) -> float:
+        """Seconds the replica was billed: from ``start_s`` to its stop, or to ``until_s`` if it runs on."""
+        end = self.stop_s if self.stop_s is not None and self.stop_s < until_s else until_s
+        return max(0.0, end - self.start_s)
+
+    def gpu_cost_usd(self, active_s: float) -> float:
+        """Rental cost of ``active_s`` seconds of the replica's GPUs."""
+        return self.num_gpus * self.price_usd_per_gpu_hour * active_s / 3600.0
+
+    def energy_j(self, active_s: float) -> float:
+        """Energy over ``active_s`` billed seconds: busy energy plus idle power for the rest."""
+        return self.energy_busy_j + self.perf.idle_power_w() * max(active_s - self.busy_s, 0.0)
+
+    def cost_usd(self, active_s: float) -> float:
+        """GPU rental plus electricity over ``active_s`` billed seconds."""
+        return self.gpu_cost_usd(active_s) + self.energy_j(active_s) / 3.6e6 * self.electricity_usd_per_kwh
 
     def kv_capacity_tokens(self) -> int:
         return sum(l.cap_blocks for l in self.lanes) * self.block_tokens

@@ -8,7 +8,8 @@ import numpy as np
 
 REJECT_REASONS = ("", "no_replica", "exceeds_context", "exceeds_kv_capacity", "queue_full", "rate_limited",
                   "quota_exceeded", "admission_control", "horizon")  # horizon: unfinished at SimOptions.max_time_s
-STATUS = ("pending", "completed", "rejected")
+STATUS = ("pending", "completed", "rejected")  # names of the status codes
+PENDING, COMPLETED, REJECTED = 0, 1, 2
 
 
 @dataclass(slots=True)
@@ -29,13 +30,14 @@ class Records:
     prompt_tokens: np.ndarray
     output_tokens: np.ndarray
     slo_class: np.ndarray
+    network_s: np.ndarray  # round trip between the request's origin and its serving region (0: never routed)
 
     def __len__(self) -> int:
         return len(self.arrival_s)
 
     @property
     def completed(self) -> np.ndarray:
-        return self.status == 1
+        return self.status == COMPLETED
 
     @property
     def ttft_s(self) -> np.ndarray:
@@ -53,7 +55,7 @@ class Records:
             return np.where(n > 0, (self.completion_s - self.first_token_s) / np.maximum(n, 1), np.nan)
 
     def reject_reasons(self) -> dict[str, int]:
-        rej = self.reason[self.status == 2]
+        rej = self.reason[self.status == REJECTED]
         vals, counts = np.unique(rej, return_counts=True)
         return {REJECT_REASONS[v]: int(c) for v, c in zip(vals, counts)}
 

@@ -21,23 +21,22 @@ import math
 from array import array
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-from fleetwise.control.protocols import BatchPlan, DecisionPoint
+from fleetwise.sim.actions import BatchPlan, DecisionPoint
 from fleetwise.sim.engine import Lane, Replica
-from fleetwise.sim.records import REJECT_REASONS, Records
+from fleetwise.sim.records import COMPLETED, PENDING, REJECT_REASONS, REJECTED, Records
+from fleetwise.sim.views import SimLaneView, SimRouteView
 
 if TYPE_CHECKING:  # pragma: no cover
-    from fleetwise.control.controller import Controller
     from fleetwise.workload.request import Workload
 
 # event kinds, and their priority at equal times (lower first)
 LANE_DONE, READY, ENQUEUE, RETRY, TIMER = 0, 1, 2, 3, 4
 INF = float("inf")
 
-PENDING, COMPLETED, REJECTED = 0, 1, 2
 
 
 @dataclass(slots=True)
@@ -132,12 +131,16 @@ class Simulator:
         self.prefix_block_tokens = workload.block_tokens
         self._bucket = self.options.timeline_bucket_s
         self._horizon = self.options.max_time_s
-        self._has_prefix = workload.has_prefix and self.options.prefix_caching
+        self.prefix_enabled = workload.has_prefix and self.options.prefix_caching  # prefix block ids known, cache on
         pr = workload.priority
-        self._prio = pr.tolist() if pr is not None and n and int(pr.min()) != int(pr.max()) else None
-        if self._has_prefix:
+        # per-request priority, or None when every request has the same one
+        self.priorities = pr.tolist() if pr is not None and n and int(pr.min()) != int(pr.max()) else None
+        if self.prefix_enabled:
             self._pofs = workload.prefix_offsets.tolist()
             self._pblk = workload.prefix_blocks
+        self._tps: dict[int, float] = {}
+        self._pause_t = INF  # the time of the pause timer run_until set last
+        self._rview = SimRouteView(self)
         for r in self.replicas:
             if r.ready_s > 0:
                 self._push(r.ready_s, READY, r.index, 0)
@@ -155,6 +158,8 @@ class Simulator:
         while True:
             if self._pending:
                 self._dp = dp = self._pending.pop()
+                if dp.kind == "route":
+                    self._rview.at(dp.request, self.now)
                 return dp
             t_arr = arrival[self._next] if self._next < n else INF
             if self._horizon is not None and min(t_arr, heap[0][0] if heap else INF) > self._horizon:
@@ -184,6 +189,7 @@ class Simulator:
                     dp = self._dispatch(x)
                     if dp is not None:
                         self._dp = dp
+                        self._rview.at(x, t)
                         return dp
                 else:  # TIMER: a platform callback; it may return a decision point
                     dp = x(self)
@@ -212,7 +218,7 @@ class Simulator:
                     continue
                 self._reject(rid, why)
                 continue
-            self._dp = dp = DecisionPoint("route", t_arr, self, request=rid)
+            self._dp = dp = DecisionPoint("route", t_arr, request=rid, view=self._rview.at(rid, t_arr))
             return dp
 
     def apply(self, action) -> None:
@@ -227,23 +233,87 @@ class Simulator:
         else:
             dp.handler(action)
 
-    def run(self, controller: "Controller", progress=None) -> Records:
+    def run(self, controller: Any, progress=None) -> Records:
         """Run to the end with ``controller`` answering every decision; return the per-request records."""
+        self.run_until(INF, controller, progress=progress)
+        return self.records()
+
+    def run_until(self, t: float, controller: Any, *, stop: tuple[str, ...] = (),
+                  progress=None) -> DecisionPoint | None:
+        """Answer decision points with ``controller`` until simulated time ``t``; return the decision point where
+        it stopped: a "pause" point at ``t`` (every event before ``t`` processed, nothing after it), or the first
+        decision point of a kind in ``stop`` (e.g. "scale" for an environment whose agent scales; returned
+        unanswered: ``apply`` an action to it, or the next ``run_until`` answers it first with its controller);
+        None when every request has ended. This is the one loop every run path uses (simulate, compare, sweep,
+        the platform layer, every environment); ``run`` is ``run_until(inf)``."""
         self.batcher_stationary = bool(getattr(controller.batcher, "stationary", False))
         route = controller.router.route
-        plan = controller.batcher.plan
-        advance, apply = self.advance, self.apply
-        last = 0
+        plan = getattr(controller.batcher, "plan", None)  # None: every batch decision is returned (``stop``)
         decide = controller.decide
-        while (dp := advance()) is not None:
+        advance, apply = self.advance, self.apply
+        if t < INF and self._pause_t != t:
+            self._pause_t = t
+            self.at(t, self._pause)
+        last = self._next
+        dp = self._dp if self._dp is not None else advance()
+        while dp is not None:
             k = dp.kind
-            apply(route(dp) if k == "route" else plan(dp.lane, self) if k == "batch" else decide(dp))
+            if k == "pause":
+                if dp.time_s >= t:
+                    break
+                dp = advance()  # the pause of an earlier target: nothing to do
+                continue
+            if k in stop:
+                break
+            apply(route(dp.view) if k == "route" else plan(dp.view) if k == "batch" else decide(dp))
             if progress is not None and self._next - last >= 2000:
                 progress(self._next - last)
                 last = self._next
+            dp = advance()
         if progress is not None:
             progress(self._next - last)
-        return self.records()
+        return dp
+
+    def _pause(self, sim: "Simulator") -> DecisionPoint:
+        return DecisionPoint("pause", self.now)
+
+    # ------------------------------------------------------------------ read-only facts (the views use them)
+    def prefix_blocks(self, rid: int) -> list[int]:
+        """Prefix-cache block ids of request ``rid``'s prompt (empty without prefix information)."""
+        if not self.prefix_enabled:
+            return []
+        return self._pblk[self._pofs[rid]:self._pofs[rid + 1]].tolist()
+
+    def prefill_tps(self, replica: int) -> float:
+        """Prefill throughput of ``replica`` in tokens/s: a 512-token chunk on each of its lanes (performance model)."""
+        tps = self._tps.get(replica)
+        if tps is None:
+            r = self.replicas[replica]
+            tps = self._tps[replica] = 512.0 * len(r.lanes) / r.perf.iteration_time_s(512, 512.0 * 512, 0, 0)
+        return tps
+
+    def rtt_row(self, region: int) -> list[float]:
+        """Round trips (s) from ``region`` to every region (read-only)."""
+        return self._rtt[region]
+
+    def link(self, a: int, b: int) -> tuple[float, float | None]:
+        """(round trip s, bandwidth Gbps or None) of the link from region ``a`` to ``b``."""
+        return self._rtt[a][b], (self._bw[a][b] if self._bw is not None else None)
+
+    def set_link(self, a: int, b: int, rtt_s: float, bandwidth_gbps: float | None = None) -> None:
+        """Change the link from region ``a`` to ``b`` from now on (e.g. a degraded link); both directions are
+        separate links, so call it for (b, a) too for a symmetric change."""
+        self._rtt[a][b] = float(rtt_s)
+        if bandwidth_gbps is not None and self._bw is not None:
+            self._bw[a][b] = float(bandwidth_gbps)
+
+    def generated(self, rid: int) -> int:
+        """Output tokens request ``rid`` has generated so far (its decode run in flight counted to the last
+        completed step)."""
+        lane = self.lane_of[rid]
+        if lane is not None and rid in lane.running:
+            return self.gen_join[rid] + lane.steps + lane.steps_done(self.now) - self.join_step[rid]
+        return self.gen[rid]
 
     # ------------------------------------------------------------------ arrivals and routing
     def _admissible(self, rid: int) -> str:
@@ -355,13 +425,22 @@ class Simulator:
         if not lane.running and not lane.prefilling and not lane.replica.waiting:
             return  # nothing to decide; woken by the next enqueue
         lane.awaiting = True
-        self._pending.append(DecisionPoint("batch", self.now, self, lane=lane))
+        view = lane.view
+        if view is None:
+            view = lane.view = SimLaneView(self, lane)
+        self._pending.append(DecisionPoint("batch", self.now, lane=lane, view=view))
 
     # ------------------------------------------------------------------ one iteration or decode run
     def _start(self, lane: Lane, plan: BatchPlan) -> None:
         lane.awaiting = False
         rep = lane.replica
         bs = lane.block_tokens
+        if plan.queue is not None:
+            if len(plan.queue) != len(rep.waiting) or set(plan.queue) != set(rep.waiting):
+                raise ValueError(f"batch plan: queue must hold exactly the {len(rep.waiting)} requests waiting at "
+                                 f"replica {rep.index}")
+            rep.waiting.clear()
+            rep.waiting.extend(plan.queue)
         if plan.offload:
             for rid, to in plan.offload:
                 self._offload(rep, int(rid), int(to))
@@ -519,7 +598,7 @@ class Simulator:
         self.lane_of[rid] = lane
         if math.isnan(self.sched_s[rid]):
             self.sched_s[rid] = self.now
-        if self._has_prefix and rep.prefix_cache is not None:
+        if self.prefix_enabled and rep.prefix_cache is not None:
             blocks = self._pblk[self._pofs[rid]:self._pofs[rid + 1]]
             hit = rep.prefix_hit_blocks(blocks.tolist()) * self.prefix_block_tokens
             hit = min(hit, ctx - 1)
@@ -597,7 +676,7 @@ class Simulator:
         rep.tokens_out += 1
         if math.isnan(self.first_token_s[rid]):
             self.first_token_s[rid] = self.now
-        if self._has_prefix and rep.prefix_cache is not None:
+        if self.prefix_enabled and rep.prefix_cache is not None:
             cache = rep.prefix_cache
             for b in self._pblk[self._pofs[rid]:self._pofs[rid + 1]].tolist():
                 cache[b] = None
@@ -642,7 +721,7 @@ class Simulator:
     def _victim(self, lane: Lane) -> int:
         """The running sequence to preempt under KV pressure: the lowest priority, newest first (vLLM's rule
         when all priorities are equal)."""
-        prio = self._prio
+        prio = self.priorities
         if prio is None:
             return next(reversed(lane.running))
         best, bp = -1, None
@@ -718,7 +797,7 @@ class Simulator:
         held = self.held[rep.model_index]
         if held:  # requests held for a replica of this model: route them now, in arrival order
             for rid in reversed(held):
-                self._pending.append(DecisionPoint("route", self.now, self, request=rid))
+                self._pending.append(DecisionPoint("route", self.now, request=rid, view=self._rview))
             held.clear()
 
     def _unroutable(self, rep: Replica) -> None:
@@ -782,7 +861,7 @@ class Simulator:
         rep.failed = True
         rep.stop_s = self.now
         if detect_s > 0.0:
-            self.at(self.now + detect_s, lambda sim: sim._unroutable(rep))
+            self.at(self.now + detect_s, lambda _sim: self._unroutable(rep))
         else:
             self._unroutable(rep)
         victims: list[tuple[int, bool]] = [(rid, False) for rid in rep.waiting]
@@ -839,7 +918,7 @@ class Simulator:
             self.kv_moved[rid] = 0
             self.held[m].append(rid)
             return None
-        return DecisionPoint("route", self.now, self, request=rid)
+        return DecisionPoint("route", self.now, request=rid, view=self._rview)
 
     def _stop_at_horizon(self) -> None:
         """End of the simulated horizon: whatever has not finished ends as rejected with reason "horizon"."""
@@ -885,22 +964,43 @@ class Simulator:
             for lane in rep.lanes:
                 assert 0 <= lane.used_blocks <= lane.cap_blocks, (lane.used_blocks, lane.cap_blocks)
 
+    def client_completion_s(self, rid: int) -> float:
+        """When request ``rid`` completed as its client sees it (half the network round trip after the replica
+        finished); NaN when it has not completed."""
+        if self.status[rid] != COMPLETED:
+            return math.nan
+        return self.completion_s[rid] + self.net_s[rid] / 2.0
+
+    @property
+    def arrivals_processed(self) -> int:
+        """Requests whose arrival the simulator has processed so far (routed, held or rejected)."""
+        return self._next
+
     def records(self) -> Records:
-        half = np.frombuffer(self.net_s, dtype=np.float64) / 2.0
-        replica = np.frombuffer(self.replica_of, dtype=np.int32).copy()
+        """Per-request records of every request (index = request id)."""
+        return self.request_outcomes(None)
+
+    def request_outcomes(self, ids=None) -> Records:
+        """Records of the requests ``ids`` (a sequence of request ids, in that order; None: all)."""
+        ix = slice(None) if ids is None else np.asarray(ids, dtype=np.int64)
+        net = np.frombuffer(self.net_s, dtype=np.float64)[ix]
+        half = net / 2.0
+        replica = np.frombuffer(self.replica_of, dtype=np.int32)[ix].copy()
         region_of = np.array([r.region for r in self.replicas] + [-1], dtype=np.int16)
+        w = self.workload
         return Records(
-            arrival_s=self.workload.arrival_s.copy(),
-            first_token_s=np.frombuffer(self.first_token_s, dtype=np.float64) + half,
-            completion_s=np.frombuffer(self.completion_s, dtype=np.float64) + half,
-            queue_delay_s=np.frombuffer(self.sched_s, dtype=np.float64) - np.frombuffer(self.enqueue_s, dtype=np.float64),
+            arrival_s=w.arrival_s[ix].copy(),
+            first_token_s=np.frombuffer(self.first_token_s, dtype=np.float64)[ix] + half,
+            completion_s=np.frombuffer(self.completion_s, dtype=np.float64)[ix] + half,
+            queue_delay_s=np.frombuffer(self.sched_s, dtype=np.float64)[ix] - np.frombuffer(self.enqueue_s, dtype=np.float64)[ix],
             replica=replica,
             region=region_of[replica],
-            prefix_hit_tokens=np.frombuffer(self.hit_tokens, dtype=np.int64).copy(),
-            preemptions=np.frombuffer(self.preempts, dtype=np.int32).copy(),
-            status=np.frombuffer(self.status, dtype=np.int8).copy(),
-            reason=np.frombuffer(self.reason, dtype=np.int8).copy(),
-            prompt_tokens=self.workload.prompt_tokens.copy(),
-            output_tokens=self.workload.output_tokens.copy(),
-            slo_class=self.workload.slo_class.copy(),
+            prefix_hit_tokens=np.frombuffer(self.hit_tokens, dtype=np.int64)[ix].copy(),
+            preemptions=np.frombuffer(self.preempts, dtype=np.int32)[ix].copy(),
+            status=np.frombuffer(self.status, dtype=np.int8)[ix].copy(),
+            reason=np.frombuffer(self.reason, dtype=np.int8)[ix].copy(),
+            prompt_tokens=w.prompt_tokens[ix].copy(),
+            output_tokens=w.output_tokens[ix].copy(),
+            slo_class=w.slo_class[ix].copy(),
+            network_s=net.copy(),
         )

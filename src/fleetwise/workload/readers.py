@@ -56,7 +56,7 @@ def _check_file(path: str | Path) -> Path:
     return p
 
 
-def _open_text(p: Path) -> io.TextIOBase:
+def open_text(p: Path) -> io.TextIOBase:
     if p.suffix == ".gz":
         return io.TextIOWrapper(gzip.open(p, "rb"), encoding="utf-8", newline="")
     return open(p, "r", encoding="utf-8", newline="")
@@ -70,7 +70,7 @@ def _check_limit(limit: int | None) -> None:
 def _read_csv(p: Path, required: Iterable[str], limit: int | None) -> tuple[dict[str, int], list[list[str]]]:
     """Header -> column index map, and the data rows (at most ``limit``). Checks required columns are present."""
     try:
-        with _open_text(p) as f:
+        with open_text(p) as f:
             reader = csv.reader(f)
             try:
                 header = next(reader)
@@ -232,7 +232,7 @@ def read_mooncake(path: str | Path, limit: int | None = None, name: str | None =
     lens: list[int] = []
     blocks: list[int] = []
     try:
-        f = _open_text(p)
+        f = open_text(p)
     except OSError as e:  # pragma: no cover
         raise InputError(f"{p.name}: cannot open ({e})") from None
     with f:
@@ -455,7 +455,7 @@ def read_servegen(
     for i in idx:
         f = files[i]
         ts, rate, cv, pat, shp, scl = [], [], [], [], [], []
-        with _open_text(f) as fh:
+        with open_text(f) as fh:
             for r, row in enumerate(csv.reader(fh), start=1):
                 if not row or not any(c.strip() for c in row):
                     continue

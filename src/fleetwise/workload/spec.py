@@ -114,7 +114,7 @@ def _sniff_format(p: Path) -> str:
     if "burstgpt" in name:
         return "burstgpt"
     try:
-        with readers._open_text(p) as f:
+        with readers.open_text(p) as f:
             header = next(csv.reader(f), [])
     except (OSError, UnicodeDecodeError) as e:
         raise InputError(f"{p}: cannot read ({e})") from None
@@ -235,7 +235,7 @@ class _Generated(_Common):
             raise ValueError("give num_requests or duration_s, not both")
         return self
 
-    def _count(self) -> dict:
+    def count_kwargs(self) -> dict:
         if self.duration_s is not None:
             return {"duration_s": self.duration_s}
         return {"num_requests": self.num_requests if self.num_requests is not None else 1000}
@@ -495,7 +495,7 @@ def build_workload_report(spec, rng: np.random.Generator, capacity: CapacityFn |
         if spec.num_requests is not None:
             w = w.head(spec.num_requests)
     else:
-        count = spec._count()
+        count = spec.count_kwargs()
         if isinstance(spec, (DefaultWorkloadSpec, PoissonSpec)):
             t = poisson_arrivals(rng, spec.rate_rps, **count)
         elif isinstance(spec, GammaSpec):
