@@ -237,3 +237,20 @@ def test_prefix_traces_never_hit_the_cache_with_a_repeat():
     idx = info["idx"]
     assert len(np.unique(idx)) < len(idx)  # a bootstrap repeats requests ...
     assert len(np.unique(b.prefix_blocks)) == len(b.prefix_blocks)  # ... with fresh block ids (here all distinct)
+
+
+def test_trace_fills_a_platform_window_so_faults_keep_their_times(data_dir, tmp_path):
+    from fleetwise.cli import _load
+    from fleetwise.scenario import build
+
+    p = tmp_path / "plat.yaml"
+    p.write_text("deployments: [{model: llama-3-8b, gpu: a100-80gb, replicas: 2}]\n"
+                 "workload: {kind: poisson, rate_rps: 2, num_requests: 50}\nscaler: hpa\n"
+                 "platform: {duration_s: 600, faults: [{at_s: 300, kind: gpu, target: '0'}]}\n")
+    sc, lines = _load(str(p), "azure-conv", "0.5")
+    assert sc.workload["duration_s"] == 600 and any("gpu at 300 s" in ln for ln in lines)
+    w = build(sc, 1).workload
+    assert 500 < w.arrival_s[-1] <= 600  # arrivals fill the window the faults are scheduled in
+    sc, lines = _load(str(p), "azure-conv", "0.5", requests=100)
+    assert sc.platform.duration_s is None and "duration_s" not in sc.workload
+    assert any("do not happen" in ln for ln in lines)

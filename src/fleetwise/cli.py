@@ -46,10 +46,12 @@ def _progress() -> Progress:
                     TimeRemainingColumn(), console=console, transient=True, disable=not console.is_terminal)
 
 
-def _load(scenario: Optional[str], trace: Optional[str], load: Optional[str] = None):
+def _load(scenario: Optional[str], trace: Optional[str], load: Optional[str] = None, requests: Optional[int] = None):
     """The scenario, with a user's trace in place of its workload (keeping the scenario's context limit, time
     scale, SLO classes and tenants; docs/workloads.md#bring-your-own-trace), and one line per override for the
-    caller to print once the scenario has built (a bad trace stays a one-line error)."""
+    caller to print once the scenario has built (a bad trace stays a one-line error). A platform scenario with a
+    ``duration_s`` has the trace fill that window, so its faults and spot traces keep their times; with
+    ``--requests`` the run ends with the trace instead."""
     from fleetwise.scenario import load_scenario
     from fleetwise.workload.spec import parse_load, resolve_trace, trace_in_place_of
 
@@ -58,6 +60,17 @@ def _load(scenario: Optional[str], trace: Optional[str], load: Optional[str] = N
     if trace is not None:
         resolve_trace(trace)  # a missing file fails here, with its name
         spec, lines = trace_in_place_of(sc.workload, trace, parse_load(load))
+        plat = sc.platform
+        if plat is not None and plat.duration_s is not None:
+            faults = ", ".join(f"{f.kind} at {f.at_s:.0f} s" for f in plat.faults) or "none"
+            if requests is None and spec.get("window_s") is None and spec.get("num_requests") is None:
+                spec["duration_s"] = plat.duration_s
+                lines.append(f"the trace fills the platform's {plat.duration_s:.0f} s window: faults ({faults}) and "
+                             f"spot traces keep their times")
+            else:
+                sc = sc.model_copy(update={"platform": plat.model_copy(update={"duration_s": None})})
+                lines.append(f"the run ends with the trace's window, not the platform's {plat.duration_s:.0f} s: "
+                             f"faults after its last arrival ({faults}) do not happen")
         sc = sc.model_copy(update={"workload": spec})
     elif load is not None:
         if sc.workload.get("kind") != "trace":
@@ -110,7 +123,7 @@ def simulate(
     (or ``--scaler``) runs with the platform layer: autoscaling, spot, faults, tenants (docs/platform.md)."""
     from fleetwise.scenario import PolicyRef, build
 
-    sc, lines = _load(scenario, trace, load)
+    sc, lines = _load(scenario, trace, load, requests)
     if scaler is not None:
         sc = sc.model_copy(update={"scaler": PolicyRef(name=scaler)})
     b = build(sc, seed, num_requests=requests)
@@ -319,7 +332,7 @@ def compare(
     if trace is not None or load is not None:
         from fleetwise.scenario import build
 
-        sc, lines = _load(scenario, trace, load)
+        sc, lines = _load(scenario, trace, load, requests)
         _print_adaptations(lines, build(sc, 0, num_requests=requests).adaptations)  # seed 0's (each seed its own)
         grid["workload"] = [sc.workload]
     data = {"name": "compare", "scenarios": [scenario or "default"], "policies": {"router": names},

@@ -332,9 +332,9 @@ def adapt_trace(w: Workload, rng: np.random.Generator, fit: TraceFit,
         target = fit.load * cap
     elif fit.target_rate_rps is not None:
         target = float(fit.target_rate_rps)
-    if fit.duration_s is not None and span > 0:  # the trace seconds that make duration_s simulated seconds
-        factor = target / rep.trace_rate_rps if target is not None else 1.0 / fit.time_scale
-        fit = dataclasses.replace(fit, duration_s=None, window_s=fit.duration_s * factor)
+    if fit.duration_s is not None and span > 0:  # as many requests as duration_s holds at the replayed rate
+        rate = target if target is not None else rep.trace_rate_rps / fit.time_scale
+        fit = dataclasses.replace(fit, duration_s=None, num_requests=max(2, int(rate * fit.duration_s) + 1))
     sel, info = select_window(w, rng, fit)
     rep.resample = info["resample"]
     rep.window_s = info.get("window_s")
