@@ -3,7 +3,15 @@
 A trace brings arrivals and lengths; the scenario keeps everything else (its context limit, time scale, SLO
 classes, tenants, models, origins). :func:`adapt_trace` turns a trace into the workload a run replays:
 
-1. **Window** (what each seed replays), ``resample``:
+1. **Context**: ``prompt + output <= max_total_tokens`` (:func:`clip_to_context`, Vidur's rule: the overflow
+   comes off the prompt); a clipped prompt keeps only the prefix-cache blocks it still covers.
+2. **Rate**: ``load = x`` sets the replayed mean rate to ``x`` times the fleet's capacity for the mean request of
+   the whole clipped trace (``capacity(mean prompt, mean output)``, which the scenario computes from the
+   performance model: :func:`fleetwise.perf.capacity.capacity_rps` summed over the replicas, the estimate the
+   autoscalers use), the same for every seed; ``load = "real"`` keeps the trace's own rate, times
+   ``1 / time_scale`` or scaled to ``target_rate_rps``. ``duration_s`` asks for as many requests as that many
+   simulated seconds hold at the rate.
+3. **Window** (what each seed replays), ``resample``:
 
    * ``window``: a contiguous window of the trace — ``num_requests`` requests, or ``window_s`` seconds of the
      trace's own clock — starting at a point drawn uniformly by the seed (as long as the trace or longer: a
@@ -20,15 +28,10 @@ classes, tenants, models, origins). :func:`adapt_trace` turns a trace into the w
      twice in a lap (a repeat would hit the cache its first copy filled). A request replayed again (a bootstrap,
      several laps) gets fresh prefix-block ids.
 
-   A trace without arrival times (all at 0 s, e.g. a lengths-only file) gets Poisson arrivals at the target rate
-   (it needs a numeric ``load`` or ``target_rate_rps``), its lengths drawn with replacement.
-2. **Context**: ``prompt + output <= max_total_tokens`` (:func:`clip_to_context`, Vidur's rule: the overflow
-   comes off the prompt); a clipped prompt keeps only the prefix-cache blocks it still covers.
-3. **Rate**: ``load = x`` compresses or stretches the window's clock so that its mean rate is ``x`` times the
-   fleet's capacity for the window's mean request (``capacity(mean prompt, mean output)``, which the scenario
-   computes from the performance model: :func:`fleetwise.perf.capacity.capacity_rps` summed over the replicas,
-   the estimate the autoscalers use); ``load = "real"`` keeps the trace's own rate, times ``1 / time_scale`` or
-   scaled to ``target_rate_rps``.
+   The window's clock is then compressed or stretched so that its own mean rate is the rate of step 2 (its
+   bursts keep their shape). A trace without arrival times (all at 0 s, e.g. a lengths-only file) gets Poisson
+   arrivals at the target rate (it needs a numeric ``load`` or ``target_rate_rps``), its lengths drawn with
+   replacement.
 
 Every step is recorded in an :class:`AdaptReport` whose ``lines()`` callers print.
 """
@@ -183,7 +186,7 @@ def _rate(t: np.ndarray) -> float:
 
 
 def select_window(w: Workload, rng: np.random.Generator, fit: TraceFit) -> tuple[Workload, dict]:
-    """The requests one seed replays (step 1 of the module docstring), arrivals starting at 0; and what was
+    """The requests one seed replays (step 3 of the module docstring), arrivals starting at 0; and what was
     done (``resample``, ``window_s``, ``blocks``, ``block_s``)."""
     n = len(w)
     if n == 0:
