@@ -254,3 +254,15 @@ def test_trace_fills_a_platform_window_so_faults_keep_their_times(data_dir, tmp_
     sc, lines = _load(str(p), "azure-conv", "0.5", requests=100)
     assert sc.platform.duration_s is None and "duration_s" not in sc.workload
     assert any("do not happen" in ln for ln in lines)
+
+
+def test_cli_compare_on_a_trace_has_real_intervals(data_dir):
+    import json
+
+    r = subprocess.run([sys.executable, "-m", "fleetwise", "compare", "-s", "prefix-cache", "--trace", "azure-code",
+                        "--load", "0.7", "--routers", "round_robin", "--seeds", "3", "-n", "300", "--workers", "1",
+                        "--json"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "load 0.7:" in r.stderr and "warning" not in r.stderr
+    ci = json.loads(r.stdout)["round_robin"]["ttft_p99_s"]["ci95"]
+    assert ci[1] > ci[0]  # each seed replays its own window of the trace
