@@ -344,6 +344,8 @@ def compare(
     spec: ExperimentSpec = parse_experiment(data, where="compare")
     store, runs, res = _execute(spec, None, "local", workers, None, "compare")
     rows = aggregate(store.runs(), SUMMARY_METRICS, spec.baseline)
+    for r in rows:  # the one workload --trace put in the grid is not a grid point worth naming
+        r["params"] = {k: v for k, v in r["params"].items() if k != "workload"}
     if res.failed:
         f = store.runs(where="status = 'failed'")[0]
         raise InputError(f"{f['router_label']} seed {f['seed']}: {f['error']}")
