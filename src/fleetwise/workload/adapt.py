@@ -104,8 +104,10 @@ class AdaptReport:
     clipped_share: float = 0.0
     prefix_blocks_dropped: int = 0
     max_total_tokens: int | None = None
-    mean_prompt_tokens: float = 0.0
+    mean_prompt_tokens: float = 0.0  # of the replayed requests
     mean_output_tokens: float = 0.0
+    capacity_prompt_tokens: float = 0.0  # the mean request the capacity is for (the whole clipped trace)
+    capacity_output_tokens: float = 0.0
     load: float | None = None
     capacity_rps: float | None = None
     capacity_note: str = ""
@@ -123,7 +125,8 @@ class AdaptReport:
     def lines(self) -> list[str]:
         """Human-readable lines, one fact each."""
         out = [f"trace {self.trace}: {self.trace_requests} requests over {self.trace_span_s:.0f} s "
-               f"({self.trace_rate_rps:.3g} req/s)"]
+               f"({self.trace_rate_rps:.3g} req/s)" if self.trace_span_s > 0 else
+               f"trace {self.trace}: {self.trace_requests} requests, no arrival times"]
         if self.resample == "window" and self.window_s is not None:
             out.append(f"window: trace seconds {self.window_s[0]:.0f}-{self.window_s[1]:.0f} "
                        f"({self.requests} requests; each seed draws its own window)")
@@ -142,12 +145,18 @@ class AdaptReport:
                           else ""))
         if self.load is not None:
             out.append(f"load {self.load:g}: {self.rate_rps:.3g} req/s = {self.load:g} x fleet capacity "
-                       f"{self.capacity_rps:.3g} req/s for the mean request ({self.mean_prompt_tokens:.0f} prompt, "
-                       f"{self.mean_output_tokens:.0f} output tokens){'; ' + self.capacity_note if self.capacity_note else ''}")
+                       f"{self.capacity_rps:.3g} req/s for the trace's mean request ({self.capacity_prompt_tokens:.0f} "
+                       f"prompt, {self.capacity_output_tokens:.0f} output tokens)"
+                       f"{'; ' + self.capacity_note if self.capacity_note else ''}")
         else:
             out.append(f"real rate: {self.rate_rps:.3g} req/s")
-        out.append(f"rate factor {self.rate_factor:.3g} (the trace's clock runs {self.rate_factor:.3g}x as fast); "
-                   f"{self.duration_s:.0f} s of arrivals")
+        if math.isfinite(self.rate_factor):
+            out.append(f"rate factor {self.rate_factor:.3g} (the trace's clock runs {self.rate_factor:.3g}x as fast); "
+                       f"{self.duration_s:.0f} s of arrivals; replayed requests' mean {self.mean_prompt_tokens:.0f} "
+                       f"prompt, {self.mean_output_tokens:.0f} output tokens")
+        else:
+            out.append(f"{self.duration_s:.0f} s of arrivals; replayed requests' mean {self.mean_prompt_tokens:.0f} "
+                       f"prompt, {self.mean_output_tokens:.0f} output tokens")
         if self.classes:
             out.append("classes: " + ", ".join(f"{k} {v:.0%}" for k, v in self.classes.items())
                        + (f" ({self.class_rule})" if self.class_rule else ""))
@@ -328,6 +337,7 @@ def adapt_trace(w: Workload, rng: np.random.Generator, fit: TraceFit,
                              f"through a scenario, or give load: real)")
         p_mean, o_mean = float(w.prompt_tokens.mean()), float(w.output_tokens.mean())
         cap, note = capacity(max(1.0, p_mean), max(1.0, o_mean))
+        rep.capacity_prompt_tokens, rep.capacity_output_tokens = p_mean, o_mean
         if not cap > 0:
             raise InputError(f"trace {w.name}: the fleet has no capacity for its mean request "
                              f"({p_mean:.0f} prompt + {o_mean:.0f} output tokens){': ' + note if note else ''}")

@@ -99,12 +99,22 @@ def fit_edge_trace(cfg: EdgeConfig, trace: Workload, rng: np.random.Generator, l
     users /= users.sum()
 
     def capacity(p: float, o: float) -> tuple[float, str]:
-        caps = [capacity_rps(PerfModel(get_gpu(n.gpu), model), p, o, main.ttft_s, main.tpot_s,
-                             max_num_seqs=cfg.max_running, gpu_memory_utilization=cfg.gpu_memory_utilization)
-                for n in cfg.nodes]
+        caps, sat = [], []
+        for n in cfg.nodes:
+            kw = dict(max_num_seqs=cfg.max_running, gpu_memory_utilization=cfg.gpu_memory_utilization)
+            pm = PerfModel(get_gpu(n.gpu), model)
+            c = capacity_rps(pm, p, o, main.ttft_s, main.tpot_s, **kw)
+            if c <= 0:  # no batch meets the deadlines for the mean request: its saturation rate
+                c = capacity_rps(pm, p, o, **kw)
+                sat.append(n.name)
+            caps.append(c)
         k = int(np.argmin(np.asarray(caps) / users))
-        return caps[k] / users[k], (f"the busiest node {cfg.nodes[k].name} ({caps[k]:.3g} req/s for its "
-                                     f"{users[k]:.0%} of the users) sets it")
+        note = (f"the busiest node {cfg.nodes[k].name} ({caps[k]:.3g} req/s for its {users[k]:.0%} of the users) "
+                f"sets it")
+        if sat:
+            note += (f"; {', '.join(sat)}: no batch meets the {main.name} deadlines for the mean request, "
+                     f"saturation rate used")
+        return caps[k] / users[k], note
 
     fit = TraceFit(load=load, max_total_tokens=model.max_context, duration_s=cfg.segment_s)
     w, rep = adapt_trace(trace, rng, fit, capacity=capacity)

@@ -175,12 +175,15 @@ def fit_multicloud_trace(cfg: GraphMARLConfig, trace: Workload, rng: np.random.G
     main = max(cfg.classes, key=lambda c: c.rate_rps)
 
     def capacity(p: float, o: float) -> tuple[float, str]:
-        cap = 0.0
-        for r in cfg.regions:
-            for spec in cfg.pools[region_of(r).cloud]:
-                pm = PerfModel(get_gpu(spec.gpu), get_model(cfg.variants[spec.variant].model), tp=spec.tp)
-                cap += min(cfg.initial_replicas, spec.max_replicas) * capacity_rps(pm, p, o, main.ttft_s, main.tpot_s)
-        return cap, f"the {cfg.initial_replicas} instance(s) per pool a segment starts with, at the {main.name} SLO"
+        pms = [(min(cfg.initial_replicas, spec.max_replicas),
+                PerfModel(get_gpu(spec.gpu), get_model(cfg.variants[spec.variant].model), tp=spec.tp))
+               for r in cfg.regions for spec in cfg.pools[region_of(r).cloud]]
+        note = f"the {cfg.initial_replicas} instance(s) per pool a segment starts with, at the {main.name} SLO"
+        cap = sum(k * capacity_rps(pm, p, o, main.ttft_s, main.tpot_s) for k, pm in pms)
+        if cap <= 0:  # no instance meets the SLO for the mean request: the saturation rate
+            cap = sum(k * capacity_rps(pm, p, o) for k, pm in pms)
+            note += " (none meets it for the mean request: saturation rate used)"
+        return cap, note
 
     dur = cfg.segment_s if duration_s is None else duration_s
     w, rep = adapt_trace(trace, rng, TraceFit(load=load, max_total_tokens=cfg.max_context, duration_s=dur),
