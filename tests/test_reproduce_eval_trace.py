@@ -59,8 +59,8 @@ def test_torta_eval_trace_rescales_the_day_to_the_fleet(data_dir, tmp_path):
         r = ring[name]
         assert r["rejected_share"] < 0.01, (name, r["rejected_share"])
         assert _width(r, "response_time_mean_s") > 0
-    best = ring["torta"]["changes"]["response_time_mean_s"]["vs"]
-    assert "overloaded" not in best and ring[best]["rejected_share"] <= T.MAX_UNSERVED
+    vs = ring["torta"]["changes"]["response_time_mean_s"]["vs"]
+    assert vs.split()[0] in T.BASELINES  # against a named baseline; "no best" said when none served them all
 
 
 def test_graph_marl_eval_trace_fits_the_starting_fleet(data_dir, tmp_path):

@@ -138,8 +138,8 @@ def _changes(rows: dict, train_seeds: int) -> dict:
         else:
             base = {(k, r["seed"]): r[metric] for k in ks for r in rows[best]}
         ch = paired_change(base, by_key(rows["torta"], metric))
-        # every baseline left requests unserved: the least bad one, named as such (no "best" on an overloaded run)
-        vs = best if complete else f"{best} (every baseline overloaded: no best)"
+        # every baseline left requests unserved: the least bad one, named as such (no "best" on such a run)
+        vs = best if complete else f"{best} (every baseline left > {MAX_UNSERVED:.1%} unserved: no best)"
         out[metric] = {"vs": vs, "change": ch.mean, "ci95": [ch.lo, ch.hi]}
     m = "response_time_mean_s"
     base, other = by_key(rows["reactive_ppo"], m), by_key(rows["torta"], m)
