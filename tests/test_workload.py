@@ -558,8 +558,10 @@ def test_build_generated_kinds():
 def test_build_trace_kinds():
     _data(*CONV)
     rng = np.random.default_rng(0)
-    w = build_workload({"kind": "trace", "path": "azure-conv", "time_scale": 0.5}, rng)
+    w = build_workload({"kind": "trace", "path": "azure-conv", "time_scale": 0.5, "resample": "none"}, rng)
     assert len(w) == 19_366 and w.arrival_s[-1] == pytest.approx(3501.72 / 2, abs=0.01)
+    w = build_workload({"kind": "trace", "path": "azure-conv", "time_scale": 0.5}, rng)  # default: block bootstrap
+    assert abs(len(w) - 19_366) < 0.2 * 19_366 and w.arrival_s[-1] == pytest.approx(3501.72 / 2, rel=0.05)
     w = build_workload({"kind": "trace", "format": "azure", "path": "azure-code", "target_rate_rps": 10,
                         "num_requests": 1001}, rng)
     assert len(w) == 1001 and 1000 / w.arrival_s[-1] == pytest.approx(10)

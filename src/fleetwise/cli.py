@@ -110,16 +110,57 @@ def _progress() -> Progress:
                     TimeRemainingColumn(), console=console, transient=True, disable=not console.is_terminal)
 
 
-def _load(scenario: Optional[str], trace: Optional[str], requests: Optional[int]):
+def _load(scenario: Optional[str], trace: Optional[str], load: Optional[str] = None, requests: Optional[int] = None):
+    """The scenario, with a user's trace in place of its workload (keeping the scenario's context limit, time
+    scale, SLO classes and tenants; docs/workloads.md#bring-your-own-trace), and one line per override for the
+    caller to print once the scenario has built (a bad trace stays a one-line error). A platform scenario with a
+    ``duration_s`` has the trace fill that window, so its faults and spot traces keep their times; with
+    ``--requests`` the run ends with the trace instead."""
     from fleetwise.scenario import load_scenario
+    from fleetwise.workload.spec import parse_load, resolve_trace, trace_in_place_of
 
     sc = load_scenario(scenario)
-    workload = None
+    lines: list[str] = []
     if trace is not None:
-        from fleetwise.workload.spec import load_trace
+        resolve_trace(trace)  # a missing file fails here, with its name
+        spec, lines = trace_in_place_of(sc.workload, trace, parse_load(load))
+        plat = sc.platform
+        if plat is not None and plat.duration_s is not None:
+            faults = ", ".join(f"{f.kind} at {f.at_s:.0f} s" for f in plat.faults) or "none"
+            if requests is None and spec.get("window_s") is None and spec.get("num_requests") is None:
+                spec["duration_s"] = plat.duration_s
+                lines.append(f"the trace fills the platform's {plat.duration_s:.0f} s window: faults ({faults}) and "
+                             f"spot traces keep their times")
+            else:
+                sc = sc.model_copy(update={"platform": plat.model_copy(update={"duration_s": None})})
+                lines.append(f"the run ends with the trace's window, not the platform's {plat.duration_s:.0f} s: "
+                             f"faults after its last arrival ({faults}) do not happen")
+        sc = sc.model_copy(update={"workload": spec})
+    elif load is not None:
+        if sc.workload.get("kind") != "trace":
+            raise InputError(f"--load needs --trace (the scenario's workload is {sc.workload.get('kind')}, not a trace)")
+        spec = {k: v for k, v in sc.workload.items() if k not in ("time_scale", "target_rate_rps")}
+        spec["load"] = parse_load(load)
+        lines = [f"--load {load}: replaces the scenario's trace rate"]
+        sc = sc.model_copy(update={"workload": spec})
+    if trace is not None or load is not None:
+        from fleetwise.scenario import parse_scenario
 
-        workload = load_trace(trace, limit=requests)
-    return sc, workload
+        sc = parse_scenario(sc.model_dump(mode="json"), where=f"scenario {sc.name} with --trace/--load")
+    return sc, lines
+
+
+def _print_adaptations(lines: list[str], reports) -> None:
+    for ln in lines + [x for rep in reports for x in rep.lines()]:
+        console.print(ln, highlight=False, markup=False, soft_wrap=True)
+
+
+def _warn_overload(reasons: dict, requests: int, where: str = "") -> None:
+    from fleetwise.workload.adapt import overload_warning
+
+    msg = overload_warning(reasons, requests, where)
+    if msg:
+        console.print(msg, style="yellow", highlight=False, markup=False, soft_wrap=True)
 
 
 def _jsonable(d: dict) -> dict:
@@ -131,7 +172,10 @@ def simulate(
     scenario: Optional[str] = typer.Option(None, "--scenario", "-s", help="scenario YAML file or built-in name"),
     router: Optional[str] = typer.Option(None, help="router policy name (overrides the scenario)"),
     batcher: Optional[str] = typer.Option(None, help="batcher policy name (overrides the scenario)"),
-    trace: Optional[str] = typer.Option(None, help="replay this trace file (or alias azure-conv, mooncake, ...)"),
+    trace: Optional[str] = typer.Option(None, help="replay this trace file (or alias azure-conv, mooncake, ...) in "
+                                        "place of the scenario's arrivals and lengths"),
+    load: Optional[str] = typer.Option(None, help="with --trace: the arrival rate as a fraction of the fleet's "
+                                       "capacity (0.7) or real (the trace's own rate; default)"),
     requests: Optional[int] = typer.Option(None, "--requests", "-n", min=1, max=MAX_REQUESTS,
                                            help="number of requests (a mix: its first ones)"),
     seed: Optional[int] = typer.Option(None, min=0, max=MAX_SEED, help="random seed (default: the scenario's)"),
@@ -149,7 +193,7 @@ def simulate(
 
     if records_file is not None:
         _records_format(records_file)  # a wrong extension, a missing folder or no pyarrow: fail before the run
-    sc, workload = _load(scenario, trace, requests)
+    sc, lines = _load(scenario, trace, load, requests)
     if monitor is not None:
         from fleetwise.experiments.store import check_writable_dir
 
@@ -161,15 +205,22 @@ def simulate(
             make(level, name, where=f"--{level}: ")
     with _progress() as prog:
         task = prog.add_task(f"simulating {sc.name}", total=None)
+
+        def built(b) -> None:
+            _print_adaptations(lines, b.adaptations)
+            prog.update(task, total=len(b.workload))
+
         try:
-            r = run_scenario(sc, seed, router=router, batcher=batcher, scaler=scaler, workload=workload,
-                             num_requests=requests, monitor=monitor is not None,
-                             on_built=lambda b: prog.update(task, total=len(b.workload)),
-                             progress=lambda k: prog.advance(task, k))
+            r = run_scenario(sc, seed, router=router, batcher=batcher, scaler=scaler, num_requests=requests,
+                             monitor=monitor is not None, on_built=built, progress=lambda k: prog.advance(task, k))
         except InputError as e:  # the scenario's parts are checked when built: name the scenario too
             raise InputError(f"{scenario or 'default'}: {e}") from None
     b, s, plat = r.built, r.summary, r.platform
     sc = b.scenario
+    s["reject_reasons"] = r.records.reject_reasons()
+    _warn_overload(s["reject_reasons"], len(r.records), sc.name)
+    if b.adaptations:
+        s["adaptation"] = [a.as_dict() for a in b.adaptations]
     if plat is not None and monitor is not None:
         from fleetwise.platform.monitor import plot_monitor
 
@@ -190,6 +241,8 @@ def simulate(
     t.add_column("metric")
     t.add_column("value", justify="right")
     for k, v in s.items():
+        if k == "adaptation":
+            continue
         if isinstance(v, float):
             t.add_row(k, f"{v:.4g}")
         else:
@@ -361,6 +414,21 @@ def _execute(spec, db: Optional[str], backend: str, workers: Optional[int], addr
     return store, runs, res
 
 
+def _print_experiment_fit(spec, where: str) -> None:
+    """Each scenario's trace fit for the first seed (each seed draws its own window)."""
+    from fleetwise.experiments.spec import expand
+    from fleetwise.scenario import build, parse_scenario
+
+    seen = set()
+    for run in expand(spec, where=where):
+        if run.scenario_name in seen:
+            continue
+        seen.add(run.scenario_name)
+        b = build(parse_scenario(run.scenario, where=where), run.seed, num_requests=run.requests)
+        _print_adaptations([f"{run.scenario_name}: trace {spec.trace or 'of the scenario'}, load {spec.load or 'real'}"],
+                           b.adaptations)
+
+
 @app.command()
 def sweep(
     spec_file: str = typer.Argument(..., metavar="EXPERIMENT", help="experiment YAML file or built-in name"),
@@ -383,9 +451,12 @@ def sweep(
     if report:
         check_writable_dir(Path(db).parent / "report", "report folder")
     spec = load_experiment(spec_file)
+    if spec.trace is not None or spec.load is not None:
+        _print_experiment_fit(spec, spec_file)
     store, runs, res = _execute(spec, db, backend, workers, address, spec_file)
     ids = [r.run_id for r in runs]
     stored = [r for r in store.runs() if r["run_id"] in set(ids)]
+    _warn_stored_overload(stored)
     rows = aggregate(stored, SUMMARY_METRICS, spec.baseline or None)
     console.print(f"{res.total} runs: {res.ok} ran, {res.failed} failed, {res.skipped} already stored "
                   f"({res.wall_s:.1f} s) -> {db}", highlight=False)
@@ -412,7 +483,10 @@ def compare(
     batcher: Optional[str] = typer.Option(None, help="batcher for every run (default: the scenario's)"),
     seeds: int = typer.Option(3, min=1, max=MAX_SEEDS, help="number of seeds per router"),
     requests: Optional[int] = typer.Option(None, "--requests", "-n", min=1, max=MAX_REQUESTS),
-    trace: Optional[str] = typer.Option(None, help="replay this trace file instead of the scenario's workload"),
+    trace: Optional[str] = typer.Option(None, help="replay this trace file in place of the scenario's arrivals and "
+                                        "lengths (each seed draws its own window or block bootstrap)"),
+    load: Optional[str] = typer.Option(None, help="with --trace: the arrival rate as a fraction of the fleet's "
+                                       "capacity (0.7) or real (the trace's own rate; default)"),
     workers: Optional[int] = typer.Option(None, min=1, max=MAX_WORKERS, help="parallel runs (default: all cores)"),
     as_json: bool = typer.Option(False, "--json"),
     wide: bool = _WIDE,
@@ -427,11 +501,12 @@ def compare(
         raise InputError("--routers: give at least one router name")
     sc = load_scenario(scenario)  # validates early, with the file name in the message
     grid = {}
-    if trace is not None:
-        from fleetwise.workload.spec import load_trace
+    if trace is not None or load is not None:
+        from fleetwise.scenario import build
 
-        load_trace(trace, limit=requests)  # a missing or bad file fails here, with its name, before any run
-        grid["workload"] = [{"kind": "trace", "path": trace}]
+        sc, lines = _load(scenario, trace, load, requests)
+        _print_adaptations(lines, build(sc, 0, num_requests=requests).adaptations)  # seed 0's (each seed its own)
+        grid["workload"] = [sc.workload]
     data = {"name": "compare", "scenarios": [scenario or "default"], "policies": {"router": names},
             "seeds": seeds, "requests": requests, "grid": grid, "baseline": {"router": names[0]}}
     if batcher:
@@ -441,14 +516,38 @@ def compare(
     spec: ExperimentSpec = parse_experiment(data, where="compare")
     store, runs, res = _execute(spec, None, "local", workers, None, "compare")
     rows = aggregate(store.runs(), SUMMARY_METRICS, spec.baseline)
+    for r in rows:  # the one workload --trace put in the grid is not a grid point worth naming
+        r["params"] = {k: v for k, v in r["params"].items() if k != "workload"}
     if res.failed:
         f = store.runs(where="status = 'failed'")[0]
         raise InputError(f"{f['router_label']} seed {f['seed']}: {f['error']}")
+    _warn_stored_overload(store.runs())
     if as_json:
         out.print_json(json.dumps(_ci_json(rows)))
         return
     for t in _summary_tables(rows, sc.name, names[0] if len(names) > 1 else None, names, wide):
         print_tables(t, wide)
+
+
+def _warn_stored_overload(runs: list[dict]) -> None:
+    """One warning line per scenario and policy whose runs rejected > 1% of requests for unconfigured reasons."""
+    from collections import defaultdict
+
+    from fleetwise.workload.adapt import WARN_SHARE
+
+    by: dict[tuple, list[dict]] = defaultdict(list)
+    for r in runs:
+        by[(r["scenario"], json.dumps(r.get("params") or {}, sort_keys=True), r["router_label"],
+            r["batcher_label"])].append(r)
+    for (scen, params, router, batcher), rs in by.items():
+        bad = sum(float(r.get("rejected_unconfigured") or 0) for r in rs)
+        n = sum(float(r.get("requests") or 0) for r in rs)
+        if n > 0 and bad > WARN_SHARE * n:
+            tag = "" if params == "{}" else f" {params}"
+            console.print(f"warning: {scen}{tag} {router}/{batcher}: {bad / n:.1%} of requests rejected for reasons "
+                          f"no setting asked for (context, KV, queue, horizon) over {len(rs)} seeds: overloaded, "
+                          f"these numbers do not compare with a run that serves them (try --load 0.7)",
+                          style="yellow", highlight=False, markup=False, soft_wrap=True)
 
 
 def _report(db: str, out_dir: str, experiment: Optional[str] = None, baseline: Optional[dict] = None) -> None:
@@ -734,16 +833,23 @@ def _paper_module(name: str):
 
 
 def _reproduce(name: str, quick: bool, as_json: bool, eval_trace: Optional[str], seeds: Optional[int],
-               db: Optional[str], wide: bool = False, **extra) -> None:
+               db: Optional[str], wide: bool = False, load: Optional[str] = None, **extra) -> None:
+    from fleetwise.workload.spec import parse_load
+
+    if load is not None and eval_trace is None:
+        raise InputError("--load applies to --eval-trace (the held-out data keep the paper's load)")
     if db:
         from fleetwise.experiments.store import check_writable_file
 
         check_writable_file(db, "results store (--db)")  # before training, not after
     mod = _paper_module(name)
+    kw = {"load": parse_load(load if load is not None else "0.7")} if eval_trace is not None else {}
     try:
-        res = mod.run(quick=quick, seeds=seeds, eval_trace=eval_trace, db=db, **extra)
+        res = mod.run(quick=quick, seeds=seeds, eval_trace=eval_trace, db=db, **kw, **extra)
     except ModuleNotFoundError as e:
         raise InputError(_missing_rl(e)) from None
+    for ln in res.get("_trace_fit", []) if isinstance(res, dict) else []:
+        console.print(ln, highlight=False, markup=False, soft_wrap=True)
     if as_json:
         out.print_json(json.dumps(res))
     else:
@@ -755,25 +861,33 @@ _JSON = typer.Option(False, "--json", help="print one JSON object")
 _EVAL = typer.Option(None, "--eval-trace", help="evaluate on this trace file or folder instead of the held-out data")
 _SEEDS = typer.Option(None, min=1, max=MAX_SEEDS, help="seeds (default: the paper's protocol; fewer with --quick)")
 _DB = typer.Option(str(Path("results") / "fleetwise.duckdb"), help="results store for runs and learning curves")
+_LOAD = typer.Option(None, "--load", help="with --eval-trace: the trace's rate as a fraction of the fleet's capacity "
+                     "(default 0.7) or real (the trace's own rate); docs/workloads.md#bring-your-own-trace")
 
 
 @reproduce_app.command("allocation")
 def reproduce_allocation(quick: bool = _QUICK, as_json: bool = _JSON, eval_trace: Optional[str] = _EVAL,
-                         seeds: Optional[int] = _SEEDS, db: str = _DB, wide: bool = _WIDE) -> None:
+                         seeds: Optional[int] = _SEEDS, db: str = _DB, load: Optional[str] = _LOAD,
+                         column: Optional[str] = typer.Option(None, "--column", help="with --eval-trace: the CPU "
+                                                              "column, a header name or a 1-based index"),
+                         wide: bool = _WIDE) -> None:
     """Q-learning vs SARSA vs fixed policy for GPU count and parallelism, on real CPU-usage traces."""
-    _reproduce("allocation", quick, as_json, eval_trace, seeds, db, wide)
+    if column is not None and eval_trace is None:
+        raise InputError("--column applies to --eval-trace")
+    _reproduce("allocation", quick, as_json, eval_trace, seeds, db, wide, load, **({"column": column} if column else {}))
 
 
 @reproduce_app.command("batching")
 def reproduce_batching(quick: bool = _QUICK, as_json: bool = _JSON, eval_trace: Optional[str] = _EVAL,
-                       seeds: Optional[int] = _SEEDS, db: str = _DB, wide: bool = _WIDE) -> None:
+                       seeds: Optional[int] = _SEEDS, db: str = _DB, load: Optional[str] = _LOAD,
+                       wide: bool = _WIDE) -> None:
     """DISPPO (semi-Markov PPO) vs batching baselines at edge nodes."""
-    _reproduce("batching", quick, as_json, eval_trace, seeds, db, wide)
+    _reproduce("batching", quick, as_json, eval_trace, seeds, db, wide, load)
 
 
 @reproduce_app.command("torta")
 def reproduce_torta(quick: bool = _QUICK, as_json: bool = _JSON, eval_trace: Optional[str] = _EVAL,
-                    seeds: Optional[int] = _SEEDS, db: str = _DB,
+                    seeds: Optional[int] = _SEEDS, db: str = _DB, load: Optional[str] = _LOAD,
                     train_seeds: Optional[int] = typer.Option(None, min=1, max=MAX_SEEDS,
                                                               help="agents trained per kind and "
                                                               "topology (default 3; 1 with --quick)"),
@@ -781,21 +895,23 @@ def reproduce_torta(quick: bool = _QUICK, as_json: bool = _JSON, eval_trace: Opt
                                                           help="processes (default: one per CPU)"),
                     wide: bool = _WIDE) -> None:
     """TORTA: RL + optimal transport across regions, switching-aware allocation within them."""
-    _reproduce("torta", quick, as_json, eval_trace, seeds, db, wide, train_seeds=train_seeds, workers=workers)
+    _reproduce("torta", quick, as_json, eval_trace, seeds, db, wide, load, train_seeds=train_seeds, workers=workers)
 
 
 @reproduce_app.command("graph-marl")
 def reproduce_graph_marl(quick: bool = _QUICK, as_json: bool = _JSON, eval_trace: Optional[str] = _EVAL,
-                         seeds: Optional[int] = _SEEDS, db: str = _DB, wide: bool = _WIDE) -> None:
+                         seeds: Optional[int] = _SEEDS, db: str = _DB, load: Optional[str] = _LOAD,
+                         wide: bool = _WIDE) -> None:
     """Graph-MARL-CloudLLM: a heterogeneous GNN + MAPPO across clouds."""
-    _reproduce("graph_marl", quick, as_json, eval_trace, seeds, db, wide)
+    _reproduce("graph_marl", quick, as_json, eval_trace, seeds, db, wide, load)
 
 
 @reproduce_app.command("platform")
 def reproduce_platform(quick: bool = _QUICK, as_json: bool = _JSON, eval_trace: Optional[str] = _EVAL,
-                       seeds: Optional[int] = _SEEDS, db: str = _DB, wide: bool = _WIDE) -> None:
+                       seeds: Optional[int] = _SEEDS, db: str = _DB, load: Optional[str] = _LOAD,
+                       wide: bool = _WIDE) -> None:
     """Platform autoscaling: scalers on a day of multi-tenant load with faults and spot preemptions."""
-    _reproduce("platform", quick, as_json, eval_trace, seeds, db, wide)
+    _reproduce("platform", quick, as_json, eval_trace, seeds, db, wide, load)
 
 
 @bench_app.command("env-steps")

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -255,6 +256,7 @@ class Built:
     chunk_tokens: int | None = None
     templates: list | None = None  # per deployment: make_replica keyword arguments (platform scale-up)
     models: list | None = None  # model names by model index
+    adaptations: list = field(default_factory=list)  # AdaptReport per trace fitted to the fleet (print .lines())
 
     def controller(self, router: PolicyRef | str | None = None, batcher: PolicyRef | str | None = None):
         """A Controller with the scenario's router and batcher (or the ones given: a name, a mapping or a
@@ -271,9 +273,14 @@ class Built:
     def summary(self, records) -> dict[str, float]:
         from fleetwise.metrics.summary import summarize
 
-        return summarize(records, self.sim.replicas, slo_classes=self.slo_classes,
-                         egress_usd_per_gb=np.asarray(self.fleet.egress_usd_per_gb), origin=self.workload.origin,
-                         chunk_tokens=self.chunk_tokens)
+        from fleetwise.workload.adapt import unconfigured_rejections
+
+        s = summarize(records, self.sim.replicas, slo_classes=self.slo_classes,
+                      egress_usd_per_gb=np.asarray(self.fleet.egress_usd_per_gb), origin=self.workload.origin,
+                      chunk_tokens=self.chunk_tokens)
+        # rejections no setting asked for (context, KV, queue, no replica, horizon): > 1% means overloaded
+        s["rejected_unconfigured"] = sum(unconfigured_rejections(records.reject_reasons()).values())
+        return s
 
 
 def check_seed(seed: Any, where: str = "seed") -> None:
@@ -302,7 +309,7 @@ def build(scenario: Scenario, seed: int | None = None, *, workload=None, num_req
     from fleetwise.sim.build import make_replica
     from fleetwise.sim.simulator import Simulator
     from fleetwise.workload.slo import get_slo
-    from fleetwise.workload.spec import build_workload
+    from fleetwise.workload.spec import build_workload_report
 
     seed = scenario.seed if seed is None else seed
     check_seed(seed)
@@ -316,9 +323,12 @@ def build(scenario: Scenario, seed: int | None = None, *, workload=None, num_req
     if workload is None:
         wspec = with_requests(scenario.workload, num_requests) if num_requests is not None else scenario.workload
         try:
-            workload = build_workload(wspec, work_rng)
+            workload, adaptations = build_workload_report(fit_trace_spec(scenario, wspec), work_rng,
+                                                          capacity=trace_capacity(scenario))
         except ValidationError as e:
             raise InputError(format_validation_error(e, "workload")) from None
+    else:
+        adaptations = []
     if num_requests is not None and len(workload) > num_requests:
         workload = workload.head(num_requests)  # a given workload, or a mix of tenants: its first requests
 
@@ -403,7 +413,101 @@ def build(scenario: Scenario, seed: int | None = None, *, workload=None, num_req
                     bandwidth_gbps=np.asarray(fleet.bandwidth_gbps, dtype=float) if hasattr(fleet, "bandwidth_gbps") else None)
     slo = [get_slo(n) for n in workload.slo_classes]
     return Built(scenario=scenario, sim=sim, fleet=fleet, workload=workload, slo_classes=slo, templates=templates,
-                 models=models)
+                 models=models, adaptations=adaptations)
+
+
+def _deployed_models(scenario: Scenario) -> dict[str, list[tuple[Any, float, int]]]:
+    """Model name -> [(PerfModel, gpu_memory_utilization, replicas at the start)] of its deployments."""
+    from fleetwise.catalog import get_gpu, get_model
+    from fleetwise.perf import PerfModel
+
+    out: dict[str, list] = {}
+    for di, d in enumerate(scenario.deployments):
+        try:
+            model, gpu = get_model(d.model), get_gpu(d.gpu)
+        except InputError as e:
+            raise InputError(f"deployments[{di}]: {e}") from None
+        n = max(d.replicas, d.min_replicas)
+        out.setdefault(model.name, []).append((PerfModel(gpu, model, tp=d.tp, pp=d.pp), d.gpu_memory_utilization, n))
+    if scenario.scaler is not None:  # a model a scaler may start from zero counts with one replica of each group
+        for name, deps in out.items():
+            if sum(n for *_, n in deps) == 0:
+                out[name] = [(p, u, 1) for p, u, _ in deps]
+    return out
+
+
+def _model_name(scenario: Scenario, name: str) -> str:
+    from fleetwise.catalog import get_model
+
+    if name == "default":
+        name = scenario.deployments[0].model
+    try:
+        return get_model(name).name
+    except InputError:
+        return name
+
+
+def trace_capacity(scenario: Scenario):
+    """The fleet's capacity for a trace fitted with ``load: x`` (``fleetwise.workload.adapt``): per model,
+    ``capacity_rps`` (perf/capacity.py, the estimate the autoscalers use) summed over the replicas the scenario
+    starts with, at the SLO of the model's largest class of requests; the fleet's capacity is the total rate at
+    which the busiest model (capacity / its share of the requests) reaches load 1. When no batch meets that SLO
+    for the mean request, the capacity without an SLO (saturation) is used and said."""
+    def capacity(prompt: float, output: float, parts: list[tuple[str, str, float]]) -> tuple[float, str]:
+        from fleetwise.perf.capacity import capacity_rps
+        from fleetwise.workload.slo import get_slo
+
+        deployed = _deployed_models(scenario)
+        share: dict[str, float] = {}
+        cls: dict[str, dict[str, float]] = {}
+        for model, slo_class, sh in parts:
+            m = _model_name(scenario, model)
+            share[m] = share.get(m, 0.0) + sh
+            cls.setdefault(m, {})[slo_class] = cls.get(m, {}).get(slo_class, 0.0) + sh
+        total = sum(share.values())
+        rate = math.inf
+        notes = []
+        for m, sh in share.items():
+            if m not in deployed:
+                notes.append(f"no deployment serves {m}")
+                continue
+            slo = get_slo(max(cls[m], key=cls[m].get))
+            cap = sum(n * capacity_rps(p, prompt, output, slo.ttft_s, slo.tpot_s, gpu_memory_utilization=u)
+                      for p, u, n in deployed[m])
+            if cap <= 0:
+                cap = sum(n * capacity_rps(p, prompt, output, gpu_memory_utilization=u) for p, u, n in deployed[m])
+                notes.append(f"{m}: no batch meets the {slo.name} SLO for the mean request, capacity is saturation")
+            rate = min(rate, cap / (sh / total))
+        return (0.0 if math.isinf(rate) else rate), "; ".join(notes)
+
+    return capacity
+
+
+def fit_trace_spec(scenario: Scenario, wspec: dict) -> dict:
+    """A trace in the workload with no ``max_total_tokens`` is clipped to the context of the smallest model it is
+    served by (what the simulator would otherwise reject as ``exceeds_context``)."""
+    from fleetwise.catalog import get_model
+
+    def ctx(spec: dict) -> int | None:
+        names = [t.get("model", "default") for t in spec.get("tenants") or []] or [spec.get("model", "default")]
+        out = []
+        for nm in names:
+            try:
+                out.append(get_model(_model_name(scenario, nm)).max_context)
+            except InputError:
+                pass
+        return min(out) if out else None
+
+    def fix(spec: dict) -> dict:
+        if spec.get("kind") == "trace" and spec.get("max_total_tokens") is None:
+            c = ctx(spec)
+            if c is not None:
+                return {**spec, "max_total_tokens": c}
+        return spec
+
+    if wspec.get("kind") == "mix" and wspec.get("max_total_tokens") is None:
+        return {**wspec, "parts": [{**p, "workload": fix(dict(p.get("workload", {})))} for p in wspec.get("parts", [])]}
+    return fix(wspec)
 
 
 def sim_options(scenario: Scenario, **overrides):

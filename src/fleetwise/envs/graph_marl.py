@@ -91,9 +91,10 @@ def _pz():
 
 
 def make_env(config: GraphMARLConfig | None = None, held_out: bool = False, trace: Workload | None = None,
-             duration_s: float | None = None):
-    """The PettingZoo parallel environment (class built lazily so the module imports without pettingzoo)."""
-    return _env_class()(config, held_out, trace, duration_s)
+             duration_s: float | None = None, load: float | None = None):
+    """The PettingZoo parallel environment (class built lazily so the module imports without pettingzoo).
+    ``trace`` replaces the classes' arrivals, fitted at ``load`` (``worlds.multicloud.fit_multicloud_trace``)."""
+    return _env_class()(config, held_out, trace, duration_s, load)
 
 
 @functools.lru_cache(maxsize=1)
@@ -104,9 +105,9 @@ def _env_class():
         __doc__ = __doc__
         metadata = {"name": "fleetwise_multicloud_v0", "render_modes": []}
 
-        def __init__(self, config=None, held_out=False, trace=None, duration_s=None):
+        def __init__(self, config=None, held_out=False, trace=None, duration_s=None, load=None):
             self.cfg = config or GraphMARLConfig()
-            self.held_out, self.trace, self.duration_s = held_out, trace, duration_s
+            self.held_out, self.trace, self.duration_s, self.load = held_out, trace, duration_s, load
             cfg = self.cfg
             clouds = cfg.clouds
             region_cloud = [clouds.index(region_of(r).cloud) for r in cfg.regions]
@@ -173,7 +174,7 @@ def _env_class():
             if seed is not None:
                 self._rng = np.random.default_rng(seed)
             rng = self._rng
-            w = multicloud_workload(self.cfg, rng, self.held_out, self.duration_s, self.trace)
+            w = multicloud_workload(self.cfg, rng, self.held_out, self.duration_s, self.trace, self.load)
             self.mc = MultiCloud(self.cfg, w, int(rng.integers(2**31)))
             self.agents = list(self.possible_agents)
             obs = self._observe()
@@ -204,13 +205,13 @@ def _env_class():
 
 
 def evaluate(cfg: GraphMARLConfig, policy, seeds: Sequence[int], held_out: bool = True,
-             trace: Workload | None = None, duration_s: float | None = None) -> list[dict]:
+             trace: Workload | None = None, duration_s: float | None = None, load: float | None = None) -> list[dict]:
     """Run ``policy`` on the held-out segments drawn by ``seeds``; per seed the metrics.
 
     ``policy``: a heuristic name, or a callable ``(env, obs, state) -> actions`` (a trained policy)."""
     out = []
     for seed in seeds:
-        env = make_env(cfg, held_out=held_out, trace=trace, duration_s=duration_s)
+        env = make_env(cfg, held_out=held_out, trace=trace, duration_s=duration_s, load=load)
         obs, _ = env.reset(seed=seed)
         if hasattr(policy, "reset"):
             policy.reset(seed)

@@ -12,6 +12,8 @@ grid:                                          # dotted paths into the scenario;
 seeds: 5                                       # or a list: [0, 1, 2]
 requests: 2000                                 # optional: requests per run
 baseline: {router: round_robin}                # paired comparisons are against this
+trace: mooncake                                # optional: a trace in place of each scenario's arrivals and lengths
+load: 0.7                                      # with trace: a fraction of the fleet's capacity, or real
 records: false                                 # also write per-request records as Parquet
 timeline_bucket_s: 10                          # per-replica utilisation over time, bucket width
 ```
@@ -52,6 +54,9 @@ class ExperimentSpec(BaseModel):
     baseline: dict[str, str] = Field(default_factory=dict)
     records: bool = False
     timeline_bucket_s: float | None = Field(default=None, ge=MIN_TIMELINE_BUCKET_S)
+    # a user's trace in place of every scenario's arrivals and lengths (docs/workloads.md#bring-your-own-trace)
+    trace: str | None = Field(default=None, min_length=1)
+    load: float | str | None = None  # a fraction of the fleet's capacity, or "real" (default with a trace)
 
     @field_validator("policies")
     @classmethod
@@ -199,6 +204,24 @@ def _check_run_size(workload: dict, spec: ExperimentSpec, where: str, traces: di
                          f"{MAX_TIMELINE_BUCKETS:,} (docs/limits.md)")
 
 
+def _trace_workload(base, spec: ExperimentSpec, where: str) -> dict:
+    """The scenario's workload with the experiment's trace and load (fleetwise.workload.spec.trace_in_place_of)."""
+    from fleetwise.workload.spec import parse_load, resolve_trace, trace_in_place_of
+
+    try:
+        load = parse_load(spec.load)
+        if spec.trace is not None:
+            resolve_trace(spec.trace)
+            return trace_in_place_of(base.workload, spec.trace, load)[0]
+    except InputError as e:
+        raise InputError(f"{where}: {str(e).replace('--load', 'load')}") from None
+    if base.workload.get("kind") != "trace":
+        raise InputError(f"{where}: load needs a trace (scenario {base.name}'s workload is "
+                         f"{base.workload.get('kind')}; name one in trace:)")
+    w = {k: v for k, v in base.workload.items() if k not in ("time_scale", "target_rate_rps")}
+    return w | {"load": load}
+
+
 def _run_id(payload: dict) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
@@ -222,6 +245,8 @@ def expand(spec: ExperimentSpec, where: str = "experiment", records_dir: str | N
         except InputError as e:
             raise InputError(f"{where}: scenarios: {e}") from None
         base_dict = base.model_dump(mode="json")
+        if spec.trace is not None or spec.load is not None:
+            base_dict["workload"] = _trace_workload(base, spec, where)
         for point in points:
             sc = copy.deepcopy(base_dict)
             params = dict(zip(keys, point))

@@ -137,11 +137,55 @@ def _ci(values: Sequence[float]) -> tuple[float, list[float]]:
     return c.mean, [c.lo, c.hi]
 
 
+def fit_cpu_series(series: Sequence[np.ndarray], load: float | None, cfg: AllocationConfig | None = None
+                   ) -> tuple[list[np.ndarray], AllocationConfig, list[str]]:
+    """A user's CPU series fitted to the allocation task (docs/allocation.md). With ``load`` each series is scaled
+    so that its busiest window demands ``load`` x the host's capacity (the largest capacity any deployment
+    reaches; the environment's ``peak_rps`` is 0.9 of it): a series keeps its shape and nothing is clipped. (A
+    window is a decision on its own, with no queue carried to the next, so the peak is what can overload the host;
+    scaling the *mean* to 0.7 clips 22% of the PlanetLab windows at the peak rate.) ``load=None`` ("real") reads
+    the utilisation as the fraction of the peak rate. Either way the series are used as they are
+    (``normalize="none"``), not min-max normalised as the training VMs are (whose peaks sit at 0.9 x capacity).
+    Returns (series, evaluation config, lines describing the fit)."""
+    cfg = cfg or AllocationConfig()
+    ecfg = cfg.with_(normalize="none")
+    if cfg.peak_rps is not None:
+        raise InputError("fit_cpu_series: a fixed peak_rps has no capacity to scale to; use peak_rps=None")
+    lines = [f"{len(series)} CPU series, {int(np.median([len(x) for x in series]))} windows (median) each"]
+    if load is None:
+        lines.append("load real: CPU utilisation = the fraction of the peak demand (0.9 x the host's capacity)")
+        return [np.asarray(x, float) for x in series], ecfg, lines
+    if not 0 < load <= 1 / 0.9:
+        raise InputError(f"--load {load:g}: the allocation task's demand peaks at 0.9 x the host's capacity; "
+                         f"expected a load in (0, 1.11]")
+    out, factors, means, idle = [], [], [], 0
+    for x in series:
+        x = np.asarray(x, float)
+        peak = float(x.max()) if len(x) else 0.0
+        if peak <= 0:
+            idle += 1
+            out.append(x)
+            continue
+        f = load / (0.9 * peak)  # busiest window: load x capacity = load / 0.9 x the peak rate
+        y = np.clip(x * f, 0.0, 1.0)
+        out.append(y)
+        factors.append(f)
+        means.append(0.9 * float(y.mean()))
+    if factors:
+        lines.append(f"load {load:g}: each series scaled so that its busiest window demands {load:g} x the host's "
+                     f"capacity (scale factor median {np.median(factors):.2f}, range {min(factors):.2f}-"
+                     f"{max(factors):.2f}); mean demand {np.mean(means):.2f} x capacity")
+    if idle:
+        lines.append(f"{idle} series with zero utilisation kept at 0")
+    return out, ecfg, lines
+
+
 def run_protocol(proto: Protocol, cfg: AllocationConfig | None = None, eval_series: Sequence[np.ndarray] | None = None,
                  train_series: Sequence[np.ndarray] | None = None, policies: Sequence[str] = POLICIES,
-                 progress: bool = True) -> dict[str, Any]:
+                 progress: bool = True, eval_cfg: AllocationConfig | None = None) -> dict[str, Any]:
     """Train and evaluate every policy for ``proto.seeds`` seeds. Returns per-policy per-seed metrics,
-    summed confusion matrices and learning curves."""
+    summed confusion matrices and learning curves. ``eval_cfg``: the evaluation episodes' configuration when it
+    differs from training's (a user's fitted series: ``fit_cpu_series``)."""
     from fleetwise.envs.allocation import AllocationEnv
     from fleetwise.learn import tabular
     from fleetwise.policies.allocators import FixedThreshold, Oracle, RandomAllocator
@@ -153,6 +197,7 @@ def run_protocol(proto: Protocol, cfg: AllocationConfig | None = None, eval_seri
         train_series = train_series if train_series is not None else tr
         eval_series = eval_series if eval_series is not None else ev
     core = AllocationCore(cfg)
+    ecore = core if eval_cfg is None else AllocationCore(eval_cfg)
     per: dict[str, dict[str, list[float]]] = {p: {m: [] for m in METRICS} for p in policies}
     conf = {p: np.zeros((N_ACTIONS, N_ACTIONS), np.int64) for p in policies}
     curves: dict[str, list[list[tuple[int, float]]]] = {p: [] for p in policies}
@@ -187,7 +232,7 @@ def run_protocol(proto: Protocol, cfg: AllocationConfig | None = None, eval_seri
                     pol = RandomAllocator(seed)
                 else:
                     raise InputError(f"unknown allocator {name!r}; expected one of {', '.join(POLICIES)}")
-                res = evaluate(pol, core, eval_series, seed=10_000 + seed)
+                res = evaluate(pol, ecore, eval_series, seed=10_000 + seed)
                 walls[name] += time.perf_counter() - t0
                 m = classification_metrics(res["y_true"], res["y_pred"])
                 m["mean_total_reward"] = float(res["episode_rewards"].mean())
@@ -261,17 +306,27 @@ def _write_outputs(raw: dict[str, Any], db: str | None, tag: str) -> dict[str, s
 
 
 def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = None,
-        db: str | None = None) -> dict[str, Any]:
+        db: str | None = None, load: float | str = 0.7, column: str | int | None = None,
+        policies: Sequence[str] | None = None) -> dict[str, Any]:
+    """``eval_trace``: CPU series (workload/cpu.py) fitted at ``load`` (``fit_cpu_series``; "real": as they are);
+    ``column``: their CPU column (header name or 1-based index); ``policies``: a subset (tests)."""
     proto = QUICK if quick else FULL
     if seeds is not None:
         proto = replace(proto, seeds=int(seeds))
-    eval_series = None
+    eval_series = eval_cfg = None
+    fit_lines: list[str] = []
     if eval_trace is not None:
         from fleetwise.workload.cpu import read_cpu_traces
 
-        eval_series = list(read_cpu_traces(eval_trace).values())
+        cfg = AllocationConfig(episode_steps=proto.episode_steps)
+        eval_series, eval_cfg, fit_lines = fit_cpu_series(
+            list(read_cpu_traces(eval_trace, column=column, window_s=cfg.window_s).values()),
+            None if load == "real" else float(load), cfg)
+        fit_lines = [f"--eval-trace {eval_trace}: replaces the held-out VMs; each seed trains the learners anew "
+                     f"and draws its own bandwidth and noise paths"] + fit_lines
     t0 = time.perf_counter()
-    raw = run_protocol(proto, eval_series=eval_series)
+    raw = run_protocol(proto, eval_series=eval_series, eval_cfg=eval_cfg,
+                       policies=tuple(policies) if policies else POLICIES)
     result = summarize(raw)
     files = _write_outputs(raw, db, "quick" if quick else "full")
     result["_meta"] = {
@@ -279,7 +334,10 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
         **{k: v for k, v in raw["meta"].items()}, "q_steps": proto.q_steps, "dqn_steps": proto.dqn_steps,
         "fixed_rules": sorted(set(raw["fixed_rules"])), "wall_s": round(time.perf_counter() - t0, 1),
         "model": raw["config"].model, "gpu": raw["config"].gpu, "files": files,
+        "load": load if eval_trace is not None else None,
     }
+    if eval_trace is not None:
+        result["_trace_fit"] = fit_lines
     return result
 
 
@@ -287,8 +345,9 @@ def render(result: dict[str, Any]):
     from rich.table import Table
 
     meta = result.get("_meta", {})
+    load = f" at load {meta['load']}" if meta.get("load") is not None else ""
     t = Table(title=f"GPU-count x parallelism allocation ({meta.get('model')} on {meta.get('gpu')}; "
-                    f"{meta.get('seeds')} seeds; eval: {meta.get('eval')}); mean [95% CI], paper in ()")
+                    f"{meta.get('seeds')} seeds; eval: {meta.get('eval')}{load}); mean [95% CI], paper in ()")
     t.add_column("policy")
     for m in METRICS:
         t.add_column(m, justify="right")

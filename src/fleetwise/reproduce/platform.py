@@ -25,7 +25,7 @@ import numpy as np
 
 METRICS = ("slo_attainment", "cost_per_mtok_usd", "oscillations", "lost_requests", "ttft_p99_s", "ttft_mean_s",
            "e2e_mean_s", "cost_usd", "replica_hours", "spot_preemptions", "retried_requests", "recovery_s_max",
-           "scale_events")
+           "scale_events", "rejected_unconfigured", "faults")
 # the scalers compared; hpa follows Kubernetes' HPA on GPU utilisation (DCGM_FI_DEV_GPU_UTIL), its usual setup
 SCALERS: dict[str, tuple[str, dict]] = {
     "static": ("static", {}),
@@ -77,16 +77,25 @@ def on_demand_only(data: dict) -> dict:
     return d
 
 
-def with_trace(data: dict, path: str) -> dict:
-    """The scenario with its workload replaced by a user's trace (one tenant, the first deployment's model)."""
-    d = json.loads(json.dumps(data))
-    d["workload"] = {"kind": "trace", "path": str(path), "model": d["deployments"][0]["model"],
-                     "slo_class": "interactive", "max_total_tokens": 8192}
-    plat = d.setdefault("platform", {})
-    plat.pop("duration_s", None)
-    plat["tenants"] = []
-    plat["faults"] = [f for f in plat.get("faults", []) if f.get("kind") != "link"]
-    return d
+def with_trace(data: dict, path: str, load: float | str = 0.7, start_s: float = 0.0, end_s: float = DAY
+               ) -> tuple[dict, list[str]]:
+    """The scenario evaluated on a user's trace over ``[start_s, end_s)`` of the day: the trace replaces the
+    arrivals and lengths (fitted to ``load`` of the fleet it starts with, block-bootstrapped or windowed per seed
+    to fill the window: fleetwise.workload.adapt), each request drawn a tenant (chat, code, batch) with the share
+    that tenant has of the scenario's own requests in that window, so each keeps its model, SLO class, origins,
+    rate limits and quotas; the faults and spot traces stay at their time of day, as in :func:`windowed`.
+    Returns (scenario dict, the override lines)."""
+    from fleetwise.workload.spec import trace_in_place_of
+
+    d = windowed(data, start_s, end_s, day=0)
+    spec, lines = trace_in_place_of(d["workload"], path, load)
+    spec["duration_s"] = end_s - start_s
+    d["workload"] = spec
+    kept = [f"{f['kind']} fault at {f['at_s']:.0f} s" for f in d.get("platform", {}).get("faults", [])]
+    lines.append(f"window {start_s / 3600:g}h-{end_s / 3600:g}h of the scenario's day: "
+                 + (", ".join(kept) if kept else "no fault in it")
+                 + "; spot capacity from the same hours of the real spot traces")
+    return d, lines
 
 
 def _one(args) -> dict:
@@ -111,19 +120,24 @@ def _one(args) -> dict:
     return row
 
 
-def _workloads(data: dict, seeds: list[int]) -> dict[int, Any]:
+def _workloads(data: dict, seeds: list[int]) -> tuple[dict[int, Any], dict[int, list[str]]]:
+    """Per seed the workload and the lines of its trace fit (empty without a trace)."""
     from fleetwise.scenario import build, parse_scenario
 
     sc = parse_scenario(data, where="platform scenario")
-    out = {}
+    out, fits = {}, {}
     for s in seeds:
-        w = build(sc, s).workload
-        out[s] = w
-    return out
+        b = build(sc, s)
+        out[s] = b.workload
+        fits[s] = [ln for r in b.adaptations for ln in r.lines()]
+    return out, fits
 
 
 def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = None, db: str | None = None,
-        progress: bool = True, scalers: list[str] | None = None, workers: int | None = None) -> dict:
+        progress: bool = True, scalers: list[str] | None = None, workers: int | None = None,
+        load: float | str = 0.7, window: tuple[float, float] | None = None) -> dict:
+    """``window``: (start, end) seconds of the day to evaluate (default: the budget's; tests use a short one);
+    ``load``: with ``eval_trace``, the trace's rate as a fraction of the fleet's capacity, or "real"."""
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -135,12 +149,14 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
     n_seeds = seeds or bud["seeds"]
     eval_seeds = list(range(n_seeds))
     _, base = read_yaml("platform", SCENARIO_DIR, "scenario")
-    ws, we = bud["window"]
+    ws, we = window or bud["window"]
     data = windowed(base, ws, we, day=0)
-    scen_name = "platform" + (f"[{ws / 3600:g}h-{we / 3600:g}h]" if quick else "")
+    scen_name = "platform" + (f"[{ws / 3600:g}h-{we / 3600:g}h]" if (ws, we) != (0.0, DAY) else "")
+    fit_lines: list[str] = []
     if eval_trace is not None:
-        data = with_trace(base, eval_trace)
-        scen_name = f"platform:{Path(eval_trace).name}"
+        data, fit_lines = with_trace(base, eval_trace, load, ws, we)
+        scen_name = f"platform:{Path(eval_trace).name}@{load}" + (f"[{ws / 3600:g}h-{we / 3600:g}h]"
+                                                                   if (ws, we) != (0.0, DAY) else "")
         _workloads(data, eval_seeds[:1])  # a bad trace fails here, before any training
     names = list(scalers or SCALERS)
     out_dir = (Path(db).parent if db else Path("results")) / "platform"
@@ -155,8 +171,10 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
             if ckpt is not None:
                 jobs["rl"] = ("rl", {"checkpoint": str(ckpt)})
         t = prog.add_task("building workloads", total=None)
-        wls = _workloads(data, eval_seeds)
+        wls, fits = _workloads(data, eval_seeds)
         prog.remove_task(t)
+        if eval_trace is not None:
+            fit_lines += [f"seed {eval_seeds[0]}: {ln}" for ln in fits[eval_seeds[0]]]
         tasks = [(data, s, n, sc, params, wls[s]) for n, (sc, params) in jobs.items() for s in eval_seeds]
         task = prog.add_task(f"{len(jobs)} scalers x {n_seeds} seeds", total=len(tasks) + n_seeds)
         rows: dict[str, list[dict]] = {n: [] for n in jobs}
@@ -166,7 +184,7 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
                 rows[r["label"]].append(r)
                 prog.advance(task)
             # the best scaler without spot: what the spot pools save
-            best = _best(rows)
+            best = _best(rows) or _least_overloaded(rows)
             od = on_demand_only(data)
             od_label = f"{best}+on_demand_only"
             rows[od_label] = []
@@ -194,23 +212,46 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
         ci = bootstrap_ci(d)
         result[name]["vs_hpa_slo_attainment_diff"] = ci.mean
         result[name]["vs_hpa_slo_attainment_diff_ci95"] = [ci.lo, ci.hi]
-    best = _best({k: v for k, v in rows.items() if "+" not in k})
-    od_label = f"{best}+on_demand_only"
-    ch = paired_change({r["seed"]: r["cost_usd"] for r in rows[od_label]}, {r["seed"]: r["cost_usd"] for r in rows[best]})
-    result[best]["spot_vs_on_demand_cost_change"] = ch.mean
-    result[best]["spot_vs_on_demand_cost_change_ci95"] = [ch.lo, ch.hi]
-    result["_meta"] = {"scenario": scen_name, "best": best, "seeds": n_seeds, "papers": PAPERS,
-                       "faults": rows[best][0].get("_faults"), "cost_breakdown": rows[best][0].get("_cost")}
+    named = _best({k: v for k, v in rows.items() if "+" not in k})
+    spot_ref = named or _least_overloaded({k: v for k, v in rows.items() if "+" not in k})
+    od_label = f"{spot_ref}+on_demand_only"
+    if od_label in rows:
+        ch = paired_change({r["seed"]: r["cost_usd"] for r in rows[od_label]},
+                           {r["seed"]: r["cost_usd"] for r in rows[spot_ref]})
+        result[spot_ref]["spot_vs_on_demand_cost_change"] = ch.mean
+        result[spot_ref]["spot_vs_on_demand_cost_change_ci95"] = [ch.lo, ch.hi]
+    overloaded = sorted(n for n, rs in rows.items() if _overloaded(rs))
+    result["_meta"] = {"scenario": scen_name, "best": named, "seeds": n_seeds, "papers": PAPERS,
+                       "overloaded": overloaded, "load": load if eval_trace is not None else None,
+                       "faults": rows[spot_ref][0].get("_faults"), "cost_breakdown": rows[spot_ref][0].get("_cost")}
+    best = spot_ref
+    if eval_trace is not None:
+        result["_trace_fit"] = fit_lines
     _plots(rows, result, best, out_dir)
     (out_dir / "result.json").write_text(json.dumps(result, indent=1, default=float))
     return result
 
 
-def _best(rows: dict[str, list[dict]]) -> str:
+def _overloaded(rs: list[dict]) -> bool:
+    """More than 1% of the requests rejected for reasons no setting asked for (context, KV, queue, horizon)."""
+    from fleetwise.workload.adapt import WARN_SHARE
+
+    n = sum(r.get("requests", 0) for r in rs)
+    return n > 0 and sum(r.get("rejected_unconfigured", 0.0) for r in rs) > WARN_SHARE * n
+
+
+def _least_overloaded(rows: dict[str, list[dict]]) -> str:
+    return min(rows, key=lambda n: sum(r.get("rejected_unconfigured", 0.0) for r in rows[n]))
+
+
+def _best(rows: dict[str, list[dict]]) -> str | None:
     """The cheapest scaler (cost per million tokens) among those whose SLO attainment is at least the HPA's
-    (or, with no HPA, the highest attainment)."""
+    (or, with no HPA, the highest attainment). Overloaded runs (``_overloaded``) are never best: None when
+    every scaler's run was."""
     mean = {n: (float(np.mean([r["slo_attainment"] for r in rs])), float(np.mean([r["cost_per_mtok_usd"] for r in rs])))
-            for n, rs in rows.items() if rs}
+            for n, rs in rows.items() if rs and not _overloaded(rs)}
+    if not mean:
+        return None
     if "hpa" in mean:
         floor = mean["hpa"][0]
         ok = [n for n, (a, _) in mean.items() if a >= floor - 1e-12]
@@ -295,10 +336,13 @@ def render(result: dict):
     from rich.table import Table
 
     meta = result.get("_meta", {})
+    over = meta.get("overloaded") or []
+    best_s = meta.get("best") or "none (every run overloaded)"
     t = Table(title=f"Autoscaling on {meta.get('scenario', 'platform')}: mean [95% CI] over {meta.get('seeds')} "
-                    f"seeds; best = {meta.get('best')}")
-    for c in ("scaler", "SLO attainment", "$/M tokens", "oscillations", "lost", "TTFT p99 s", "vs HPA: $/Mtok",
-              "vs HPA: latency", "vs HPA: oscillations"):
+                    f"seeds; best = {best_s}" + (f"; overloaded (> 1% rejected, never best): {', '.join(over)}"
+                                                  if over else ""))
+    for c in ("scaler", "SLO attainment", "$/M tokens", "oscillations", "lost", "unconfigured rejections",
+              "TTFT p99 s", "vs HPA: $/Mtok", "vs HPA: latency", "vs HPA: oscillations"):
         t.add_column(c, justify="left" if c == "scaler" else "right", no_wrap=True)
 
     def ci(r, k, f="{:.3f}"):
@@ -314,10 +358,12 @@ def render(result: dict):
     for name, r in result.items():
         if name.startswith("_"):
             continue
+        rej = r.get("rejected_unconfigured")
+        rej_s = "-" if rej is None else f"{rej:.0f}" + (" OVERLOADED" if name in over else "")
         t.add_row(name, ci(r, "slo_attainment"), ci(r, "cost_per_mtok_usd", "{:.2f}"), ci(r, "oscillations", "{:.1f}"),
-                  f"{r['lost_requests']:.0f}", ci(r, "ttft_p99_s", "{:.2f}"), ch(r, "cost_per_mtok_usd"),
+                  f"{r['lost_requests']:.0f}", rej_s, ci(r, "ttft_p99_s", "{:.2f}"), ch(r, "cost_per_mtok_usd"),
                   ch(r, "e2e_mean_s"), ch(r, "oscillations"))
-    best = meta.get("best")
+    best = meta.get("best") or next((n for n in result if "spot_vs_on_demand_cost_change" in result.get(n, {})), None)
     if best and "spot_vs_on_demand_cost_change" in result.get(best, {}):
         r = result[best]
         lo, hi = r["spot_vs_on_demand_cost_change_ci95"]

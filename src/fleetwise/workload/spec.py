@@ -10,6 +10,7 @@ Examples (YAML under ``workload:``)::
     {kind: diurnal, mean_rate_rps: 5, peak_to_trough: 3, duration_s: 172800,
      origin: [{region: us-east, weight: 2, utc_offset_h: -5}, {region: eu-west, weight: 1, utc_offset_h: 1}]}
     {kind: trace, format: azure, path: azure-conv, time_scale: 0.5}
+    {kind: trace, path: mooncake, load: 0.7, max_total_tokens: 8192}   # fitted: docs/workloads.md#bring-your-own-trace
     {kind: servegen, servegen_model: deepseek-r1, start_s: 0, end_s: 3600}
     {kind: mix, parts: [{tenant: chat, workload: {kind: poisson, rate_rps: 4, slo_class: interactive}},
                         {tenant: batch, workload: {kind: poisson, rate_rps: 1, slo_class: batch}}]}
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import Annotated, Callable, Literal, Union
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
@@ -31,6 +32,7 @@ from fleetwise.data import data_path
 from fleetwise.errors import InputError
 from fleetwise.limits import MAX_CV, MAX_MMPP_SWITCHES, MAX_REQUESTS, MAX_SPAN_S, MAX_TOKENS
 from fleetwise.workload import readers
+from fleetwise.workload.adapt import AdaptReport, TraceFit, adapt_trace, clip_to_context
 from fleetwise.workload.default import default_lengths
 from fleetwise.workload.request import Workload
 from fleetwise.workload.slo import DEFAULT_SLO_CLASSES, get_slo
@@ -42,7 +44,6 @@ from fleetwise.workload.synthetic import (
     gamma_arrivals,
     mmpp_arrivals,
     poisson_arrivals,
-    replay,
 )
 
 __all__ = [
@@ -59,11 +60,16 @@ __all__ = [
     "MMPPSpec",
     "DiurnalSpec",
     "TraceSpec",
+    "TraceTenant",
     "ServeGenSpec",
     "MixSpec",
     "WorkloadSpec",
     "parse_workload_spec",
     "build_workload",
+    "build_workload_report",
+    "CapacityFn",
+    "parse_load",
+    "trace_in_place_of",
 ]
 
 Format = Literal["azure", "mooncake", "vidur", "burstgpt"]
@@ -330,18 +336,62 @@ class DiurnalSpec(_Generated):
         return self.mean_rate_rps
 
 
+class TraceTenant(_Model):
+    """A class of a trace's requests (docs/workloads.md#bring-your-own-trace): each request is drawn one of the
+    tenants with probability ``share``; it then has the tenant's SLO class (and priority), model and origins."""
+
+    tenant: str = Field(min_length=1)
+    share: float = Field(gt=0, le=1e9)
+    slo_class: str = "standard"
+    model: str = Field(default="default", min_length=1)
+    origin: list[OriginWeight] | None = Field(default=None, min_length=1)
+
+    @field_validator("slo_class")
+    @classmethod
+    def _known_slo(cls, v: str) -> str:
+        if v not in DEFAULT_SLO_CLASSES:
+            raise ValueError(f"unknown slo_class {v!r}; expected one of {', '.join(DEFAULT_SLO_CLASSES)}")
+        return v
+
+
 class TraceSpec(_Common):
     kind: Literal["trace"]
     path: str = Field(min_length=1)  # alias (azure-conv, azure-code, mooncake, arxiv-summarization) or file
     format: Format | None = None
     time_scale: float = Field(default=1.0, gt=0)  # multiplies arrival times (Vidur's time_scale_factor): 2 = half rate
     target_rate_rps: float | None = Field(default=None, gt=0)  # alternative to time_scale
+    # fitting the trace to the fleet (fleetwise.workload.adapt): a fraction of the fleet's capacity, or "real"
+    load: Union[Annotated[float, Field(gt=0, le=100)], Literal["real"]] = "real"
+    window_s: float | None = Field(default=None, gt=0)  # trace seconds each seed replays (with resample: window)
+    duration_s: float | None = Field(default=None, gt=0)  # or: simulated seconds of arrivals (bootstrap repeats)
+    resample: Literal["auto", "window", "bootstrap", "none"] = "auto"
+    block_s: float | None = Field(default=None, gt=0)  # bootstrap block length, trace seconds
+    tenants: list[TraceTenant] | None = Field(default=None, min_length=1)  # class mapping; default: slo_class
 
     @model_validator(mode="after")
     def _one_scaling(self):
         if self.target_rate_rps is not None and self.time_scale != 1.0:
             raise ValueError("give time_scale or target_rate_rps, not both")
+        if self.load != "real" and (self.target_rate_rps is not None or self.time_scale != 1.0):
+            raise ValueError("give load, time_scale or target_rate_rps, not several (load sets the rate)")
+        if sum(x is not None for x in (self.num_requests, self.window_s, self.duration_s)) > 1:
+            raise ValueError("give at most one of num_requests, window_s and duration_s")
+        if self.tenants is not None and len({t.tenant for t in self.tenants}) != len(self.tenants):
+            raise ValueError("tenant names must be unique")
         return self
+
+    def fit(self) -> TraceFit:
+        return TraceFit(load=None if self.load == "real" else float(self.load), time_scale=self.time_scale,
+                        target_rate_rps=self.target_rate_rps, max_total_tokens=self.max_total_tokens,
+                        clip_mode=self.clip_mode, num_requests=self.num_requests, window_s=self.window_s,
+                        duration_s=self.duration_s, resample=self.resample, block_s=self.block_s)
+
+    def parts(self) -> list[tuple[str, str, float]]:
+        """(model, SLO class, share) of the requests, for the capacity estimate."""
+        if self.tenants:
+            tot = sum(t.share for t in self.tenants)
+            return [(t.model, t.slo_class, t.share / tot) for t in self.tenants]
+        return [(self.model, self.slo_class, 1.0)]
 
 
 class ServeGenSpec(_Common):
@@ -433,32 +483,82 @@ def _origins(spec) -> tuple[list[str], np.ndarray]:
     return [o.region for o in spec.origin], w / w.sum()
 
 
-def build_workload(spec, rng: np.random.Generator) -> Workload:
+# capacity(mean prompt tokens, mean output tokens, [(model, SLO class, share)]) -> (requests/s, note): the fleet's
+# capacity for a trace's mean request, which a scenario provides (fleetwise.scenario) for ``load: x``
+CapacityFn = Callable[[float, float, list], tuple[float, str]]
+
+
+def build_workload(spec, rng: np.random.Generator, capacity: CapacityFn | None = None) -> Workload:
     """Build the workload a spec describes. Deterministic for a given ``rng`` state.
 
-    ``spec`` is one of the spec models or a plain dict (validated first).
-    """
+    ``spec`` is one of the spec models or a plain dict (validated first). ``capacity``: the fleet's capacity, for
+    a trace with a numeric ``load``."""
+    return build_workload_report(spec, rng, capacity)[0]
+
+
+def _assign_tenants(w: Workload, tenants: list[TraceTenant], rng: np.random.Generator) -> dict[str, float]:
+    """Each request drawn one tenant by share; it takes the tenant's SLO class, priority, model and origins."""
+    n = len(w)
+    sh = np.array([t.share for t in tenants], float)
+    code = rng.choice(len(tenants), size=n, p=sh / sh.sum()) if len(tenants) > 1 else np.zeros(n, np.int64)
+    slos = [get_slo(t.slo_class) for t in tenants]
+    cls_names = list(dict.fromkeys(s.name for s in slos))
+    models = list(dict.fromkeys(t.model for t in tenants))
+    origins: list[str] = []
+    origin = np.zeros(n, np.int16)
+    for k, t in enumerate(tenants):
+        names, weights = _origins(t)
+        for nm in names:
+            if nm not in origins:
+                origins.append(nm)
+        m = np.flatnonzero(code == k)
+        pick = rng.choice(len(names), size=len(m), p=weights) if len(names) > 1 else np.zeros(len(m), np.int64)
+        origin[m] = np.asarray([origins.index(nm) for nm in names], np.int16)[pick]
+    w.tenant, w.tenants = code.astype(np.int16), [t.tenant for t in tenants]
+    w.slo_class = np.asarray([cls_names.index(s.name) for s in slos], np.int16)[code]
+    w.slo_classes = cls_names
+    w.priority = np.asarray([s.priority for s in slos], np.int16)[code]
+    w.model, w.models = np.asarray([models.index(t.model) for t in tenants], np.int16)[code], models
+    w.origin, w.origins = origin, origins
+    counts = np.bincount(code, minlength=len(tenants))
+    return {f"{t.tenant} ({t.slo_class}, {t.model})": float(c / max(n, 1)) for t, c in zip(tenants, counts)}
+
+
+def build_workload_report(spec, rng: np.random.Generator, capacity: CapacityFn | None = None
+                          ) -> tuple[Workload, list[AdaptReport]]:
+    """:func:`build_workload`, and for every trace in it the :class:`~fleetwise.workload.adapt.AdaptReport` of
+    what was done to fit it (window, context clipping, rate)."""
     if isinstance(spec, dict):
         spec = parse_workload_spec(spec)
+    reports: list[AdaptReport] = []
     if isinstance(spec, MixSpec):
         parts = []
         for part in spec.parts:
-            w = build_workload(part.workload, rng)
-            w.tenant, w.tenants = np.zeros(len(w), np.int16), [part.tenant]
+            w, reps = build_workload_report(part.workload, rng, capacity)
+            reports += reps
+            if not (isinstance(part.workload, TraceSpec) and part.workload.tenants):
+                w.tenant, w.tenants = np.zeros(len(w), np.int16), [part.tenant]
             parts.append(w)
         w = Workload.concat(parts, name="mix")
         if spec.max_total_tokens is not None:
-            w.prompt_tokens, w.output_tokens = clip_total_tokens(w.prompt_tokens, w.output_tokens, spec.max_total_tokens)
-        return w
+            w = clip_to_context(w, spec.max_total_tokens)[0]
+        return w, reports
     origins, weights = _origins(spec)
     origin_codes: np.ndarray | None = None
 
     if isinstance(spec, TraceSpec):
-        w = load_trace(spec.path, spec.format, limit=spec.num_requests)
-        if spec.target_rate_rps is not None:
-            w = replay(w, target_rate_rps=spec.target_rate_rps)
-        elif spec.time_scale != 1.0:
-            w = replay(w, speedup=1.0 / spec.time_scale)
+        raw = load_trace(spec.path, spec.format,
+                         limit=spec.num_requests if spec.resample == "none" else None)
+        parts = spec.parts()
+        cap = None if capacity is None else (lambda p, o: capacity(p, o, parts))
+        w, rep = adapt_trace(raw, rng, spec.fit(), capacity=cap)
+        reports.append(rep)
+        if spec.tenants:
+            rep.classes = _assign_tenants(w, spec.tenants, rng)
+            rep.class_rule = "each request drawn a tenant by share, seeded"
+            return w, reports
+        rep.classes = {spec.slo_class: 1.0}
+        rep.class_rule = "every request in the scenario's class"
     elif isinstance(spec, ServeGenSpec):
         folder = Path(spec.path).expanduser() if spec.path else data_path("servegen-alibaba-modelstudio")
         try:
@@ -508,7 +608,7 @@ def build_workload(spec, rng: np.random.Generator) -> Workload:
     n = len(w)
     if isinstance(spec, (TraceSpec, ServeGenSpec)):  # time_scale / target_rate_rps may stretch a trace
         check_span(w, f"workload {spec.kind}")
-    if spec.max_total_tokens is not None:
+    if spec.max_total_tokens is not None and not isinstance(spec, TraceSpec):  # a trace was clipped by adapt_trace
         w.prompt_tokens, w.output_tokens = clip_total_tokens(
             w.prompt_tokens, w.output_tokens, spec.max_total_tokens, mode=spec.clip_mode
         )
@@ -522,4 +622,100 @@ def build_workload(spec, rng: np.random.Generator) -> Workload:
     slo = get_slo(spec.slo_class)
     w.slo_class, w.slo_classes = np.zeros(n, np.int16), [slo.name]
     w.priority = np.full(n, slo.priority, dtype=np.int16)
-    return w
+    return w, reports
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# a user's trace in place of a scenario's workload
+
+
+def parse_load(value: str | float | None) -> float | str:
+    """``--load``: a fraction of the fleet's capacity (``0.7``) or ``real`` (the trace's own rate)."""
+    if value is None or (isinstance(value, str) and value.strip().lower() == "real"):
+        return "real"
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise InputError(f"--load {value!r}: expected a fraction of the fleet's capacity (e.g. 0.7) or 'real'") from None
+    if not (0 < x <= 100):
+        raise InputError(f"--load {value!r}: expected a number > 0 (a fraction of the fleet's capacity) or 'real'")
+    return x
+
+
+def trace_in_place_of(workload: dict, trace: str, load: float | str = "real", *, format: str | None = None,
+                      window_s: float | None = None, resample: str | None = None,
+                      shares_seed: int = 0) -> tuple[dict, list[str]]:
+    """A ``kind: trace`` workload for ``trace`` that keeps what the scenario's ``workload`` says beyond its
+    arrivals and lengths: its context limit (``max_total_tokens``, ``clip_mode``), SLO class, model, origins and
+    tenants, and, at ``load="real"``, its trace time scale. A mix becomes one tenant per part, each request drawn a
+    tenant with the part's share of the scenario's own requests (counted on its workload built with seed
+    ``shares_seed``). Returns (the spec dict, one line per override for the caller to print)."""
+    base = parse_workload_spec(workload)
+    load = parse_load(load) if not isinstance(load, float) else load
+    spec: dict = {"kind": "trace", "path": str(trace), "load": load}
+    if format is not None:
+        spec["format"] = format
+    if window_s is not None:
+        spec["window_s"] = float(window_s)
+    if resample is not None:
+        spec["resample"] = resample
+    lines = [f"--trace {trace}: replaces the arrivals and lengths of the scenario's workload ({base.kind})"]
+    kept = []
+    if isinstance(base, MixSpec):
+        w = build_workload(base, np.random.default_rng(shares_seed))
+        counts = np.bincount(w.tenant, minlength=len(w.tenants)) if len(w) else np.ones(len(w.tenants))
+        by_name = dict(zip(w.tenants, counts.tolist()))
+        tenants = []
+        for part in base.parts:
+            p = part.workload
+            t = {"tenant": part.tenant, "share": max(float(by_name.get(part.tenant, 0)), 1e-9) / max(1, len(w)),
+                 "slo_class": p.slo_class, "model": p.model}
+            if p.origin:
+                t["origin"] = [o.model_dump(exclude_none=True) for o in p.origin]
+            tenants.append(t)
+        spec["tenants"] = tenants
+        ctx = [x for x in [base.max_total_tokens] + [pt.workload.max_total_tokens for pt in base.parts] if x]
+        if ctx:
+            spec["max_total_tokens"] = min(ctx)
+        kept.append("tenants " + ", ".join(f"{t['tenant']} {t['share']:.1%} ({t['slo_class']}, {t['model']})"
+                                           for t in tenants) + f" (shares of the scenario's own requests, seed {shares_seed})")
+    else:
+        for k in ("max_total_tokens", "clip_mode", "slo_class", "model"):
+            v = getattr(base, k)
+            if v is not None:
+                spec[k] = v
+        if base.origin:
+            spec["origin"] = [o.model_dump(exclude_none=True) for o in base.origin]
+            kept.append("origins " + ", ".join(o.region for o in base.origin))
+        kept.append(f"SLO class {base.slo_class}")
+        if base.model != "default":
+            kept.append(f"model {base.model}")
+        if isinstance(base, TraceSpec):
+            if load == "real":
+                if base.time_scale != 1.0:
+                    spec["time_scale"] = base.time_scale
+                    kept.append(f"time_scale {base.time_scale:g}")
+                if base.target_rate_rps is not None:
+                    spec["target_rate_rps"] = base.target_rate_rps
+                    kept.append(f"target_rate_rps {base.target_rate_rps:g}")
+            elif base.time_scale != 1.0 or base.target_rate_rps is not None:
+                lines.append(f"the scenario's trace rate (time_scale {base.time_scale:g}"
+                             + (f", target_rate_rps {base.target_rate_rps:g}" if base.target_rate_rps else "")
+                             + f") is replaced by load {load:g}")
+            for k in ("window_s", "block_s"):
+                if spec.get(k) is None and getattr(base, k) is not None:
+                    spec[k] = getattr(base, k)
+            if resample is None and base.resample != "auto":
+                spec["resample"] = base.resample
+        else:
+            rate = {k: getattr(base, k) for k in ("rate_rps", "mean_rate_rps", "base_rate_rps") if hasattr(base, k)}
+            if rate:
+                lines.append("the scenario's " + ", ".join(f"{k} {v:g}" for k, v in rate.items()) + " is replaced by "
+                             + ("the trace's real rate" if load == "real" else f"load {load:g}"))
+    if spec.get("max_total_tokens") is not None:
+        kept.insert(0, f"context limit {spec['max_total_tokens']} tokens")
+    if kept:
+        lines.append("kept from the scenario: " + "; ".join(kept))
+    lines.append("rate: " + ("the trace's real rate" if load == "real" else f"load {load:g} of the fleet's capacity"))
+    parse_workload_spec(spec)
+    return spec, lines

@@ -80,33 +80,80 @@ def _trace(alias: str, max_total: int) -> Workload:
     return w
 
 
-def edge_workload(cfg: EdgeConfig, rng: np.random.Generator, held_out: bool, trace: Workload | None = None
-                  ) -> tuple[Workload, np.ndarray, np.ndarray]:
+def fit_edge_trace(cfg: EdgeConfig, trace: Workload, rng: np.random.Generator, load: float | None = None):
+    """A user's trace as one segment of this scenario (fleetwise.workload.adapt, docs/workloads.md): prompts clipped
+    to the model's context, ``segment_s`` simulated seconds of it (a window, or a block bootstrap when the trace is
+    shorter, drawn by ``rng``), at ``load`` x the capacity of the edge (``None``: the trace's own rate). Users stay
+    at their node unless a policy offloads, so the capacity is the rate at which the busiest node (its
+    ``capacity_rps`` for the trace's mean request under the main request type's deadlines, over its user share)
+    reaches load 1. Each request is a request type drawn by ``rate_share`` (its deadlines follow the type).
+    Returns (workload, request type per request, AdaptReport)."""
+    from fleetwise.catalog import get_gpu, get_model
+    from fleetwise.perf import PerfModel
+    from fleetwise.perf.capacity import capacity_rps
+    from fleetwise.workload.adapt import TraceFit, adapt_trace
+
+    model = get_model(cfg.model)
+    main = max(cfg.types, key=lambda t: t.rate_share)
+    users = np.array([n.user_share for n in cfg.nodes], float)
+    users /= users.sum()
+
+    def capacity(p: float, o: float) -> tuple[float, str]:
+        caps, sat = [], []
+        for n in cfg.nodes:
+            kw = dict(max_num_seqs=cfg.max_running, gpu_memory_utilization=cfg.gpu_memory_utilization)
+            pm = PerfModel(get_gpu(n.gpu), model)
+            c = capacity_rps(pm, p, o, main.ttft_s, main.tpot_s, **kw)
+            if c <= 0:  # no batch meets the deadlines for the mean request: its saturation rate
+                c = capacity_rps(pm, p, o, **kw)
+                sat.append(n.name)
+            caps.append(c)
+        k = int(np.argmin(np.asarray(caps) / users))
+        note = (f"the busiest node {cfg.nodes[k].name} ({caps[k]:.3g} req/s for its {users[k]:.0%} of the users) "
+                f"sets it")
+        if sat:
+            note += (f"; {', '.join(sat)}: no batch meets the {main.name} deadlines for the mean request, "
+                     f"saturation rate used")
+        return caps[k] / users[k], note
+
+    fit = TraceFit(load=load, max_total_tokens=model.max_context, duration_s=cfg.segment_s)
+    w, rep = adapt_trace(trace, rng, fit, capacity=capacity)
+    shares = np.array([t.rate_share for t in cfg.types], float)
+    ptype = rng.choice(len(cfg.types), size=len(w), p=shares / shares.sum())
+    rep.classes = {t.name: float((ptype == i).mean()) for i, t in enumerate(cfg.types)}
+    rep.class_rule = "each request a request type drawn by rate_share; deadlines from its type"
+    return w, ptype, rep
+
+
+def edge_workload(cfg: EdgeConfig, rng: np.random.Generator, held_out: bool, trace: Workload | None = None,
+                  load: float | None = None) -> tuple[Workload, np.ndarray, np.ndarray]:
     """One segment: each type's trace scaled to its share of ``rate_rps``, a window of ``segment_s`` from the
-    training part (or the held-out part) of its time span; origins drawn by the nodes' user shares.
+    training part (or the held-out part) of its time span; origins drawn by the nodes' user shares. A user's
+    ``trace`` is fitted by :func:`fit_edge_trace` (at ``load``) instead.
     Returns (workload, TTFT deadline per request, end-to-end deadline per request), deadlines as absolute times."""
     from fleetwise.catalog import get_model
 
     max_total = get_model(cfg.model).max_context
-    parts = []
-    for ti, t in enumerate(cfg.types):
-        w = trace if trace is not None else _trace(t.trace, max_total)
-        span = float(w.arrival_s[-1] - w.arrival_s[0]) or 1.0
-        speed = (cfg.rate_rps * t.rate_share) / (len(w) / span)  # time compression to reach the type's rate
-        seg_trace = cfg.segment_s * speed  # trace seconds one segment covers
-        lo, hi = (0.0, cfg.train_fraction * span) if not held_out else (cfg.train_fraction * span, span)
-        if trace is not None:
-            lo, hi = 0.0, span
-        start = lo + rng.uniform(0.0, max(hi - lo - seg_trace, 0.0))
-        idx = np.nonzero((w.arrival_s >= start) & (w.arrival_s < start + seg_trace))[0]
-        parts.append((ti, (w.arrival_s[idx] - start) / speed, w.prompt_tokens[idx], w.output_tokens[idx]))
-        if trace is not None:
-            break
-    arr = np.concatenate([p[1] for p in parts])
-    order = np.argsort(arr, kind="stable")
-    ptype = np.concatenate([np.full(len(p[1]), p[0]) for p in parts])[order]
-    prompt = np.concatenate([p[2] for p in parts])[order]
-    output = np.concatenate([p[3] for p in parts])[order]
+    if trace is not None:
+        fitted, ptype, _ = fit_edge_trace(cfg, trace, rng, load)
+        arr, order = fitted.arrival_s, np.arange(len(fitted))
+        prompt, output = fitted.prompt_tokens, fitted.output_tokens
+    else:
+        parts = []
+        for ti, t in enumerate(cfg.types):
+            w = _trace(t.trace, max_total)
+            span = float(w.arrival_s[-1] - w.arrival_s[0]) or 1.0
+            speed = (cfg.rate_rps * t.rate_share) / (len(w) / span)  # time compression to reach the type's rate
+            seg_trace = cfg.segment_s * speed  # trace seconds one segment covers
+            lo, hi = (0.0, cfg.train_fraction * span) if not held_out else (cfg.train_fraction * span, span)
+            start = lo + rng.uniform(0.0, max(hi - lo - seg_trace, 0.0))
+            idx = np.nonzero((w.arrival_s >= start) & (w.arrival_s < start + seg_trace))[0]
+            parts.append((ti, (w.arrival_s[idx] - start) / speed, w.prompt_tokens[idx], w.output_tokens[idx]))
+        arr = np.concatenate([p[1] for p in parts])
+        order = np.argsort(arr, kind="stable")
+        ptype = np.concatenate([np.full(len(p[1]), p[0]) for p in parts])[order]
+        prompt = np.concatenate([p[2] for p in parts])[order]
+        output = np.concatenate([p[3] for p in parts])[order]
     shares = np.array([n.user_share for n in cfg.nodes], dtype=float)
     origin = rng.choice(len(cfg.nodes), size=len(arr), p=shares / shares.sum())
     w = Workload(arrival_s=arr[order], prompt_tokens=prompt, output_tokens=output, origin=origin,
@@ -320,7 +367,7 @@ class EdgePolicyBatcher:
 
 
 def evaluate(cfg: EdgeConfig, make_batcher, seeds: Sequence[int], held_out: bool = True,
-             trace: Workload | None = None) -> list[dict]:
+             trace: Workload | None = None, load: float | None = None) -> list[dict]:
     """Run one policy on the segments drawn by ``seeds``; per seed the deadline metrics and the summary.
 
     ``make_batcher(view)`` returns a Batcher (a heuristic, or ``EdgePolicyBatcher``)."""
@@ -332,7 +379,7 @@ def evaluate(cfg: EdgeConfig, make_batcher, seeds: Sequence[int], held_out: bool
     out = []
     for seed in seeds:
         rng = np.random.default_rng(seed)
-        w, ttft_dl, e2e_dl = edge_workload(cfg, rng, held_out, trace)
+        w, ttft_dl, e2e_dl = edge_workload(cfg, rng, held_out, trace, load)
         sim = build_edge_sim(cfg, w, seed, learned=False)  # run() sets stationarity from the batcher
         view = EdgeView(cfg, sim, ttft_dl, e2e_dl)
         batcher = make_batcher(view)
@@ -343,6 +390,7 @@ def evaluate(cfg: EdgeConfig, make_batcher, seeds: Sequence[int], held_out: bool
         out.append({"seed": seed, "requests": len(w), "on_time": on_time,
                     "deadline_rps": on_time / cfg.segment_s, "goodput_rps": s["goodput_rps"],
                     "ttft_p99_s": s["ttft_p99_s"], "e2e_p99_s": s["e2e_p99_s"], "completed": s["completed"],
+                    "dropped": len(w) - s["completed"],  # unfinished at the horizon, or rejected
                     "offloaded": int(np.frombuffer(sim.hops, dtype=np.int8).sum())})
     return out
 

@@ -160,34 +160,67 @@ def spot_series(region: str) -> np.ndarray:
     return data[np.minimum((t // gap).astype(int), len(data) - 1)] / mx
 
 
+def fit_multicloud_trace(cfg: GraphMARLConfig, trace: Workload, rng: np.random.Generator,
+                         duration_s: float | None = None, load: float | None = None):
+    """A user's trace as one segment (fleetwise.workload.adapt, docs/workloads.md): prompts clipped to
+    ``max_context``, ``duration_s`` of it (a window, or a block bootstrap when the trace is shorter, drawn by
+    ``rng``), at ``load`` x the capacity of the instances the segment starts with (``capacity_rps`` of each,
+    for the trace's mean request under the largest class's SLO; ``None``: the trace's own rate); each request a
+    class drawn by the classes' rate shares. Returns (workload, class per request, AdaptReport)."""
+    from fleetwise.catalog import get_gpu, get_model
+    from fleetwise.perf import PerfModel
+    from fleetwise.perf.capacity import capacity_rps
+    from fleetwise.workload.adapt import TraceFit, adapt_trace
+
+    if len(trace) < 2:  # a rate and a segment need two arrivals at least
+        raise InputError(f"trace {trace.name!r}: needs at least 2 requests")
+    main = max(cfg.classes, key=lambda c: c.rate_rps)
+
+    def capacity(p: float, o: float) -> tuple[float, str]:
+        pms = [(min(cfg.initial_replicas, spec.max_replicas),
+                PerfModel(get_gpu(spec.gpu), get_model(cfg.variants[spec.variant].model), tp=spec.tp))
+               for r in cfg.regions for spec in cfg.pools[region_of(r).cloud]]
+        note = f"the {cfg.initial_replicas} instance(s) per pool a segment starts with, at the {main.name} SLO"
+        cap = sum(k * capacity_rps(pm, p, o, main.ttft_s, main.tpot_s) for k, pm in pms)
+        if cap <= 0:  # no instance meets the SLO for the mean request: the saturation rate
+            cap = sum(k * capacity_rps(pm, p, o) for k, pm in pms)
+            note += " (none meets it for the mean request: saturation rate used)"
+        return cap, note
+
+    dur = cfg.segment_s if duration_s is None else duration_s
+    w, rep = adapt_trace(trace, rng, TraceFit(load=load, max_total_tokens=cfg.max_context, duration_s=dur),
+                         capacity=capacity)
+    total = sum(c.rate_rps for c in cfg.classes)
+    cls = rng.choice(len(cfg.classes), size=len(w), p=[c.rate_rps / total for c in cfg.classes])
+    rep.classes = {c.name: float((cls == i).mean()) for i, c in enumerate(cfg.classes)}
+    rep.class_rule = "each request a class drawn by the classes' rate shares; SLO and quality weight from it"
+    return w, cls, rep
+
+
 def multicloud_workload(cfg: GraphMARLConfig, rng: np.random.Generator, held_out: bool,
-                        duration_s: float | None = None, trace: Workload | None = None) -> Workload:
+                        duration_s: float | None = None, trace: Workload | None = None,
+                        load: float | None = None) -> Workload:
     """One segment of ``duration_s``: each class's arrivals from its trace, time-scaled to its rate, from the
     training (first ``train_fraction``) or held-out part of the trace; origins drawn by ``origin_weights``.
-    With ``trace`` every class replays that one trace (user-supplied), split by class shares."""
+    A user's ``trace`` is fitted by :func:`fit_multicloud_trace` (at ``load``) instead."""
     dur = cfg.segment_s if duration_s is None else duration_s
     parts = []
-    total_rate = sum(c.rate_rps for c in cfg.classes)
-    for ci, c in enumerate(cfg.classes):
-        if trace is not None or not c.source.startswith("servegen:"):
-            w = trace if trace is not None else _trace(c.source, cfg.max_context)
+    if trace is not None:
+        fw, cls, _ = fit_multicloud_trace(cfg, trace, rng, dur, load)
+        parts = [(cls, fw.arrival_s, fw.prompt_tokens, fw.output_tokens)]
+    for ci, c in enumerate(cfg.classes if trace is None else ()):
+        if not c.source.startswith("servegen:"):
+            w = _trace(c.source, cfg.max_context)
             if len(w) < 2:
                 raise InputError(f"trace {w.name!r}: needs at least 2 requests")
             span = float(w.arrival_s[-1] - w.arrival_s[0]) or 1.0
-            rate = c.rate_rps if trace is None else total_rate
-            speed = rate / (len(w) / span)
+            speed = c.rate_rps / (len(w) / span)
             seg = dur * speed
             lo, hi = (0.0, cfg.train_fraction * span) if not held_out else (cfg.train_fraction * span, span)
-            if trace is not None:
-                lo, hi = 0.0, span
             start = lo + rng.uniform(0.0, max(hi - lo - seg, 0.0))
             idx = np.nonzero((w.arrival_s >= start) & (w.arrival_s < start + seg))[0]
             arr = (w.arrival_s[idx] - start) / speed
             pr, out = w.prompt_tokens[idx], w.output_tokens[idx]
-            if trace is not None:  # split the user's trace among the classes by their rate shares
-                cls = rng.choice(len(cfg.classes), size=len(idx), p=[x.rate_rps / total_rate for x in cfg.classes])
-                parts = [(cls, arr, pr, out)]
-                break
         else:
             from fleetwise.workload.readers import servegen_arrivals
             from fleetwise.workload.synthetic import LognormalLengths

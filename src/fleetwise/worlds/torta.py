@@ -137,9 +137,16 @@ def hourly_profiles(model: str) -> np.ndarray:
 
 
 def torta_workload(cfg: TortaConfig, fleet, capacity_rps: float, rng: np.random.Generator, held_out: bool,
-                   trace: Workload | None = None) -> Workload:
+                   trace: Workload | None = None, load: float | None = None, report: list | None = None) -> Workload:
     """One compressed day. Rate of type m at region r in local hour h: ``load x capacity x share_m x
-    weight_r x profile_m(h)``; 10-minute resolution (profile interpolated), plus bursts; Poisson within windows."""
+    weight_r x profile_m(h)``; 10-minute resolution (profile interpolated), plus bursts; Poisson within windows.
+
+    A user's ``trace`` (fleetwise.workload.adapt) fills the day instead: clipped to ``max_total_tokens``, a window
+    (or block bootstrap) of it drawn per seed, its rate ``load`` x the fleet's capacity for the trace's mean
+    request (the capacity the synthetic days use, ``capacity_rps``, scaled by ``MEAN_TOKENS`` / the trace's mean
+    prompt + output tokens; ``load=None``: the trace's own rate); each request goes to a region drawn by the
+    day's regional weights and keeps its time as that region's local time; model types by share. The fit's
+    AdaptReport is appended to ``report``."""
     n = len(fleet.names)
     offs = np.asarray(fleet.utc_offset_h, float)
     weight = 0.5 + rng.random(n)  # regional demand weights (population), drawn per day
@@ -148,20 +155,26 @@ def torta_workload(cfg: TortaConfig, fleet, capacity_rps: float, rng: np.random.
     dt = cfg.slot_s / 6.0
     burst = np.where(rng.random((n, HOURS)) < cfg.burst_prob, cfg.burst_factor, 1.0)
     arr, org, mod, pr, out = [], [], [], [], []
-    if trace is not None:  # user trace: its arrival pattern over a day, replayed in each region at local time
-        span = float(trace.arrival_s[-1] - trace.arrival_s[0]) or 1.0
-        base = (trace.arrival_s - trace.arrival_s[0]) / span * HOURS  # hours of the day
-        k = len(trace)
-        for r in range(n):
-            take = rng.random(k) < weight[r] * n / max(1.0, n * weight.max())
-            hloc = base[take]
-            t = ((hloc - offs[r]) % HOURS) * cfg.slot_s
-            arr.append(t)
-            org.append(np.full(len(t), r))
-            mod.append(rng.choice(len(cfg.types), len(t), p=_shares(cfg)))
-            p, o = clip_pairs(trace.prompt_tokens[take], trace.output_tokens[take], cfg.max_total_tokens)
-            pr.append(p)
-            out.append(o)
+    if trace is not None:  # user trace, fitted to the fleet: its arrivals over the day, each region at local time
+        from fleetwise.workload.adapt import TraceFit, adapt_trace
+
+        def capacity(p: float, o: float) -> tuple[float, str]:
+            return capacity_rps * MEAN_TOKENS / (p + o), "the capacity of the synthetic days, for this mean request"
+
+        fit = TraceFit(load=load, max_total_tokens=cfg.max_total_tokens, duration_s=HOURS * cfg.slot_s)
+        tw, rep = adapt_trace(trace, rng, fit, capacity=capacity)
+        r_of = rng.choice(n, size=len(tw), p=weight)
+        hloc = tw.arrival_s / cfg.slot_s  # hours of the day on the trace's (fitted) clock, local at its region
+        arr.append(((hloc - offs[r_of]) % HOURS) * cfg.slot_s)
+        org.append(r_of)
+        m_of = rng.choice(len(cfg.types), len(tw), p=_shares(cfg))
+        mod.append(m_of)
+        pr.append(tw.prompt_tokens)
+        out.append(tw.output_tokens)
+        rep.classes = {mt.name: float((m_of == i).mean()) for i, mt in enumerate(cfg.types)}
+        rep.class_rule = "model type drawn by share; region by the day's regional weights"
+        if report is not None:
+            report.append(rep)
     else:
         for m, mt in enumerate(cfg.types):
             prof = hourly_profiles(mt.profile)
@@ -445,7 +458,7 @@ def _cv(x):
 
 
 def evaluate(cfg: TortaConfig, make_planner: Callable, micro: str, seeds: Sequence[int], held_out: bool = True,
-             trace: Workload | None = None, keep_day: bool = False) -> list[dict]:
+             trace: Workload | None = None, keep_day: bool = False, load: float | None = None) -> list[dict]:
     """Run one (planner, micro allocator) on the days drawn by ``seeds``; one metrics row per seed."""
     from fleetwise.policies.planners import make_micro
 
@@ -454,7 +467,7 @@ def evaluate(cfg: TortaConfig, make_planner: Callable, micro: str, seeds: Sequen
     cap = float(srv.region_speed.sum() / MEAN_TOKENS * SERVICE_EFFICIENCY)
     rows = []
     for seed in seeds:
-        w = torta_workload(cfg, fleet, cap, np.random.default_rng(seed), held_out, trace)
+        w = torta_workload(cfg, fleet, cap, np.random.default_rng(seed), held_out, trace, load)
         day = Day(cfg, fleet, w, seed, make_planner(cfg), make_micro(micro, cfg))
         m = day.finish()
         m["seed"] = seed
