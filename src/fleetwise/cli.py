@@ -920,7 +920,10 @@ def reproduce_platform(quick: bool = _QUICK, as_json: bool = _JSON, eval_trace: 
 def train_router_cmd(
     out_path: Path = typer.Option(..., "--out", help="the checkpoint to write (NAME.npz, with NAME.card.json beside it)"),
     scenario: str = typer.Option("default", "--scenario", "-s", help="a scenario whose workload has rate_rps"),
-    rates: str = typer.Option("12,18,24", help="comma-separated arrival rates (workload.rate_rps) to train at"),
+    trace: Optional[str] = typer.Option(None, help="train on this trace (file or alias) in place of the scenario's "
+                                        "arrivals and lengths; --rates are then loads (fractions of capacity)"),
+    rates: Optional[str] = typer.Option(None, help="comma-separated arrival rates (workload.rate_rps) to train "
+                                        "at (default 12,18,24); with --trace, loads (default 0.5,0.7,0.9)"),
     requests: int = typer.Option(1500, "--requests", "-n", min=50, max=MAX_REQUESTS, help="requests per run"),
     iterations: int = typer.Option(6, min=1, max=1000, help="CEM iterations"),
     population: int = typer.Option(8, min=2, max=1000, help="parameter vectors tried per iteration"),
@@ -940,15 +943,22 @@ def train_router_cmd(
     if not str(out_path).endswith(".npz"):
         raise InputError(f"--out {out_path}: expected a NAME.npz file name")
     check_writable_file(out_path, "checkpoint (--out)")
+    rates = rates if rates is not None else ("0.5,0.7,0.9" if trace else "12,18,24")
     try:
         rate_list = [float(x) for x in rates.split(",") if x.strip()]
     except ValueError:
         raise InputError(f"--rates {rates!r}: expected comma-separated numbers, e.g. 12,18,24") from None
-    if not rate_list or not all(0 < r <= 1e6 and math.isfinite(r) for r in rate_list):
-        raise InputError(f"--rates {rates!r}: expected positive request rates, e.g. 12,18,24")
+    hi = 100.0 if trace else 1e6
+    if not rate_list or not all(0 < r <= hi and math.isfinite(r) for r in rate_list):
+        raise InputError(f"--rates {rates!r}: expected positive " + ("loads, e.g. 0.5,0.7,0.9" if trace else
+                                                                     "request rates, e.g. 12,18,24"))
+    if trace is not None:
+        from fleetwise.workload.spec import resolve_trace
+
+        resolve_trace(trace)  # a missing file fails here, with its name
     if elite >= population:
         raise InputError(f"--elite {elite}: expected fewer than --population {population}")
-    cfg = RouterTrainConfig(scenario=scenario, rates=rate_list, requests=requests, iterations=iterations,
+    cfg = RouterTrainConfig(scenario=scenario, rates=rate_list, trace=trace, requests=requests, iterations=iterations,
                             population=population, elite=elite, train_seeds=train_seeds,
                             val_seeds=val_seeds, seed=seed)
     load_scenario(scenario)  # a bad name or file fails before any run
@@ -959,7 +969,8 @@ def train_router_cmd(
         out.print_json(json.dumps(res))
         return
     g = res["gate"]
-    t = Table(title=f"learned router on {scenario}: learning curve (validation, against {g['rule']})")
+    on = scenario + (f" with {trace}" if trace else "")
+    t = Table(title=f"learned router on {on}: learning curve (validation, against {g['rule']})")
     for c in ("iteration", "E2E mean vs rule", "TTFT P99 vs rule", "lambda"):
         t.add_column(c, justify="right")
     for row in res["curve"]:

@@ -41,7 +41,9 @@ N_PARAMS = N_WEIGHTS * N_FEATURES + N_WEIGHTS
 @dataclass
 class RouterTrainConfig:
     scenario: str = "default"
-    rates: list[float] = field(default_factory=lambda: [12.0, 18.0, 24.0])  # workload.rate_rps values
+    # workload.rate_rps values; with ``trace``: the trace's load (fraction of the fleet's capacity) values
+    rates: list[float] = field(default_factory=lambda: [12.0, 18.0, 24.0])
+    trace: str | None = None  # a trace (file or alias) in place of the scenario's arrivals and lengths
     requests: int = 1500
     train_seeds: int = 2  # per rate, seeds 1000, 1001, ...
     val_seeds: int = 4  # per rate, seeds 2000, 2001, ...
@@ -53,17 +55,22 @@ class RouterTrainConfig:
     seed: int = 0
 
 
-def _scenario_at(name: str, rate: float):
-    from fleetwise.scenario import load_scenario
+def _scenario_at(name: str, rate: float, trace: str | None = None):
+    """The scenario at arrival rate ``rate`` (its ``workload.rate_rps``), or with ``trace`` in place of its
+    workload at load ``rate`` (fleetwise.workload.adapt)."""
+    from fleetwise.errors import InputError
+    from fleetwise.scenario import load_scenario, parse_scenario
 
     sc = load_scenario(name)
+    if trace is not None:
+        from fleetwise.workload.spec import trace_in_place_of
+
+        w = trace_in_place_of(sc.workload, trace, float(rate))[0]
+        return parse_scenario(sc.model_dump(mode="json") | {"workload": w},
+                              where=f"scenario {name} with trace {trace} at load {rate:g}")
     if "rate_rps" not in sc.workload:
-        from fleetwise.errors import InputError
-
         raise InputError(f"train router: scenario {name!r} has no workload.rate_rps to vary (kind "
-                         f"{sc.workload.get('kind')!r})")
-    from fleetwise.scenario import parse_scenario
-
+                         f"{sc.workload.get('kind')!r}); give --trace to train on a trace at several loads")
     return parse_scenario(sc.model_dump(mode="json") | {"workload": {**sc.workload, "rate_rps": rate}},
                           where=f"scenario {name} at rate {rate:g}")
 
@@ -81,7 +88,7 @@ class _Evaluator:
     def __init__(self, cfg: RouterTrainConfig, seeds: list[int]):
         self.cfg = cfg
         self.windows = [(r, s) for r in cfg.rates for s in seeds]
-        self.scen = {r: _scenario_at(cfg.scenario, r) for r in cfg.rates}
+        self.scen = {r: _scenario_at(cfg.scenario, r, cfg.trace) for r in cfg.rates}
         self.rule = {w: self._one(w, None) for w in self.windows}
 
     def _one(self, w, params: np.ndarray | None) -> tuple[float, float]:
@@ -167,7 +174,9 @@ def save_router(out: str | Path, params: np.ndarray, cfg: RouterTrainConfig, cur
     pol = policy_of(params)
     card = ModelCard(level="router", policy="learned", rule=RULE, validation=g,
                      training={"algorithm": "cem", "config": asdict(cfg), "curve": curve,
-                               "command": f"fleetwise train router --scenario {cfg.scenario} --out {Path(out).name}"})
+                               "command": f"fleetwise train router --scenario {cfg.scenario} --out {Path(out).name}"
+                                          + (f" --trace {cfg.trace} --rates {','.join(f'{r:g}' for r in cfg.rates)}"
+                                             if cfg.trace else "")})
     return save_policy(out, level="router", algorithm="cem", obs_low=np.zeros(N_FEATURES, np.float32),
                        obs_high=OBS_HIGH, action=ACTION, layers=[(pol.w, pol.b)], activation="identity", card=card,
                        act_low=-np.ones(N_WEIGHTS, np.float32), act_high=np.ones(N_WEIGHTS, np.float32))
