@@ -110,7 +110,9 @@ class _Evaluator:
 
 
 def policy_of(params: np.ndarray) -> LinearRoutePolicy:
-    p = np.asarray(params, dtype=np.float64)
+    """The policy with these parameters, rounded to float32 as the checkpoint stores them (so what is validated
+    is what is saved)."""
+    p = np.asarray(params, dtype=np.float32).astype(np.float64)
     return LinearRoutePolicy(p[:N_WEIGHTS * N_FEATURES], p[N_WEIGHTS * N_FEATURES:])
 
 
