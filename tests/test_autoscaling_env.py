@@ -258,3 +258,30 @@ def test_an_old_rl_checkpoint_is_one_clear_line(tmp_path):
     r = subprocess.run([sys.executable, "-m", "fleetwise", "serve", "--scaler", f"rl?checkpoint={old}", "--port", "0"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "old action" in r.stderr and "Traceback" not in r.stderr
+
+
+# ---------------------------------------------------------------- training jobs on the sweep backends
+def _tiny_job(tmp_path, seed: int, tag: str) -> dict:
+    from fleetwise.learn.autoscaling import TrainConfig
+
+    cfg = TrainConfig(env=SHORT, n_steps=32, batch_size=32, n_epochs=1, bc_episodes=1, bc_max_epochs=5,
+                      save_path=str(tmp_path / f"{tag}-s{seed}.zip"))
+    return {"timesteps": 32, "seed": seed, "config": cfg}
+
+
+@pytest.mark.ray
+def test_training_jobs_on_ray_match_local(tmp_path, local_ray):
+    """Training jobs (here two seeds) run as Ray tasks through recipe.run_jobs, as sweeps do; a job gives the same
+    policy, learning curve and multiplier as the same job run locally (same seed, same numbers)."""
+    from fleetwise.control.checkpoint import load_policy
+    from fleetwise.learn.autoscaling import train_job
+    from fleetwise.learn.recipe import run_jobs
+
+    remote = run_jobs(train_job, [_tiny_job(tmp_path, s, "ray") for s in (0, 1)], backend="ray")
+    local = run_jobs(train_job, [_tiny_job(tmp_path, 1, "local")], workers=1)[0]
+    assert [r["seed"] for r in remote] == [0, 1]
+    assert remote[1]["curve"] == local["curve"] and remote[1]["lagrangian"] == local["lagrangian"]
+    a, b = load_policy(remote[1]["checkpoint"]), load_policy(local["checkpoint"])
+    assert all(np.array_equal(wa, wb) and np.array_equal(ba, bb) for (wa, ba), (wb, bb) in zip(a.layers, b.layers))
+    c = load_policy(remote[0]["checkpoint"])
+    assert not all(np.array_equal(wa, wc) for (wa, _), (wc, _) in zip(a.layers, c.layers))  # another seed
