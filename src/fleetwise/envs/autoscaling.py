@@ -4,8 +4,8 @@ One step is one scaling epoch. ``reset(seed)`` builds the scenario, attaches the
 (``Platform(built, scaler=None)``) and runs the simulator, answering its "route" and "batch" decision points
 with the scenario's router and batcher, until the first "scale" decision point; ``step(action)`` answers it
 and runs on to the next one. The same observation function (:func:`features`) and action mapping
-(:func:`residual_targets`, on the rule's targets) serve the deployed scaler ``rl`` (``fleetwise.policies.scalers_rl``), so a
-trained policy acts through ``run_platform`` exactly as in training.
+(:func:`residual_targets`, on the rule's targets) serve the deployed scaler ``rl``
+(``fleetwise.policies.scalers_rl``), so a trained policy acts through ``run_platform`` exactly as in training.
 
 Scenario
     The constructor's ``scenario`` (a Scenario, a built-in name or a dict) or, by default, the embedded
@@ -78,8 +78,8 @@ Episode end
 
 Info
     ``time_s``, ``epoch_cost_usd``, ``cost_usd`` (so far), ``ended``, ``met``, ``slo_attainment`` (met / ended
-    so far), ``lam``, ``missed_fraction``, ``backlog``, ``moved``, ``lost_requests`` (requests not served by the horizon; must
-    stay 0), ``targets`` (the last answer, {group key: replicas}).
+    so far), ``lam``, ``missed_fraction``, ``backlog``, ``moved``, ``lost_requests`` (requests not served by the
+    horizon; must stay 0), ``targets`` (the last answer, {group key: replicas}).
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 - ``train_autoscaler(timesteps, seed, config)``: the recipe (docs/learning.md) with Stable-Baselines3 PPO
   (``MlpPolicy``, a small net) on the embedded scenario's training windows: behaviour cloning to the rule
   (``slo_aware``: the centre action), PPO on the Lagrangian of "minimise cost s.t. SLO attainment >= target",
-  checkpoint choice on validation windows and the gate's result in the model card; saves SB3's .zip (to resume training) and, beside it, the fleetwise
-  checkpoint ``path.npz`` + ``path.card.json`` that the registered scaler ``rl`` (``fleetwise.policies.scalers_rl``)
+  checkpoint choice on validation windows and the gate's result in the model card; saves SB3's .zip (to resume
+  training) and, beside it, the fleetwise checkpoint ``path.npz`` + ``path.card.json`` that the registered scaler ``rl`` (``fleetwise.policies.scalers_rl``)
   loads: ``{"name": "rl", "checkpoint": "path.npz"}``.
 - ``evaluate(policies, seeds)``: every policy through ``fleetwise.run.run_platform`` on the same held-out
   scenarios (ServeGen windows from the last 20% of the trace), one per seed, plus the environment's episode
@@ -196,7 +196,8 @@ def train_autoscaler(timesteps: int, seed: int = 0, config: TrainConfig | None =
         val["last"] = pol
         g = gate_result(pol, val["rule"], cfg.slo_tolerance)
         short = max(0.0, -cfg.slo_tolerance - g["slo_attainment_diff"][0])
-        return -(g["change"] if g["change"] is not None else 0.0) - 10.0 * short / 0.01 - (1.0 if not g["constraint_ok"] else 0.0)
+        change = g["change"] if g["change"] is not None else 0.0
+        return -change - 10.0 * short / 0.01 - (0.0 if g["constraint_ok"] else 1.0)
 
     validator = Validator(score, patience=cfg.patience)
     if cfg.val_seeds:
@@ -276,7 +277,8 @@ def train_autoscaler(timesteps: int, seed: int = 0, config: TrainConfig | None =
 
 def train_job(job: dict) -> dict:
     """One training job (``recipe.run_jobs``: a worker process or a Ray task): ``{"timesteps", "seed", "config":
-    TrainConfig, "progress": optional callback (in-process jobs only)}`` -> the saved checkpoint, the learning curve and the gate's result."""
+    TrainConfig, "progress": optional callback (in-process jobs only)}`` -> the saved checkpoint, the learning curve
+    and the gate's result."""
     import os
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
