@@ -319,7 +319,8 @@ def _rl_trainer():
 
         ngroups = len(parse_scenario(base).deployments)
         env_cfg = AutoscalingConfig(max_groups=ngroups)
-        cfg = TrainConfig(env=env_cfg, n_envs=1, n_steps=240, batch_size=80, save_path=str(path),
+        n_steps = max(8, min(240, int(timesteps)))
+        cfg = TrainConfig(env=env_cfg, n_envs=1, n_steps=n_steps, batch_size=min(80, n_steps), save_path=str(path),
                           make_env=lambda: PlatformWindows(base, window_s, list(days), env_cfg),
                           make_val_env=lambda: PlatformWindows(base, window_s, [VAL_DAY], env_cfg),
                           val_seeds=tuple(range(5000, 5000 + val_windows)), val_every=2, bc_episodes=2)
