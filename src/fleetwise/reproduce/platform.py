@@ -366,7 +366,7 @@ def render(result: dict):
                     f"seeds; best = {best_s}" + (f"; overloaded (> 1% rejected, never best): {', '.join(over)}"
                                                   if over else ""))
     for c in ("scaler", "SLO attainment", "$/M tokens", "oscillations", "lost", "unconfigured rejections",
-              "TTFT p99 s", "vs HPA: $/Mtok", "vs HPA: latency", "vs HPA: oscillations", "gate"):
+              "TTFT p99 s", "vs HPA: $/Mtok", "vs HPA: latency", "vs HPA: oscillations", "gate passed"):
         t.add_column(c, justify="left" if c == "scaler" else "right", no_wrap=True)
 
     def ci(r, k, f="{:.3f}"):
@@ -387,7 +387,7 @@ def render(result: dict):
         t.add_row(name, ci(r, "slo_attainment"), ci(r, "cost_per_mtok_usd", "{:.2f}"), ci(r, "oscillations", "{:.1f}"),
                   f"{r['lost_requests']:.0f}", rej_s, ci(r, "ttft_p99_s", "{:.2f}"), ch(r, "cost_per_mtok_usd"),
                   ch(r, "e2e_mean_s"), ch(r, "oscillations"),
-                  "" if "gate_passed" not in r else ("passed" if r["gate_passed"] else "NOT passed"))
+                  "" if "gate_passed" not in r else ("yes" if r["gate_passed"] else "no"))
     notes = []
     for name, g in (meta.get("gates") or {}).items():
         v = g.get("validation") or {}
