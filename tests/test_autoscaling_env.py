@@ -26,6 +26,7 @@ from fleetwise.envs.autoscaling import (  # noqa: E402
     default_scenario,
     episode_scenario,
     features,
+    residual_targets,
     targets_from_action,
 )
 from fleetwise.errors import InputError  # noqa: E402
@@ -113,6 +114,13 @@ def test_features_and_action_mapping():
     assert targets_from_action(low, [0, 0], (-2, -1, 0, 1, 2)) == {od.key: 1, spot.key: 0}
     with pytest.raises(InputError, match="at most 1"):
         features(obs, 1)
+    # the residual action corrects the rule's targets: the centre keeps them exactly, a change is clamped
+    rule = {od.key: 4, spot.key: 2}
+    x = features(obs, 3, rule)
+    assert math.isclose(x[17], 4 / 6, rel_tol=1e-6) and math.isclose(x[18], (4 - 3) / 6, rel_tol=1e-6)
+    assert residual_targets(obs, [2, 2, 2], (-2, -1, 0, 1, 2), rule) == rule
+    assert residual_targets(obs, [0, 4, 2], (-2, -1, 0, 1, 2), rule) == {od.key: 2, spot.key: 2}  # spot capped
+    assert residual_targets(obs, [3, 2, 2], (-2, -1, 0, 1, 2), {od.key: 7, spot.key: 0}) == {od.key: 6, spot.key: 0}
 
 
 def test_importing_fleetwise_does_not_import_torch():
@@ -139,9 +147,21 @@ def test_short_ppo_training_then_rl_scaler_runs_the_platform(tmp_path):
 
     torch.set_num_threads(1)
     path = tmp_path / "rl.zip"
-    cfg = TrainConfig(env=SHORT, n_steps=64, batch_size=32, n_epochs=2, save_path=str(path))
+    cfg = TrainConfig(env=SHORT, n_steps=64, batch_size=32, n_epochs=2, save_path=str(path), bc_episodes=1,
+                      val_seeds=(2000, 2001))
     model = train_autoscaler(128, seed=0, config=cfg)
     assert path.is_file() and model.curve  # at least one episode finished
+    # the recipe: warm start (the behaviour-cloning loss fell), the multiplier in the curve, the gate in the card
+    assert len(model.bc_losses) >= 1 and model.bc_losses[-1] < model.bc_losses[0]
+    assert all(len(c) == 5 and c[4] >= 0 for c in model.curve) and model.lagrangian
+    assert model.val_curve[0][0] == 0 and len(model.val_curve) >= 2
+    from fleetwise.control.checkpoint import card_path, read_card
+
+    card = read_card(card_path(path.with_suffix(".npz")))
+    assert card.rule == "slo_aware" and card.training["action"] == "residual"
+    v = card.validation
+    assert isinstance(v["passed"], bool) and v["windows"] == 2 and len(v["slo_attainment_diff"]) == 3
+    assert v == model.validation
     with pytest.raises(InputError, match="Stable-Baselines3 zip, which runs code"):  # the safe export only
         make("scaler", "rl", {"checkpoint": str(path)})
     sc = default_scenario(start_s=36_000.0, window_s=300.0)
@@ -151,3 +171,117 @@ def test_short_ppo_training_then_rl_scaler_runs_the_platform(tmp_path):
     assert s["lost_requests"] == 0
     assert s["completed"] == s["requests"] > 0
     assert 0.0 <= s["slo_attainment"] <= 1.0 and s["cost_usd"] > 0
+
+
+# ---------------------------------------------------------------- the policy contains its rule (issue 17)
+def _zero_action_checkpoint(path, groups: int, n: int = 5, card: dict | None = None):
+    """A checkpoint whose deterministic action is the centre (a change of 0) in every group."""
+    from fleetwise.control.checkpoint import ActionSpec, ModelCard, save_policy
+
+    d = groups * N_GROUP_FEATURES + N_GLOBAL_FEATURES
+    bias = np.zeros(groups * n, np.float32)
+    bias[n // 2::n] = 1.0
+    mc = card if card is not None else {"rule": "slo_aware", "training": {"action": "residual"}}
+    return save_policy(path, level="scaler", algorithm="ppo", obs_low=-5 * np.ones(d), obs_high=5 * np.ones(d),
+                       action=ActionSpec("multi_discrete", nvec=(n,) * groups),
+                       layers=[(np.zeros((groups * n, d), np.float32), bias)], activation="tanh",
+                       card=ModelCard(level="scaler", policy="rl", **mc))
+
+
+class _Recorder:
+    """A scaler that records every answer of the one it wraps."""
+
+    def __init__(self, inner):
+        self.inner, self.answers = inner, []
+
+    def scale(self, obs):
+        t = self.inner.scale(obs)
+        self.answers.append(dict(t))
+        return t
+
+
+def _same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(x == y or (x != x and y != y) for x, y in ((a[k], b[k]) for k in a))
+
+
+def test_zero_action_reproduces_slo_aware_over_a_platform_run(tmp_path):
+    """The RL scaler with a zero (centre) action gives slo_aware's targets at every epoch of a platform run (a
+    15-minute window of the built-in scenario with the zone outage), and so the same records."""
+    from fleetwise.policies import make
+    from fleetwise.reproduce.platform import windowed
+    from fleetwise.run import run_platform
+    from fleetwise.scenario import SCENARIO_DIR, parse_scenario, read_yaml
+
+    _, base = read_yaml("platform", SCENARIO_DIR, "scenario")
+    sc = parse_scenario(windowed(base, 9.9 * 3600.0, 10.15 * 3600.0))
+    ckpt = _zero_action_checkpoint(tmp_path / "zero.npz", len(sc.deployments))
+    rule = _Recorder(make("scaler", "slo_aware"))
+    rl = _Recorder(make("scaler", "rl", {"checkpoint": str(ckpt)}))
+    with cached_servegen():
+        a = run_platform(sc, 3, scaler=rule, monitor=False)
+        b = run_platform(sc, 3, scaler=rl, monitor=False)
+    assert len(rule.answers) == len(rl.answers) > 20
+    assert rule.answers == rl.answers  # decision for decision
+    assert len({tuple(sorted(x.items())) for x in rule.answers}) > 1  # the rule did scale in this window
+    assert _same(a.summary, b.summary)
+    for col in ("arrival_s", "first_token_s", "completion_s"):
+        assert np.array_equal(getattr(a.records, col), getattr(b.records, col), equal_nan=True), col
+
+
+def test_env_rule_action_is_slo_aware():
+    """Autoscaling-v0 driven by rule_action() answers every epoch as slo_aware does on its own through
+    run_platform (the env and the deployed scaler see the same rule)."""
+    from fleetwise.policies import make
+    from fleetwise.run import run_platform
+
+    env = AutoscalingEnv(config=SHORT, held_out=True)
+    env.reset(seed=1003)
+    answers = []
+    while env.scale_obs is not None:
+        _, _, term, trunc, info = env.step(env.rule_action())
+        answers.append(info["targets"])
+        if term or trunc:
+            break
+    rule = _Recorder(make("scaler", "slo_aware"))
+    with cached_servegen():
+        run_platform(env.scenario_for(1003), 1003, scaler=rule, monitor=False)
+    assert answers == rule.answers and len(answers) > 5
+
+
+def test_an_old_rl_checkpoint_is_one_clear_line(tmp_path):
+    from fleetwise.policies import make
+
+    old = _zero_action_checkpoint(tmp_path / "old.npz", 2, card={})  # no rule: the old action
+    with pytest.raises(InputError, match=r"old action .* corrects slo_aware.*retrain") as e:
+        make("scaler", "rl", {"checkpoint": str(old)})
+    assert "\n" not in str(e.value)
+    r = subprocess.run([sys.executable, "-m", "fleetwise", "serve", "--scaler", f"rl?checkpoint={old}", "--port", "0"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "old action" in r.stderr and "Traceback" not in r.stderr
+
+
+# ---------------------------------------------------------------- training jobs on the sweep backends
+def _tiny_job(tmp_path, seed: int, tag: str) -> dict:
+    from fleetwise.learn.autoscaling import TrainConfig
+
+    cfg = TrainConfig(env=SHORT, n_steps=32, batch_size=32, n_epochs=1, bc_episodes=1, bc_max_epochs=5,
+                      save_path=str(tmp_path / f"{tag}-s{seed}.zip"))
+    return {"timesteps": 32, "seed": seed, "config": cfg}
+
+
+@pytest.mark.ray
+def test_training_jobs_on_ray_match_local(tmp_path, local_ray):
+    """Training jobs (here two seeds) run as Ray tasks through recipe.run_jobs, as sweeps do; a job gives the same
+    policy, learning curve and multiplier as the same job run locally (same seed, same numbers)."""
+    from fleetwise.control.checkpoint import load_policy
+    from fleetwise.learn.autoscaling import train_job
+    from fleetwise.learn.recipe import run_jobs
+
+    remote = run_jobs(train_job, [_tiny_job(tmp_path, s, "ray") for s in (0, 1)], backend="ray")
+    local = run_jobs(train_job, [_tiny_job(tmp_path, 1, "local")], workers=1)[0]
+    assert [r["seed"] for r in remote] == [0, 1]
+    assert remote[1]["curve"] == local["curve"] and remote[1]["lagrangian"] == local["lagrangian"]
+    a, b = load_policy(remote[1]["checkpoint"]), load_policy(local["checkpoint"])
+    assert all(np.array_equal(wa, wb) and np.array_equal(ba, bb) for (wa, ba), (wb, bb) in zip(a.layers, b.layers))
+    c = load_policy(remote[0]["checkpoint"])
+    assert not all(np.array_equal(wa, wc) for (wa, _), (wc, _) in zip(a.layers, c.layers))  # another seed

@@ -216,19 +216,6 @@ def test_compare_cli_reports_ci_and_paired_change():
 
 
 # ---------------------------------------------------------------- Ray backend
-@pytest.fixture(scope="module")
-def local_ray(tmp_path_factory):
-    env = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0",
-           "RAY_USAGE_STATS_REPORT_URL": "http://127.0.0.1:9/", "http_proxy": "http://127.0.0.1:9",
-           "https_proxy": "http://127.0.0.1:9", "no_proxy": "localhost,127.0.0.1,::1", "RAY_AUTH_MODE": "disabled",
-           "RAY_TMPDIR": str(tmp_path_factory.mktemp("ray"))}
-    os.environ.update(env)
-    ray = pytest.importorskip("ray")
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
-
-
 @pytest.mark.ray
 def test_ray_backend_matches_local(tmp_path, local_ray):
     spec = load_experiment(big_spec(tmp_path))

@@ -432,3 +432,50 @@ def test_gateway_without_a_token_refuses_other_host_names(stubs):
         r = httpx.post(url + "/v1/completions", json={"prompt": "x"}, headers={"origin": "http://attacker.example"})
         assert r.status_code == 403
         assert good.posts == 0
+
+
+# --------------------------------------------------------------------------------------------- the deployment gate
+def _scaler_checkpoint(folder, name: str, validation):
+    """A residual RL-scaler checkpoint (numpy only) whose model card carries ``validation``."""
+    import numpy as np
+
+    from fleetwise.control.checkpoint import ActionSpec, ModelCard, save_policy
+    from fleetwise.policies.scaler_features import N_GLOBAL_FEATURES, N_GROUP_FEATURES
+
+    g, n = 2, 5
+    d = g * N_GROUP_FEATURES + N_GLOBAL_FEATURES
+    card = ModelCard(level="scaler", policy="rl", rule="slo_aware", training={"action": "residual"},
+                     validation=validation)
+    return save_policy(folder / name, level="scaler", algorithm="ppo", obs_low=-5 * np.ones(d), obs_high=5 * np.ones(d),
+                       action=ActionSpec("multi_discrete", nvec=(n,) * g),
+                       layers=[(np.zeros((g * n, d)), np.tile(np.eye(n)[n // 2], g))], activation="tanh", card=card)
+
+
+def test_serve_refuses_a_checkpoint_that_did_not_pass_the_gate_unless_forced(ckpt_dir):
+    from fleetwise.errors import InputError
+
+    _scaler_checkpoint(ckpt_dir, "ungated", None)
+    _scaler_checkpoint(ckpt_dir, "failed", {"passed": False, "change": 0.03, "ci95": [-0.01, 0.07],
+                                            "metric": "cost_usd"})
+    _scaler_checkpoint(ckpt_dir, "passed", {"passed": True, "change": -0.12, "ci95": [-0.15, -0.09]})
+    with pytest.raises(InputError, match=r"ungated.npz: not validated .*--force"):
+        create_app(token=TOKEN, scaler="rl?checkpoint=ungated.npz", checkpoint_dir=str(ckpt_dir))
+    with pytest.raises(InputError, match=r"failed.npz: did not pass the deployment gate .*\+3\.0% \[-1\.0%, \+7\.0%\]"):
+        create_app(token=TOKEN, scaler="rl?checkpoint=failed.npz", checkpoint_dir=str(ckpt_dir))
+    forced = create_app(token=TOKEN, scaler="rl?checkpoint=ungated.npz", checkpoint_dir=str(ckpt_dir), force=True)
+    assert forced.state.service.policies.scale.name == "rl?checkpoint=ungated.npz"
+    app = create_app(token=TOKEN, scaler="rl?checkpoint=passed.npz", checkpoint_dir=str(ckpt_dir))
+    with serving(app) as url:
+        for name, what in (("ungated", "not validated"), ("failed", "did not pass")):
+            r = httpx.post(f"{url}/v1/admin/reload", json={"scaler": f"rl?checkpoint={name}.npz"}, headers=AUTH)
+            assert r.status_code == 400
+            msg = one_line(r)
+            assert "unchanged" in msg and what in msg and "--force" in msg
+        assert httpx.get(f"{url}/readyz").json()["scaler"] == "rl?checkpoint=passed.npz"
+        r = httpx.post(f"{url}/v1/admin/reload", json={"scaler": "rl?checkpoint=passed.npz"}, headers=AUTH)
+        assert r.status_code == 200
+    # the command line: one line, exit status 2
+    r = subprocess.run([sys.executable, "-m", "fleetwise", "serve", "--checkpoint-dir", str(ckpt_dir), "--scaler",
+                        "rl?checkpoint=ungated.npz", "--port", "0"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "not validated" in r.stderr and "--force" in r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1

@@ -184,7 +184,7 @@ def test_reproduce_torta_tiny_run_with_two_training_seeds(tmp_path):
     pytest.importorskip("fastapi")
     from fleetwise.serve.app import load_plan_policy
 
-    assert load_plan_policy(checkpoint=str(ckpts[-1].with_suffix(".npz"))).regions == 6  # the safe export
+    assert load_plan_policy(checkpoint=str(ckpts[-1].with_suffix(".npz")), force=True).regions == 6  # the safe export
     from io import StringIO
 
     from rich.console import Console

@@ -1075,6 +1075,8 @@ def serve(
     insecure_admin: bool = typer.Option(False, "--insecure-admin", help="without a token, allow /v1/admin/* "
                                         "(loopback only; refused by default)"),
     seed: int = typer.Option(0, help="seed of the random routers"),
+    force: bool = typer.Option(False, "--force", help="serve checkpoints whose model card does not say they beat "
+                               "their rule on validation (the deployment gate, docs/learning.md); refused by default"),
     log_level: str = typer.Option("warning", help="uvicorn log level"),
     max_body_bytes: int = typer.Option(8 << 20, min=1, help="largest request body, every path (413 beyond)"),
     max_concurrency: int = typer.Option(500, min=1, help="connections + requests in progress (503 beyond)"),
@@ -1110,7 +1112,7 @@ def serve(
         raise InputError("give --planner or --checkpoint, not both")
     _serve_module().main(host=host, port=port, router=router, scaler=scaler, planner=planner, checkpoint=checkpoint,
                          token_file=token_file, seed=seed, log_level=log_level, checkpoint_dir=checkpoint_dir,
-                         insecure_admin=insecure_admin, limits=limits)
+                         insecure_admin=insecure_admin, limits=limits, force=force)
 
 
 @app.command("export-checkpoint")

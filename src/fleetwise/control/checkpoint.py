@@ -112,6 +112,27 @@ class ModelCard:
                    training=d["training"], validation=d["validation"])
 
 
+def require_gate(card: ModelCard | None, where: str, force: bool = False) -> None:
+    """The deployment gate (docs/learning.md): serving refuses a checkpoint whose model card does not say it beat its
+    rule on validation data (``validation`` null, or ``passed`` not true), unless ``force``. One line."""
+    if force:
+        return
+    v = None if card is None else card.validation
+    if v is None:
+        raise CheckpointError(f"{where}: not validated (its model card has no validation result against its rule): "
+                              "refused by the deployment gate; serve it anyway with --force")
+    if v.get("passed") is not True:
+        change, ci = v.get("change"), v.get("ci95")
+        what = ""
+        if isinstance(change, (int, float)) and not isinstance(change, bool):
+            what = f" (change vs {card.rule or 'its rule'} on {v.get('metric', 'the primary metric')}: {change:+.1%}"
+            if isinstance(ci, list) and len(ci) == 2 and all(isinstance(x, (int, float)) for x in ci):
+                what += f" [{ci[0]:+.1%}, {ci[1]:+.1%}]"
+            what += ")"
+        raise CheckpointError(f"{where}: did not pass the deployment gate on validation{what}; serve it anyway with "
+                              "--force")
+
+
 def _is_iso_time(v: Any) -> bool:
     if not isinstance(v, str) or len(v) > 64:
         return False

@@ -4,8 +4,8 @@ One step is one scaling epoch. ``reset(seed)`` builds the scenario, attaches the
 (``Platform(built, scaler=None)``) and runs the simulator, answering its "route" and "batch" decision points
 with the scenario's router and batcher, until the first "scale" decision point; ``step(action)`` answers it
 and runs on to the next one. The same observation function (:func:`features`) and action mapping
-(:func:`targets_from_action`) serve the deployed scaler ``rl`` (``fleetwise.policies.scalers_rl``), so a
-trained policy acts through ``run_platform`` exactly as in training.
+(:func:`residual_targets`, on the rule's targets) serve the deployed scaler ``rl``
+(``fleetwise.policies.scalers_rl``), so a trained policy acts through ``run_platform`` exactly as in training.
 
 Scenario
     The constructor's ``scenario`` (a Scenario, a built-in name or a dict) or, by default, the embedded
@@ -18,9 +18,9 @@ Scenario
     (evaluation). Episodes are ~41 epochs of 30 s.
 
 Observation
-    ``Box(-5, 5, (max_groups * 17 + 2,), float32)``, from the ScaleObs only. Per group, in the platform's
-    order (padded with zeros to ``max_groups``), with ``cap = max_replicas`` and ``u`` = one replica's
-    ``capacity_rps`` (1 when unknown):
+    ``Box(-5, 5, (max_groups * 19 + 2,), float32)``, from the ScaleObs and the rule's targets for it. Per group,
+    in the platform's order (padded with zeros to ``max_groups``), with ``cap = max_replicas`` and ``u`` = one
+    replica's ``capacity_rps`` (1 when unknown):
 
     ====  =============================================================================================
     0     1 (a group; 0 = padding)
@@ -33,23 +33,31 @@ Observation
     10-11 ``ttft_p90 / slo_ttft``, ``tpot_p90 / slo_tpot`` (0 when NaN: nothing completed)
     12    price per replica / the most expensive group's
     13    available / cap (1 when the pool is unlimited)
-    14    (ready + starting) / cap (what the group has now; the action is relative to it)
+    14    (ready + starting) / cap (what the group has now)
     15    model coverage: the model's (ready + starting) x capacity over its demand (4 when no demand)
     16    cold start / (10 epochs)
+    17    the rule's target / cap (the action corrects it)
+    18    (the rule's target - (ready + starting)) / cap
     ====  =============================================================================================
 
     then ``sin``, ``cos`` of ``obs.time_s`` over 24 h. All values clipped to [-5, 5].
 
 Action
+    The policy contains its rule (``fleetwise.learn.recipe``): every epoch the rule (``cfg.rule``, default
+    ``slo_aware``, a fresh instance per episode) answers first, and the action corrects its target.
     ``MultiDiscrete([len(deltas)] * max_groups)``: per group a change of ``deltas`` (default -2..+2) replicas
-    relative to ``ready + starting``; targets are clamped to ``[min_replicas, min(max_replicas, available)]``
-    (the platform clamps again); actions of padding slots are ignored. Safety rules for a model with demand
-    (arrivals or waiting requests), as the heuristics' ``on_demand_floor``: its on-demand groups keep
-    ``on_demand_floor`` (default 1) replicas, since spot capacity can vanish at once, and its targets never
-    add up to zero (so requests are never held to the horizon, i.e. lost).
+    added to the rule's target (:func:`residual_targets`); a changed target is clamped to ``[min_replicas,
+    min(max_replicas, available)]`` (the platform clamps again); actions of padding slots are ignored. The centre
+    action (``rule_action()``: a change of 0 everywhere) gives the rule's targets unchanged, decision for decision.
+    Safety rules restore what a change broke, for a model with demand (arrivals or waiting requests): its
+    on-demand groups keep ``on_demand_floor`` (default 1) replicas, since spot capacity can vanish at once, and
+    its targets never add up to zero (so requests are never held to the horizon, i.e. lost).
 
 Reward (per epoch, :class:`AutoscalingConfig`)
-    ``-reward_scale * (cost + slo_weight * missed + wait_weight * backlog + change_weight * moved)`` where
+    The Lagrangian of "minimise cost subject to SLO attainment >= ``slo_target``":
+    ``-reward_scale * (cost + lam * slo_weight * (missed - (1 - slo_target)) + wait_weight * backlog
+    + change_weight * moved)`` where ``lam`` is the Lagrange multiplier (``set_lambda``; training updates it by
+    dual ascent from the attainment each rollout measured, ``recipe.Lagrangian``) and
 
     - ``cost``: GPU cost of the replicas alive during the epoch (``num_gpus x price_usd_per_gpu_hour x``
       seconds alive between ``start_s`` and ``stop_s``, billed from the start of provisioning; kept
@@ -58,15 +66,11 @@ Reward (per epoch, :class:`AutoscalingConfig`)
       bills until the platform is done (the last request ended), not until the simulator's last timer;
     - ``missed``: fraction of the requests that ended during the epoch and missed their SLO (TTFT or TPOT
       target of their class, as ``slo_attainment`` counts it: TTFT includes half the network round trip;
-      a rejected request misses);
+      a rejected request misses); an epoch below the allowed ``1 - slo_target`` earns the slack back;
     - ``backlog``: requests waiting or held at the end of the epoch per request that arrived during it
       (capped at ``max_backlog``): scaling to zero under load is punished before completions show it;
     - ``moved``: replicas added or removed by the answer (|target - (ready + starting)| summed over groups),
       a small price on churn (flapping between scale-up and scale-down).
-
-    With the defaults (``slo_weight=40``, ``wait_weight=2``, ``change_weight=0.2``) an on-demand replica is
-    worth keeping for an epoch when it saves 2.5% of that epoch's requests from missing their SLO (a spot
-    replica: about 1%).
 
 Episode end
     ``terminated`` when the platform is done (every request ended, the simulator's ``advance`` returns None);
@@ -74,15 +78,15 @@ Episode end
 
 Info
     ``time_s``, ``epoch_cost_usd``, ``cost_usd`` (so far), ``ended``, ``met``, ``slo_attainment`` (met / ended
-    so far), ``missed_fraction``, ``backlog``, ``moved``, ``lost_requests`` (requests not served by the horizon; must
-    stay 0), ``targets`` (the last answer, {group key: replicas}).
+    so far), ``lam``, ``missed_fraction``, ``backlog``, ``moved``, ``lost_requests`` (requests not served by the
+    horizon; must stay 0), ``targets`` (the last answer, {group key: replicas}).
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import gymnasium as gym
 import numpy as np
@@ -93,7 +97,10 @@ from fleetwise.policies.scaler_features import (  # noqa: F401  (re-exported: th
     N_GLOBAL_FEATURES,
     N_GROUP_FEATURES,
     OBS_CLIP,
+    RULE,
+    centre_action,
     features,
+    residual_targets,
     symmetric_deltas,
     targets_from_action,
 )
@@ -209,7 +216,11 @@ class AutoscalingConfig:
     rate_scale: float = 0.025  # embedded scenario: ServeGen rate multiplier (about 1.5-12 requests/s)
     train_fraction: float = 0.8  # embedded scenario: training windows from this first part of the trace
     cost_scale_usd_per_hour: float | None = None  # None: one replica of the most expensive group
-    slo_weight: float = 40.0
+    rule: str = RULE  # the registered scaler whose targets the action corrects
+    rule_params: dict = field(default_factory=dict)
+    slo_target: float = 0.98  # the constraint: SLO attainment >= slo_target (fraction of ended requests)
+    lam: float = 1.0  # the Lagrange multiplier of the constraint (training updates it: set_lambda)
+    slo_weight: float = 40.0  # reward units of one missed-fraction point at lam = 1
     wait_weight: float = 2.0
     change_weight: float = 0.2
     on_demand_floor: int = 1  # safety rule of the action mapping (targets_from_action)
@@ -237,6 +248,30 @@ class AutoscalingEnv(gym.Env):
         self.platform = None
         self.sim = None
         self._dp = None
+        self.lam = float(self.cfg.lam)
+        self.rule = None
+        self.rule_targets: dict[str, int] = {}
+
+    # ---------------------------------------------------------------- the recipe (fleetwise.learn.recipe)
+    def rule_action(self) -> np.ndarray:
+        """The action that reproduces the rule exactly: a change of 0 in every group."""
+        return centre_action(self.cfg.max_groups, len(self.cfg.deltas))
+
+    def set_lambda(self, lam: float) -> None:
+        """The constraint's Lagrange multiplier (from ``recipe.Lagrangian``; also reachable as a VecEnv method)."""
+        self.lam = max(0.0, float(lam))
+
+    def _make_rule(self):
+        from fleetwise.policies import make
+
+        return make("scaler", self.cfg.rule, dict(self.cfg.rule_params), where="Autoscaling-v0 rule: ")
+
+    def _observe(self) -> np.ndarray:
+        """The rule answers the pending decision point first (its state advances once per epoch, as when it
+        scales on its own); the observation includes its targets."""
+        obs = self._dp.payload
+        self.rule_targets = {str(k): int(v) for k, v in self.rule.scale(obs).items()}
+        return features(obs, self.cfg.max_groups, self.rule_targets)
 
     # ---------------------------------------------------------------- scenario and simulator
     def scenario_for(self, seed: int):
@@ -283,12 +318,14 @@ class AutoscalingEnv(gym.Env):
         self._arrived = sum(sim.arrived)
         self._steps = 0
         self._cost = self._billed()
+        self.rule = self._make_rule()
+        self.rule_targets = {}
         self._dp = self._advance()
         info = self._info(0.0, 0.0, 0.0, {})
         if self._dp is None:  # nothing to scale (an empty workload)
             p.finish()
             return np.zeros(self.observation_space.shape, np.float32), info
-        return features(self._dp.payload, self.cfg.max_groups), info
+        return self._observe(), info
 
     def _billed(self, until: float | None = None) -> float:
         """GPU cost (USD) of every replica up to now (or ``until``); stopped replicas are summed once."""
@@ -345,7 +382,7 @@ class AutoscalingEnv(gym.Env):
                 "ended": int(self._ended), "met": int(self._met),
                 "slo_attainment": float(self._met / self._ended) if self._ended else 1.0,
                 "missed_fraction": float(missed), "backlog": float(backlog), "lost_requests": 0,
-                "targets": dict(targets), "episode_seed": int(self.episode_seed)}
+                "targets": dict(targets), "episode_seed": int(self.episode_seed), "lam": float(self.lam)}
 
     @property
     def scale_obs(self):
@@ -355,8 +392,8 @@ class AutoscalingEnv(gym.Env):
     def step(self, action):
         if self._dp is None:
             raise RuntimeError("episode is over; call reset()")
-        return self.step_targets(targets_from_action(self._dp.payload, action, self.cfg.deltas,
-                                                     self.cfg.on_demand_floor))
+        return self.step_targets(residual_targets(self._dp.payload, action, self.cfg.deltas, self.rule_targets,
+                                                  self.cfg.on_demand_floor))
 
     def step_targets(self, targets: dict[str, int]):
         """``step`` with the answer given as targets {group key: replicas} (e.g. a heuristic scaler's), so
@@ -392,8 +429,10 @@ class AutoscalingEnv(gym.Env):
         else:
             waiting = sum(max(0, g.waiting) for g in self._dp.payload.groups)
             backlog = min(cfg.max_backlog, waiting / max(new, 1))
-        penalty = (epoch_cost / self._cost_unit + cfg.slo_weight * missed + cfg.wait_weight * backlog
-                   + cfg.change_weight * moved)
+        # the Lagrangian of "minimise cost s.t. SLO attainment >= slo_target": the multiplier prices the epoch's
+        # missed fraction against the allowed one (slack is paid for: the exact Lagrangian, not a hinge)
+        slo_term = self.lam * cfg.slo_weight * ((missed - (1.0 - cfg.slo_target)) if ended else 0.0)
+        penalty = (epoch_cost / self._cost_unit + slo_term + cfg.wait_weight * backlog + cfg.change_weight * moved)
         reward = -cfg.reward_scale * penalty
         info = self._info(epoch_cost, missed, backlog, targets)
         info["moved"] = moved
@@ -401,4 +440,4 @@ class AutoscalingEnv(gym.Env):
             info["lost_requests"] = self._lost()
             return np.zeros(self.observation_space.shape, np.float32), float(reward), True, False, info
         truncated = self._steps >= cfg.max_epochs
-        return features(self._dp.payload, cfg.max_groups), float(reward), False, truncated, info
+        return self._observe(), float(reward), False, truncated, info

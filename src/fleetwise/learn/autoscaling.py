@@ -1,8 +1,10 @@
 """Training and evaluation of the RL scaler (issue 8) on ``fleetwise/Autoscaling-v0``.
 
-- ``train_autoscaler(timesteps, seed, config)``: Stable-Baselines3 PPO (``MlpPolicy``, a small net) on the
-  embedded scenario's training windows; saves SB3's .zip (to resume training) and, beside it, the fleetwise
-  checkpoint ``path.npz`` + ``path.card.json`` that the registered scaler ``rl`` (``fleetwise.policies.scalers_rl``)
+- ``train_autoscaler(timesteps, seed, config)``: the recipe (docs/learning.md) with Stable-Baselines3 PPO
+  (``MlpPolicy``, a small net) on the embedded scenario's training windows: behaviour cloning to the rule
+  (``slo_aware``: the centre action), PPO on the Lagrangian of "minimise cost s.t. SLO attainment >= target",
+  checkpoint choice on validation windows and the gate's result in the model card; saves SB3's .zip (to resume
+  training) and, beside it, the fleetwise checkpoint ``path.npz`` + ``path.card.json`` that the registered scaler ``rl`` (``fleetwise.policies.scalers_rl``)
   loads: ``{"name": "rl", "checkpoint": "path.npz"}``.
 - ``evaluate(policies, seeds)``: every policy through ``fleetwise.run.run_platform`` on the same held-out
   scenarios (ServeGen windows from the last 20% of the trace), one per seed, plus the environment's episode
@@ -10,7 +12,7 @@
 
 Command line (docs/autoscaling.md, "RL scaler")::
 
-    python -m fleetwise.learn.autoscaling train --timesteps 61500 --n-envs 2 --subproc
+    python -m fleetwise.learn.autoscaling train --timesteps 61500 --n-envs 2 --subproc [--seeds 3 --backend ray]
     python -m fleetwise.learn.autoscaling evaluate --seeds 5 --json results/autoscaling/eval.json
 
 (with OMP_NUM_THREADS=1; train writes results/autoscaling/rl_scaler.zip and .npz, evaluate reads the .npz).
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -43,7 +46,7 @@ EVAL_SEED0 = 1000  # held-out evaluation seeds: 1000, 1001, ... (windows from th
 
 @dataclass
 class TrainConfig:
-    """PPO settings. One episode of the default scenario is about 41 epochs (steps)."""
+    """PPO settings and the recipe's (docs/learning.md). One episode of the default scenario is about 41 epochs."""
 
     env: AutoscalingConfig = field(default_factory=AutoscalingConfig)
     scenario: Any = None  # None: the embedded scenario (a fresh training window per episode)
@@ -60,9 +63,24 @@ class TrainConfig:
     ent_coef: float = 0.01
     vf_coef: float = 0.5
     net_arch: tuple[int, ...] = (64, 64)
+    # 2. warm start: behaviour cloning to the rule's action (the centre) on bc_episodes episodes, until the policy
+    # gives the centre this probability per group (stochastic still: PPO keeps exploring around the rule)
+    bc_episodes: int = 2
+    bc_max_epochs: int = 50
+    bc_target_prob: float = 0.8
+    # 3. the constraint SLO attainment >= env.slo_target: dual ascent on the multiplier after every rollout
+    lagrange_lr: float = 0.5  # per point (0.01) of attainment below the target
+    lagrange_ki: float = 0.0
+    # 4. validation: the deterministic policy against the rule on these windows every val_every rollouts; the best
+    # parameters are kept (checkpoint choice) and training stops after `patience` checks without improvement
+    val_seeds: tuple[int, ...] = ()
+    make_val_env: Callable[[], Any] | None = None  # None: AutoscalingEnv(scenario, env, held_out=True)
+    val_every: int = 1
+    patience: int = 4
+    slo_tolerance: float = 0.002  # the gate: attainment at most this much (0.2 points) below the rule's
     save_path: str | None = None
     max_wall_s: float | None = None  # stop early (at the end of a step) after this much wall time
-    verbose: bool = False  # a line per rollout on stderr (timesteps, episode return, SLO, cost, wall time)
+    verbose: bool = False  # a line per rollout on stderr (timesteps, episode return, SLO, cost, lambda, wall time)
 
 
 def _make_env(scenario, cfg: AutoscalingConfig, factory: Callable[[], Any] | None = None) -> Callable[[], Any]:
@@ -74,15 +92,74 @@ def _make_env(scenario, cfg: AutoscalingConfig, factory: Callable[[], Any] | Non
     return make
 
 
+def run_windows(make_env: Callable[[], Any], seeds: Sequence[int], act: Callable[[Any, np.ndarray], Any]
+                ) -> dict[int, dict]:
+    """Per seed one episode of ``make_env()`` with ``act(env, obs)`` choosing each action: {seed: {cost_usd,
+    slo_attainment, lost_requests, moved}} (the env's own measures)."""
+    out: dict[int, dict] = {}
+    env = make_env()
+    base = getattr(env, "unwrapped", env)
+    for sd in seeds:
+        obs, info = env.reset(seed=int(sd))
+        moved = 0
+        done = base.scale_obs is None
+        while not done:
+            obs, _, term, trunc, info = env.step(act(base, obs))
+            moved += int(info.get("moved", 0))
+            done = term or trunc
+        out[int(sd)] = {"cost_usd": float(info["cost_usd"]), "slo_attainment": float(info["slo_attainment"]),
+                        "lost_requests": int(info.get("lost_requests", 0)), "moved": moved}
+    env.close()
+    return out
+
+
+def gate_result(policy: dict[int, dict], rule: dict[int, dict], tolerance: float, best_step: int | None = None
+                ) -> dict[str, Any]:
+    """The deployment gate (``recipe.gate``) on paired validation windows: cost against the rule (lower is
+    better; passes when the whole 95% interval is a saving) with the constraint that the mean SLO attainment is
+    at most ``tolerance`` below the rule's and no request is lost."""
+    from fleetwise.learn.recipe import gate, mean_ci
+
+    keys = sorted(set(policy) & set(rule))
+    d = mean_ci([policy[k]["slo_attainment"] - rule[k]["slo_attainment"] for k in keys])
+    ok = bool(d[0] >= -tolerance and all(policy[k]["lost_requests"] == 0 for k in keys))
+    g = gate({k: policy[k]["cost_usd"] for k in keys}, {k: rule[k]["cost_usd"] for k in keys}, lower_is_better=True,
+             constraint_ok=ok)
+    g.update(metric="cost_usd", rule=RULE_NAME, slo_attainment_diff=[float(x) for x in d],
+             slo_tolerance=float(tolerance), windows_seeds=[int(k) for k in keys])
+    if best_step is not None:
+        g["best_step"] = int(best_step)
+    return _json_safe(g)
+
+
+def _json_safe(v):
+    """NaN / infinite -> None (a model card is strict JSON; an interval over one window is undefined)."""
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, dict):
+        return {k: _json_safe(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_json_safe(x) for x in v]
+    return v
+
+
+RULE_NAME = "slo_aware"
+
+
 def train_autoscaler(timesteps: int, seed: int = 0, config: TrainConfig | None = None,
                      progress: Callable[[int, dict], None] | None = None):
-    """Train PPO on Autoscaling-v0 for ``timesteps`` epochs; save to ``config.save_path`` (.zip, and the served
-    checkpoint beside it with suffix .npz) when given.
-    Returns the model (``model.curve``: [(timesteps, episode return, SLO attainment, cost USD)])."""
+    """The recipe (fleetwise.learn.recipe) on Autoscaling-v0: behaviour cloning to the rule's action, then PPO for
+    ``timesteps`` epochs with the SLO constraint's multiplier updated after every rollout, checkpoint choice on
+    ``config.val_seeds`` and the gate's result in the model card; save to ``config.save_path`` (.zip, and the
+    served checkpoint beside it with suffix .npz) when given.
+    Returns the model: ``model.curve`` [(timesteps, episode return, SLO attainment, cost USD, lambda)],
+    ``model.val_curve`` [(timesteps, score)], ``model.bc_losses``, ``model.validation`` (the gate or None)."""
     import torch
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+
+    from fleetwise.learn.recipe import Lagrangian, Validator, behaviour_clone, rule_demonstrations
 
     cfg = config or TrainConfig()
     torch.set_num_threads(1)
@@ -93,24 +170,74 @@ def train_autoscaler(timesteps: int, seed: int = 0, config: TrainConfig | None =
                 batch_size=cfg.batch_size, n_epochs=cfg.n_epochs, gamma=cfg.gamma, gae_lambda=cfg.gae_lambda,
                 clip_range=cfg.clip_range, ent_coef=cfg.ent_coef, vf_coef=cfg.vf_coef, seed=seed, device="cpu",
                 policy_kwargs={"net_arch": list(cfg.net_arch)}, verbose=0)
-    curve: list[tuple[int, float, float, float]] = []
     t0 = time.perf_counter()
+    # 2. warm start at the rule
+    bc_losses: list[float] = []
+    if cfg.bc_episodes > 0:
+        obs, acts = rule_demonstrations(fns[0], cfg.bc_episodes, seed=10_000 + seed)
+        ngroups = acts.shape[1]
+        for k in range(cfg.bc_max_epochs):
+            bc_losses += behaviour_clone(model, obs, acts, epochs=1, seed=seed + k)
+            if math.exp(-bc_losses[-1] / ngroups) >= cfg.bc_target_prob:
+                break
+    # 3. the constraint
+    lag = Lagrangian(target=cfg.env.slo_target, lr=cfg.lagrange_lr, ki=cfg.lagrange_ki, lam=cfg.env.lam,
+                     scale=0.01, hinge=False)
+    venv.env_method("set_lambda", lag.lam)
+    # 4. validation: the rule's results once, the policy's at every check
+    val_make = cfg.make_val_env or (lambda: AutoscalingEnv(cfg.scenario, cfg.env, held_out=True))
+    val: dict[str, Any] = {"rule": None, "best": None}
+
+    def det(model_):
+        return lambda env, o: model_.predict(o, deterministic=True)[0]
+
+    def score(model_) -> float:
+        pol = run_windows(val_make, cfg.val_seeds, det(model_))
+        val["last"] = pol
+        g = gate_result(pol, val["rule"], cfg.slo_tolerance)
+        short = max(0.0, -cfg.slo_tolerance - g["slo_attainment_diff"][0])
+        change = g["change"] if g["change"] is not None else 0.0
+        return -change - 10.0 * short / 0.01 - (0.0 if g["constraint_ok"] else 1.0)
+
+    validator = Validator(score, patience=cfg.patience)
+    if cfg.val_seeds:
+        val["rule"] = run_windows(val_make, cfg.val_seeds, lambda env, o: env.rule_action())
+        validator.check(model, 0)
+        val["best"] = val["last"]
+    curve: list[tuple[int, float, float, float, float]] = []
 
     class Log(BaseCallback):
+        rollouts = 0
+        keep = True
+        seen = 0
+
         def _on_step(self) -> bool:
             for info in self.locals["infos"]:
                 ep = info.get("episode")
                 if ep is not None:
                     curve.append((self.num_timesteps, float(ep["r"]), float(info.get("slo_attainment", math.nan)),
-                                  float(info.get("cost_usd", math.nan))))
-            return cfg.max_wall_s is None or time.perf_counter() - t0 < cfg.max_wall_s
+                                  float(info.get("cost_usd", math.nan)), float(lag.lam)))
+            return self.keep and (cfg.max_wall_s is None or time.perf_counter() - t0 < cfg.max_wall_s)
 
         def _on_rollout_end(self) -> None:
+            self.rollouts += 1
+            new = curve[self.seen:]
+            self.seen = len(curve)
+            if new:  # dual ascent on what this rollout's episodes measured
+                lag.update(float(np.mean([c[2] for c in new])), self.num_timesteps)
+                self.training_env.env_method("set_lambda", lag.lam)
+            if cfg.val_seeds and self.rollouts % max(1, cfg.val_every) == 0:
+                prev = validator.best
+                self.keep = validator.check(self.model, self.num_timesteps)
+                if validator.best > prev:
+                    val["best"] = val["last"]
             last = curve[-12:]
-            stats = {"episodes": len(curve), "wall_s": time.perf_counter() - t0}
+            stats = {"episodes": len(curve), "wall_s": time.perf_counter() - t0, "lam": lag.lam}
             if last:
                 stats.update(ret=float(np.mean([c[1] for c in last])), slo=float(np.mean([c[2] for c in last])),
                              cost=float(np.mean([c[3] for c in last])))
+            if validator.curve:
+                stats["val"] = validator.curve[-1][1]
             if progress is not None:
                 progress(self.num_timesteps, stats)
             if cfg.verbose:
@@ -121,7 +248,15 @@ def train_autoscaler(timesteps: int, seed: int = 0, config: TrainConfig | None =
         model.learn(total_timesteps=int(timesteps), callback=Log())
     finally:
         venv.close()
+    validation = None
+    if cfg.val_seeds:
+        validator.restore(model)  # checkpoint choice on validation windows
+        validation = gate_result(val["best"], val["rule"], cfg.slo_tolerance, validator.best_step)
     model.curve = curve
+    model.val_curve = list(validator.curve)
+    model.lagrangian = list(lag.history)
+    model.bc_losses = bc_losses
+    model.validation = validation
     model.train_wall_s = time.perf_counter() - t0
     if cfg.save_path:
         from fleetwise.learn.export import export_sb3
@@ -130,10 +265,29 @@ def train_autoscaler(timesteps: int, seed: int = 0, config: TrainConfig | None =
         out.parent.mkdir(parents=True, exist_ok=True)
         model.save(str(out))  # SB3's zip: to resume training (it unpickles on load: never served)
         # what the scaler "rl" loads: the same policy as a checkpoint that runs no code on load
-        export_sb3(model, out.with_suffix(".npz"), level="scaler", policy="rl",
-                   training={"env": "fleetwise/Autoscaling-v0", "timesteps": int(timesteps), "seed": int(seed),
-                             "wall_s": round(model.train_wall_s, 1), "episodes": len(curve)})
+        export_sb3(model, out.with_suffix(".npz"), level="scaler", policy="rl", rule=cfg.env.rule,
+                   training={"env": "fleetwise/Autoscaling-v0", "action": "residual",
+                             "rule_params": dict(cfg.env.rule_params), "deltas": list(cfg.env.deltas),
+                             "slo_target": cfg.env.slo_target, "lambda": lag.lam, "timesteps": int(timesteps),
+                             "seed": int(seed), "bc_epochs": len(bc_losses), "val_seeds": list(cfg.val_seeds),
+                             "wall_s": round(model.train_wall_s, 1), "episodes": len(curve)},
+                   validation=validation)
     return model
+
+
+def train_job(job: dict) -> dict:
+    """One training job (``recipe.run_jobs``: a worker process or a Ray task): ``{"timesteps", "seed", "config":
+    TrainConfig, "progress": optional callback (in-process jobs only)}`` -> the saved checkpoint, the learning curve
+    and the gate's result."""
+    import os
+
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    cfg = job.get("config") or TrainConfig()
+    model = train_autoscaler(int(job["timesteps"]), int(job.get("seed", 0)), cfg, progress=job.get("progress"))
+    return {"seed": int(job.get("seed", 0)), "timesteps": int(model.num_timesteps),
+            "checkpoint": str(Path(cfg.save_path).with_suffix(".npz")) if cfg.save_path else None,
+            "curve": model.curve, "val_curve": model.val_curve, "lagrangian": model.lagrangian,
+            "bc_losses": model.bc_losses, "validation": model.validation, "wall_s": model.train_wall_s}
 
 
 # --------------------------------------------------------------------------------------------- evaluation
@@ -242,12 +396,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(prog="python -m fleetwise.learn.autoscaling", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    t = sub.add_parser("train", help="train PPO on Autoscaling-v0 and save the policy (.zip)")
+    t = sub.add_parser("train", help="train PPO on Autoscaling-v0 (the recipe) and save the policy (.zip + .npz)")
     t.add_argument("--timesteps", type=int, default=20_000)
     t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--seeds", type=int, default=1, help="training seeds seed, seed+1, ...: one job each "
+                   "(OUT gets a -sN suffix when more than one)")
+    t.add_argument("--backend", default="local", help="where the jobs run: local (processes) or ray")
+    t.add_argument("--address", default=None, help="with --backend ray: the cluster's address")
     t.add_argument("--out", default="results/autoscaling/rl_scaler.zip")
     t.add_argument("--n-envs", type=int, default=1)
     t.add_argument("--subproc", action="store_true", help="environments in worker processes")
+    t.add_argument("--val-seeds", type=int, default=4, help="validation windows (held-out seeds 2000, 2001, ...)")
+    t.add_argument("--slo-target", type=float, default=AutoscalingConfig.slo_target)
     t.add_argument("--max-minutes", type=float, default=None, help="stop training after this much wall time")
     e = sub.add_parser("evaluate", help="the RL scaler against the heuristics on held-out seeds")
     e.add_argument("--checkpoint", default="results/autoscaling/rl_scaler.npz")
@@ -258,13 +418,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     e.add_argument("--json", default=None, help="write the rows and the summary here")
     a = ap.parse_args(argv)
     if a.cmd == "train":
-        cfg = TrainConfig(n_envs=a.n_envs, subproc=a.subproc, save_path=a.out, verbose=True,
-                          max_wall_s=None if a.max_minutes is None else 60.0 * a.max_minutes)
-        model = train_autoscaler(a.timesteps, a.seed, cfg)
-        print(f"saved {a.out} ({model.num_timesteps} timesteps, {model.train_wall_s:.0f} s, {len(model.curve)} "
-              f"episodes)")
-        curve = Path(a.out).with_suffix(".curve.json")
-        curve.write_text(json.dumps({"config": asdict(cfg), "curve": model.curve}, default=str))
+        from fleetwise.learn.recipe import run_jobs
+
+        jobs = []
+        for k in range(a.seeds):
+            out = Path(a.out) if a.seeds == 1 else Path(a.out).with_name(f"{Path(a.out).stem}-s{a.seed + k}.zip")
+            cfg = TrainConfig(env=AutoscalingConfig(slo_target=a.slo_target), n_envs=a.n_envs, subproc=a.subproc,
+                              save_path=str(out), verbose=True, val_seeds=tuple(range(2000, 2000 + a.val_seeds)),
+                              max_wall_s=None if a.max_minutes is None else 60.0 * a.max_minutes)
+            jobs.append({"timesteps": a.timesteps, "seed": a.seed + k, "config": cfg})
+        for job, res in zip(jobs, run_jobs(train_job, jobs, backend=a.backend, address=a.address,
+                                           workers=min(len(jobs), os.cpu_count() or 1))):
+            v = res["validation"] or {}
+            print(f"saved {res['checkpoint']} ({res['timesteps']} timesteps, {res['wall_s']:.0f} s, "
+                  f"{len(res['curve'])} episodes); gate: {'passed' if v.get('passed') else 'NOT passed'} "
+                  f"(cost vs {RULE_NAME} {v.get('change', math.nan):+.1%}, SLO attainment "
+                  f"{(v.get('slo_attainment_diff') or [math.nan])[0]:+.4f})")
+            curve = Path(job["config"].save_path).with_suffix(".curve.json")
+            curve.write_text(json.dumps({"config": asdict(job["config"]), **{k: res[k] for k in (
+                "curve", "val_curve", "lagrangian", "bc_losses", "validation")}}, default=str))
         return 0
     policies: dict[str, Any] = {"rl": {"name": "rl", "checkpoint": a.checkpoint}}
     for n in [s for s in a.scalers.split(",") if s]:

@@ -1,8 +1,10 @@
-"""The RL scaler's observation vector and action mapping, from a ``ScaleObs`` only (numpy).
+"""The RL scaler's observation vector and action mapping, from a ``ScaleObs`` and the rule's targets (numpy).
 
-Shared by the Gymnasium environment ``fleetwise/Autoscaling-v0`` (``fleetwise.envs.autoscaling``, whose docstring
-tables every feature) and the deployed scaler ``rl`` (``fleetwise.policies.scalers_rl``), so both see the same
-thing.
+The RL scaler contains its rule (docs/learning.md): each epoch the rule (``slo_aware``) answers first, and the
+policy's action is a bounded correction of the rule's target per group (``residual_targets``); the centre action
+(a change of 0 in every group) returns the rule's targets unchanged. Shared by the Gymnasium environment
+``fleetwise/Autoscaling-v0`` (``fleetwise.envs.autoscaling``, whose docstring tables every feature) and the deployed
+scaler ``rl`` (``fleetwise.policies.scalers_rl``), so both see the same thing.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ import numpy as np
 
 from fleetwise.errors import InputError
 
-N_GROUP_FEATURES = 17
+N_GROUP_FEATURES = 19
+RULE = "slo_aware"  # the rule the RL scaler corrects (policies/scalers.py)
+ACTION_KIND = "residual"  # the model card's training["action"]: corrections of the rule's targets
 N_GLOBAL_FEATURES = 2
 OBS_CLIP = 5.0
 DAY_S = 86400.0
@@ -25,9 +29,10 @@ def _fin(x, default: float = 0.0) -> float:
     return float(x) if x is not None and math.isfinite(x) else default
 
 
-def features(obs, max_groups: int) -> np.ndarray:
-    """The observation vector of a ScaleObs (see the module docstring): ``max_groups * 17 + 2`` float32 values
-    in [-5, 5]. Uses the ScaleObs only, so the env and the deployed scaler see the same thing."""
+def features(obs, max_groups: int, rule_targets: dict[str, int] | None = None) -> np.ndarray:
+    """The observation vector of a ScaleObs and the rule's targets for it (see the env's docstring):
+    ``max_groups * 19 + 2`` float32 values in [-5, 5]. Uses these only, so the env and the deployed scaler see the
+    same thing. ``rule_targets`` None: the rule's target is taken as the current replicas."""
     groups = list(obs.groups)
     if len(groups) > max_groups:
         raise InputError(f"rl scaler: the scenario has {len(groups)} scaling groups; the policy handles at most "
@@ -63,6 +68,10 @@ def features(obs, max_groups: int) -> np.ndarray:
         f[14] = (ready + max(0, int(g.starting))) / cap
         f[15] = min(OBS_CLIP, supply[g.model] / arr) if arr > 1e-9 else OBS_CLIP
         f[16] = _fin(g.cold_start_s) / (10.0 * epoch)
+        cur = ready + max(0, int(g.starting))
+        rt = cur if rule_targets is None else max(0, int(rule_targets.get(g.key, cur)))
+        f[17] = rt / cap  # what the rule wants (the action corrects it)
+        f[18] = (rt - cur) / cap  # the change the rule asks for
     ang = 2.0 * math.pi * (_fin(obs.time_s) % DAY_S) / DAY_S
     out[-2] = math.sin(ang)
     out[-1] = math.cos(ang)
@@ -78,6 +87,26 @@ def symmetric_deltas(n: int) -> tuple[int, ...]:
     return tuple(range(-(n // 2), n // 2 + 1))
 
 
+def centre_action(max_groups: int, n_choices: int) -> np.ndarray:
+    """The action that reproduces the rule: index of the change 0 in every group."""
+    return np.full(max_groups, n_choices // 2, dtype=np.int64)
+
+
+def residual_targets(obs, action: Sequence[int], deltas: Sequence[int], rule_targets: dict[str, int],
+                     on_demand_floor: int = 1) -> dict[str, int]:
+    """The RL scaler's answer: per group the rule's target plus ``deltas[action[i]]`` replicas. A group whose change
+    is 0 keeps the rule's target exactly; a changed one is clamped to ``[min_replicas, min(max_replicas,
+    available)]``, and then the safety rules of :func:`targets_from_action` restore what a change broke (on-demand
+    floor, never zero replicas for a model with demand). All changes 0: the rule's targets, unchanged."""
+    a = np.asarray(action, dtype=np.int64).reshape(-1)
+    mid = len(deltas) // 2
+    d = [deltas[min(max(int(a[i]) if i < len(a) else mid, 0), len(deltas) - 1)] for i in range(len(obs.groups))]
+    if not any(d):
+        return dict(rule_targets)
+    base = {g.key: int(rule_targets.get(g.key, max(0, int(g.ready)) + max(0, int(g.starting)))) for g in obs.groups}
+    return _targets(obs, base, d, on_demand_floor, keep_unchanged=True)
+
+
 def targets_from_action(obs, action: Sequence[int], deltas: Sequence[int], on_demand_floor: int = 1
                         ) -> dict[str, int]:
     """Targets {group key: replicas}: per group ``ready + starting + deltas[action[i]]`` clamped to
@@ -87,6 +116,16 @@ def targets_from_action(obs, action: Sequence[int], deltas: Sequence[int], on_de
     the missing ones), and its targets never add up to zero (one replica in its cheapest group that can have
     one), so requests are never held until the horizon."""
     a = np.asarray(action, dtype=np.int64).reshape(-1)
+    mid = len(deltas) // 2
+    d = [deltas[min(max(int(a[i]) if i < len(a) else mid, 0), len(deltas) - 1)] for i in range(len(obs.groups))]
+    base = {g.key: max(0, int(g.ready)) + max(0, int(g.starting)) for g in obs.groups}
+    return _targets(obs, base, d, on_demand_floor)
+
+
+def _targets(obs, base: dict[str, int], d: Sequence[int], on_demand_floor: int, keep_unchanged: bool = False
+             ) -> dict[str, int]:
+    """``base[key] + d[i]`` per group, clamped to its limits (with ``keep_unchanged``, groups with ``d[i] == 0``
+    keep ``base`` as it is), then the safety rules per model with demand."""
     out: dict[str, int] = {}
     caps: dict[str, int] = {}
     for i, g in enumerate(obs.groups):
@@ -94,10 +133,10 @@ def targets_from_action(obs, action: Sequence[int], deltas: Sequence[int], on_de
         if g.available is not None:
             cap = min(cap, max(0, int(g.available)))
         lo = min(max(0, int(g.min_replicas)), max(0, int(g.max_replicas)))
-        k = int(a[i]) if i < len(a) else len(deltas) // 2
-        d = deltas[min(max(k, 0), len(deltas) - 1)]
-        cur = max(0, int(g.ready)) + max(0, int(g.starting))
-        out[g.key] = max(lo, min(cap, cur + d)) if cap >= lo else lo
+        if keep_unchanged and d[i] == 0:
+            out[g.key] = base[g.key]
+        else:
+            out[g.key] = max(lo, min(cap, base[g.key] + d[i])) if cap >= lo else lo
         caps[g.key] = cap
     models: dict[str, list] = {}
     for g in obs.groups:

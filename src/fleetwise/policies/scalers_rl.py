@@ -1,5 +1,9 @@
 """The learned scaler ``rl``: a PPO policy trained on ``fleetwise/Autoscaling-v0`` (fleetwise.learn.autoscaling),
-deployed through the same ``Scaler`` protocol as the heuristics. docs/autoscaling.md, "RL scaler".
+deployed through the same ``Scaler`` protocol as the heuristics. docs/autoscaling.md, "RL scaler"; docs/learning.md.
+
+It contains its rule: each epoch ``slo_aware`` (with the parameters the model card names) answers first, and the
+policy's action corrects its target per group by a bounded number of replicas; the centre action reproduces
+``slo_aware`` decision for decision.
 
 The policy is a fleetwise policy checkpoint (``NAME.npz`` + ``NAME.card.json``, fleetwise.control.checkpoint) run
 in numpy: loading it runs no code from the file and needs neither torch nor Stable-Baselines3. Training writes
@@ -11,15 +15,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fleetwise.control.checkpoint import SUFFIX, load_policy
+from fleetwise.control.checkpoint import SUFFIX, CheckpointError, load_policy
 from fleetwise.control.registry import register_scaler
 from fleetwise.errors import InputError
 from fleetwise.policies.scaler_features import (
     N_GLOBAL_FEATURES,
     N_GROUP_FEATURES,
+    RULE,
     features,
+    residual_targets,
     symmetric_deltas,
-    targets_from_action,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -29,10 +34,11 @@ if TYPE_CHECKING:  # pragma: no cover
 @register_scaler("rl")
 class RLScaler:
     """A trained PPO policy (``checkpoint``: its fleetwise checkpoint, ``NAME.npz`` or ``NAME``) as a scaler: each
-    epoch ``features(obs)`` -> the policy's deterministic action (per-group argmax) -> per group a change of
-    ready + starting replicas (``targets_from_action``: clamped to the group's limits, with the safety rules;
-    ``on_demand_floor`` as in training, default 1). The number of groups and of replica changes per group come
-    from the checkpoint's spaces."""
+    epoch the rule (``slo_aware`` with the card's ``training.rule_params``) answers, then ``features(obs, rule
+    targets)`` -> the policy's deterministic action (per-group argmax) -> per group a change of the rule's target
+    (``residual_targets``: clamped to the group's limits, with the safety rules; ``on_demand_floor`` as in
+    training, default 1). The number of groups and of replica changes per group come from the checkpoint's
+    spaces. A checkpoint of the old action (changes of the current replicas, no rule) is refused, one line."""
 
     def __init__(self, checkpoint: str, deterministic: bool = True, on_demand_floor: int = 1):
         if int(on_demand_floor) < 0:
@@ -51,6 +57,19 @@ class RLScaler:
             raise InputError(f"scaler 'rl': checkpoint {str(checkpoint)!r} not found (train one: python -m "
                              f"fleetwise.learn.autoscaling train --out PATH.zip, which also writes PATH.npz)")
         self.model = load_policy(path, level="scaler")
+        card = self.model.card
+        training = card.training if card is not None else {}
+        if card is None or card.rule != RULE or training.get("action") != "residual":
+            raise CheckpointError(f"scaler 'rl': {str(path)!r} is an RL scaler of the old action (replica changes "
+                                  f"without a rule; its card names rule {None if card is None else card.rule!r}): "
+                                  f"this fleetwise's rl scaler corrects {RULE}'s targets; retrain it (python -m "
+                                  "fleetwise.learn.autoscaling train)")
+        rule_params = training.get("rule_params") or {}
+        if not isinstance(rule_params, dict):
+            raise CheckpointError(f"scaler 'rl': {str(path)!r}: model card training.rule_params must be an object")
+        from fleetwise.policies import make
+
+        self.rule = make("scaler", RULE, dict(rule_params), where=f"scaler 'rl' ({path.name}) rule: ")
         shape = self.model.obs_shape
         act = self.model.action
         dim = int(shape[0]) if len(shape) == 1 else 0
@@ -66,6 +85,7 @@ class RLScaler:
         self.checkpoint = str(path)
 
     def scale(self, obs: ScaleObs) -> dict[str, int]:
-        x = features(obs, self.max_groups)
+        rule = {str(k): int(v) for k, v in self.rule.scale(obs).items()}
+        x = features(obs, self.max_groups, rule)
         action, _ = self.model.predict(x)
-        return targets_from_action(obs, action, self.deltas, self.on_demand_floor)
+        return residual_targets(obs, action, self.deltas, rule, self.on_demand_floor)

@@ -43,8 +43,9 @@ DAY = 86400.0
 
 def _budget(quick: bool) -> dict:
     if quick:
-        return {"seeds": 5, "window": (9.5 * 3600.0, 11.5 * 3600.0), "rl_timesteps": 1_500, "rl_window_s": 1800.0}
-    return {"seeds": 5, "window": (0.0, DAY), "rl_timesteps": 12_000, "rl_window_s": 3600.0}
+        return {"seeds": 5, "window": (9.5 * 3600.0, 11.5 * 3600.0), "rl_timesteps": 1_500, "rl_window_s": 1800.0,
+                "rl_val_windows": 2}
+    return {"seeds": 5, "window": (0.0, DAY), "rl_timesteps": 12_000, "rl_window_s": 3600.0, "rl_val_windows": 4}
 
 
 def windowed(data: dict, start_s: float, end_s: float, day: int = 0) -> dict:
@@ -166,10 +167,14 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TimeElapsedColumn(), console=console,
                   transient=True, disable=not (progress and console.is_terminal)) as prog:
         jobs = {n: SCALERS[n] for n in names if n in SCALERS}
+        gates: dict[str, dict] = {}
         if "rl" in names or scalers is None:
-            ckpt = _train_rl(base, bud, out_dir, prog)
-            if ckpt is not None:
+            trained = _train_rl(base, bud, out_dir, prog)
+            if trained is not None:
+                ckpt, validation = trained
                 jobs["rl"] = ("rl", {"checkpoint": str(ckpt)})
+                gates["rl"] = {"checkpoint": str(ckpt), "passed": bool((validation or {}).get("passed")),
+                               "validation": validation}
         t = prog.add_task("building workloads", total=None)
         wls, fits = _workloads(data, eval_seeds)
         prog.remove_task(t)
@@ -221,7 +226,10 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
         result[spot_ref]["spot_vs_on_demand_cost_change"] = ch.mean
         result[spot_ref]["spot_vs_on_demand_cost_change_ci95"] = [ch.lo, ch.hi]
     overloaded = sorted(n for n, rs in rows.items() if _overloaded(rs))
-    result["_meta"] = {"scenario": scen_name, "best": named, "seeds": n_seeds, "papers": PAPERS,
+    for name, g in gates.items():
+        if name in result:
+            result[name]["gate_passed"] = g["passed"]
+    result["_meta"] = {"gates": gates, "scenario": scen_name, "best": named, "seeds": n_seeds, "papers": PAPERS,
                        "overloaded": overloaded, "load": load if eval_trace is not None else None,
                        "faults": rows[spot_ref][0].get("_faults"), "cost_breakdown": rows[spot_ref][0].get("_cost")}
     best = spot_ref
@@ -259,8 +267,13 @@ def _best(rows: dict[str, list[dict]]) -> str | None:
     return max(mean, key=lambda n: (mean[n][0], -mean[n][1]))
 
 
-def _train_rl(base: dict, bud: dict, out_dir: Path, prog) -> Path | None:
-    """Train the RL scaler on ServeGen days 2-7 (never the evaluation day); None without the rl extra."""
+TRAIN_DAYS = range(1, 6)  # ServeGen days 2-6 (0-based 1-5): training windows
+VAL_DAY = 6  # ServeGen day 7: validation windows (checkpoint choice and the gate); day 1 (0) is the test day
+
+
+def _train_rl(base: dict, bud: dict, out_dir: Path, prog) -> tuple[Path, dict | None] | None:
+    """Train the RL scaler on ServeGen days 2-6, choose its checkpoint and gate it on day 7 (never the evaluation
+    day); (checkpoint, the gate's result) or None without the rl extra."""
     try:
         train_platform_autoscaler = _rl_trainer()
     except ImportError as e:
@@ -269,17 +282,23 @@ def _train_rl(base: dict, bud: dict, out_dir: Path, prog) -> Path | None:
         return None
     task = prog.add_task("training the RL scaler", total=bud["rl_timesteps"])
     path = out_dir / "rl_scaler.zip"
-    train_platform_autoscaler(base, path, timesteps=bud["rl_timesteps"], window_s=bud["rl_window_s"],
-                              days=range(1, 7), progress=lambda n: prog.update(task, completed=n))
-    return path.with_suffix(".npz")  # the checkpoint the scaler "rl" loads (written beside SB3's zip)
+    res = train_platform_autoscaler(base, path, timesteps=bud["rl_timesteps"], window_s=bud["rl_window_s"],
+                                    days=TRAIN_DAYS, val_windows=bud["rl_val_windows"],
+                                    progress=lambda n: prog.update(task, completed=n))
+    (out_dir / "rl_scaler.curve.json").write_text(json.dumps(
+        {k: res[k] for k in ("curve", "val_curve", "lagrangian", "bc_losses", "validation")}, default=float))
+    # the checkpoint the scaler "rl" loads (written beside SB3's zip), and its gate
+    return path.with_suffix(".npz"), res["validation"]
 
 
 def _rl_trainer():
-    """``train(base, path, timesteps, window_s, days, progress)``: PPO (fleetwise.learn.autoscaling) on
-    ``fleetwise/Autoscaling-v0`` whose episodes are random ``window_s`` windows of the platform scenario on the
-    given ServeGen days (0-based); raises ImportError without the rl extra."""
+    """``train(base, path, timesteps, window_s, days, val_windows, progress)``: the recipe (fleetwise.learn.autoscaling,
+    one job through ``recipe.run_jobs``) on ``fleetwise/Autoscaling-v0`` whose episodes are random ``window_s``
+    windows of the platform scenario on the given ServeGen days (0-based), validation windows on day ``VAL_DAY``;
+    raises ImportError without the rl extra."""
     from fleetwise.envs.autoscaling import AutoscalingConfig, AutoscalingEnv
-    from fleetwise.learn.autoscaling import TrainConfig, train_autoscaler
+    from fleetwise.learn.autoscaling import TrainConfig, train_job
+    from fleetwise.learn.recipe import run_jobs
 
     class PlatformWindows(AutoscalingEnv):
         def __init__(self, base: dict, window_s: float, days: list[int], cfg: AutoscalingConfig):
@@ -294,16 +313,21 @@ def _rl_trainer():
             start = 600.0 * int(rng.integers(0, int((DAY - self._window) // 600) + 1))
             return parse_scenario(windowed(self._base, start, start + self._window, day=day), where="platform")
 
-    def train(base: dict, path: Path, timesteps: int, window_s: float, days, progress=None) -> Path:
+    def train(base: dict, path: Path, timesteps: int, window_s: float, days, val_windows: int = 2,
+              progress=None) -> dict:
         from fleetwise.scenario import parse_scenario
 
         ngroups = len(parse_scenario(base).deployments)
         env_cfg = AutoscalingConfig(max_groups=ngroups)
-        cfg = TrainConfig(env=env_cfg, n_envs=1, n_steps=240, batch_size=80, save_path=str(path),
-                          make_env=lambda: PlatformWindows(base, window_s, list(days), env_cfg))
-        train_autoscaler(timesteps, seed=0, config=cfg,
-                         progress=None if progress is None else (lambda n, stats: progress(n)))
-        return path
+        n_steps = max(8, min(240, int(timesteps)))
+        cfg = TrainConfig(env=env_cfg, n_envs=1, n_steps=n_steps, batch_size=min(80, n_steps), save_path=str(path),
+                          make_env=lambda: PlatformWindows(base, window_s, list(days), env_cfg),
+                          make_val_env=lambda: PlatformWindows(base, window_s, [VAL_DAY], env_cfg),
+                          val_seeds=tuple(range(5000, 5000 + val_windows)), val_every=2, bc_episodes=2)
+        cb = None if progress is None else (lambda n, stats: progress(n))
+        # one job, in this process (workers=1: the progress bar sees it); --backend ray runs many the same way
+        return run_jobs(train_job, [{"timesteps": timesteps, "seed": 0, "config": cfg, "progress": cb}],
+                        workers=1)[0]
 
     return train
 
@@ -342,7 +366,7 @@ def render(result: dict):
                     f"seeds; best = {best_s}" + (f"; overloaded (> 1% rejected, never best): {', '.join(over)}"
                                                   if over else ""))
     for c in ("scaler", "SLO attainment", "$/M tokens", "oscillations", "lost", "unconfigured rejections",
-              "TTFT p99 s", "vs HPA: $/Mtok", "vs HPA: latency", "vs HPA: oscillations"):
+              "TTFT p99 s", "vs HPA: $/Mtok", "vs HPA: latency", "vs HPA: oscillations", "gate passed"):
         t.add_column(c, justify="left" if c == "scaler" else "right", no_wrap=True)
 
     def ci(r, k, f="{:.3f}"):
@@ -362,14 +386,28 @@ def render(result: dict):
         rej_s = "-" if rej is None else f"{rej:.0f}" + (" OVERLOADED" if name in over else "")
         t.add_row(name, ci(r, "slo_attainment"), ci(r, "cost_per_mtok_usd", "{:.2f}"), ci(r, "oscillations", "{:.1f}"),
                   f"{r['lost_requests']:.0f}", rej_s, ci(r, "ttft_p99_s", "{:.2f}"), ch(r, "cost_per_mtok_usd"),
-                  ch(r, "e2e_mean_s"), ch(r, "oscillations"))
+                  ch(r, "e2e_mean_s"), ch(r, "oscillations"),
+                  "" if "gate_passed" not in r else ("yes" if r["gate_passed"] else "no"))
+    notes = []
+    for name, g in (meta.get("gates") or {}).items():
+        v = g.get("validation") or {}
+        ci = v.get("ci95") or [None, None]
+        fmt = (lambda x: "n/a" if x is None else f"{x:+.1%}")
+        verdict = "passed" if g["passed"] else "NOT passed"
+        notes.append(f"checkpoint {Path(g['checkpoint']).name} ({name}): gate {verdict}"
+                     f" on validation windows (cost vs {v.get('rule', 'its rule')} {fmt(v.get('change'))} "
+                     f"[{fmt(ci[0])}, {fmt(ci[1])}]); `fleetwise serve` refuses a checkpoint that did not pass "
+                     "unless --force")
     best = meta.get("best") or next((n for n in result if "spot_vs_on_demand_cost_change" in result.get(n, {})), None)
+    if notes:
+        t.caption = "; ".join(notes)
     if best and "spot_vs_on_demand_cost_change" in result.get(best, {}):
         r = result[best]
         lo, hi = r["spot_vs_on_demand_cost_change_ci95"]
-        t.caption = (f"{best} with spot vs the same scaler all on-demand: cost {r['spot_vs_on_demand_cost_change']:+.1%} "
-                     f"[{lo:+.1%}, {hi:+.1%}] (SkyServe reports -43%); AIBrix reports -11.5% latency and 33% fewer "
-                     f"oscillations vs HPA")
+        spot = (f"{best} with spot vs the same scaler all on-demand: cost {r['spot_vs_on_demand_cost_change']:+.1%} "
+                f"[{lo:+.1%}, {hi:+.1%}] (SkyServe reports -43%); AIBrix reports -11.5% latency and 33% fewer "
+                f"oscillations vs HPA")
+        t.caption = f"{t.caption}\n{spot}" if notes else spot
     return t
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from fleetwise.control.checkpoint import resolve_inside
+from fleetwise.control.checkpoint import require_gate, resolve_inside
 from fleetwise.control.protocols import GroupState, ScaleObs
 from fleetwise.errors import InputError
 from fleetwise.serve.policy import RoutePolicy, parse_spec
@@ -79,15 +79,20 @@ class ScalePolicy:
             raise PolicyFailed(f"scaler {self.name!r} returned a non-integer target: {e}") from None
 
 
-def load_scale_policy(spec: str, files: CheckpointFiles | None = None) -> ScalePolicy:
+def load_scale_policy(spec: str, files: CheckpointFiles | None = None, force: bool = False) -> ScalePolicy:
     """A registered scaler by spec (``name?param=value``). A ``checkpoint`` parameter (the scaler ``rl``) names a
-    file: ``files`` resolves it (inside the checkpoint folder); None: the path as given (a trusted caller)."""
+    file: ``files`` resolves it (inside the checkpoint folder); None: the path as given (a trusted caller). A
+    learned scaler whose checkpoint did not pass the deployment gate is refused unless ``force``."""
     from fleetwise.policies import make
 
     name, params = parse_spec(spec)
     if files is not None and "checkpoint" in params:
         params["checkpoint"] = str(files.resolve(str(params["checkpoint"])))
-    return ScalePolicy(make("scaler", name, params, where="scaler: "), spec.strip())
+    scaler = make("scaler", name, params, where="scaler: ")
+    if "checkpoint" in params:  # a learned scaler: its checkpoint's model card must say it passed the gate
+        card = getattr(getattr(scaler, "model", None), "card", None)
+        require_gate(card, f"scaler {name!r}: checkpoint {Path(str(params['checkpoint'])).name}", force)
+    return ScalePolicy(scaler, spec.strip())
 
 
 def _missing_extra(e: ModuleNotFoundError, extra: str = "rl") -> InputError:
@@ -156,16 +161,17 @@ def _probe_plan(p: PlanPolicy) -> PlanPolicy:
     return p
 
 
-def load_plan_policy(spec: str | None = None, checkpoint: str | None = None) -> PlanPolicy:
+def load_plan_policy(spec: str | None = None, checkpoint: str | None = None, force: bool = False) -> PlanPolicy:
     """A registered planner (``ot``, ``ot_capacity``, ...) or a TORTA agent from its fleetwise checkpoint (``.npz``
     + model card, as written by learn/export.py after training; never an SB3 .zip): its action sets the OT target
     weights; otherwise free-capacity weights. ``checkpoint`` is loaded as given: the service resolves it inside its
-    checkpoint folder first (``CheckpointFiles``)."""
+    checkpoint folder first (``CheckpointFiles``). A checkpoint that did not pass the deployment gate (its model card)
+    is refused unless ``force``."""
     from fleetwise.policies import make
 
     try:
         if checkpoint is not None:
-            return _probe_plan(_plan_from_checkpoint(checkpoint))
+            return _probe_plan(_plan_from_checkpoint(checkpoint, force))
         name, params = parse_spec(spec or DEFAULT_PLANNER)
         planner = make("planner", name, params, where="planner: ")
         return _probe_plan(PlanPolicy(planner, (spec or DEFAULT_PLANNER).strip()))
@@ -175,11 +181,12 @@ def load_plan_policy(spec: str | None = None, checkpoint: str | None = None) -> 
         raise _missing_extra(e) from None
 
 
-def _plan_from_checkpoint(path: str) -> PlanPolicy:
+def _plan_from_checkpoint(path: str, force: bool = False) -> PlanPolicy:
     from fleetwise.policies.planners import PolicyPlanner, load_torta_checkpoint
 
     p = Path(path)
     policy, temporal, history, regions = load_torta_checkpoint(p)
+    require_gate(getattr(policy, "card", None), f"checkpoint {p.name}", force)
     _, TortaConfig = _torta()
     cfg = TortaConfig(temporal=temporal, history=history)
     return PlanPolicy(PolicyPlanner(cfg, policy, temporal), f"checkpoint:{p.name}", regions=regions, history=history)

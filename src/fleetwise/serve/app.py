@@ -139,12 +139,13 @@ def _parse_fast(model: Any, scope: dict, body: bytes) -> Any:
 @dataclass
 class Service:
     """What the endpoints share: the policies in use (one object, swapped whole by a reload), the metrics, and
-    which checkpoint files a reload may name."""
+    which checkpoint files a reload may name; ``force``: load checkpoints that did not pass the deployment gate."""
 
     policies: Policies
     metrics: Metrics
     files: CheckpointFiles
     seed: int = 0
+    force: bool = False
     ready: bool = True
     reloads: int = 0
     reload_lock: threading.Lock = field(default_factory=threading.Lock)
@@ -206,11 +207,11 @@ class Service:
             try:
                 seed = self.seed if req.seed is None else req.seed
                 route = load_route_policy(req.router, seed) if req.router is not None else old.route
-                scale = load_scale_policy(req.scaler, files) if req.scaler is not None else old.scale
+                scale = load_scale_policy(req.scaler, files, self.force) if req.scaler is not None else old.scale
                 plan, plan_err = old.plan, old.plan_error
                 if req.planner is not None or req.checkpoint is not None:
                     ckpt = None if req.checkpoint is None else str(files.resolve(req.checkpoint))
-                    plan, plan_err = load_plan_policy(req.planner, ckpt), None
+                    plan, plan_err = load_plan_policy(req.planner, ckpt, self.force), None
             except Exception as e:  # noqa: BLE001 - every failed load is the caller's 400, old policies kept
                 self.metrics.reloads.labels("failed").inc()
                 msg = str(e) if isinstance(e, InputError) else f"{type(e).__name__}: {e}"
@@ -326,9 +327,9 @@ ServiceApp = fronted(FastAPI)
 
 def _initial_policies(route_policy: str | RoutePolicy, scaler: str | ScalePolicy | None,
                       planner: str | PlanPolicy | None, checkpoint: str | None, seed: int,
-                      files: CheckpointFiles) -> Policies:
+                      files: CheckpointFiles, force: bool = False) -> Policies:
     route = route_policy if isinstance(route_policy, RoutePolicy) else load_route_policy(route_policy, seed)
-    scale = scaler if isinstance(scaler, ScalePolicy) or scaler is None else load_scale_policy(scaler, files)
+    scale = scaler if isinstance(scaler, ScalePolicy) or scaler is None else load_scale_policy(scaler, files, force)
     if isinstance(planner, PlanPolicy):
         return Policies(route, scale, planner)
     if planner is None and checkpoint is None:
@@ -337,21 +338,23 @@ def _initial_policies(route_policy: str | RoutePolicy, scaler: str | ScalePolicy
         except InputError as e:  # the default planner needs the rl extra (POT); the rest of the service does not
             return Policies(route, scale, None, str(e))
     ckpt = None if checkpoint is None else str(files.resolve(checkpoint))
-    return Policies(route, scale, load_plan_policy(planner, ckpt))
+    return Policies(route, scale, load_plan_policy(planner, ckpt, force))
 
 
 def create_app(route_policy: str | RoutePolicy = DEFAULT_ROUTER, scaler: str | ScalePolicy | None = None,
                planner: str | PlanPolicy | None = None, checkpoint: str | None = None, token: str | None = None,
                seed: int = 0, fast_route: bool = True, *, checkpoint_dir: str | None = None,
-               insecure_admin: bool = False, limits: Limits | None = None) -> FastAPI:
+               insecure_admin: bool = False, limits: Limits | None = None, force: bool = False) -> FastAPI:
     """The decision service as an ASGI app. ``token`` None: no authentication (the CLI allows that on loopback
     only): loopback clients and Host names only, and the admin paths refused unless ``insecure_admin``.
     ``checkpoint_dir``: the folder checkpoints load from (a reload may name files inside it only; none: reloading a
     checkpoint is refused). ``planner`` None and no ``checkpoint``: ``ot_capacity`` if the rl extra is installed,
     else /v1/plan answers 409. ``limits``: body size and read timeout here, the rest in ``edge.run``. Bad policy
-    names or files raise ``InputError``."""
+    names or files raise ``InputError``. A checkpoint (at start or on reload) whose model card does not say it
+    passed the deployment gate is refused unless ``force`` (``fleetwise serve --force``)."""
     files = CheckpointFiles(checkpoint_dir, trusted=True)
-    svc = Service(_initial_policies(route_policy, scaler, planner, checkpoint, seed, files), Metrics(), files, seed)
+    svc = Service(_initial_policies(route_policy, scaler, planner, checkpoint, seed, files, force), Metrics(), files,
+                  seed, force=force)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -385,7 +388,7 @@ def _version() -> str:
 def main(host: str = "127.0.0.1", port: int = 8000, router: str = DEFAULT_ROUTER, scaler: str | None = None,
          planner: str | None = None, checkpoint: str | None = None, token_file: str | None = None, seed: int = 0,
          log_level: str = "warning", access_log: bool = False, checkpoint_dir: str | None = None,
-         insecure_admin: bool = False, limits: Limits | None = None) -> None:
+         insecure_admin: bool = False, limits: Limits | None = None, force: bool = False) -> None:
     """``fleetwise serve``: check the token rule, build the app (bad policies: InputError), run uvicorn."""
     token = resolve_token(token_file)
     check_token(host, token)
@@ -400,7 +403,9 @@ def main(host: str = "127.0.0.1", port: int = 8000, router: str = DEFAULT_ROUTER
               "loopback only" + ("; admin endpoints open (--insecure-admin)" if insecure_admin else
                                  "; admin endpoints refused"), flush=True)
     app = create_app(router, scaler=scaler, planner=planner, checkpoint=checkpoint, token=token, seed=seed,
-                     checkpoint_dir=checkpoint_dir, insecure_admin=insecure_admin, limits=limits)
+                     checkpoint_dir=checkpoint_dir, insecure_admin=insecure_admin, limits=limits, force=force)
+    if force:
+        print("warning: --force: checkpoints that did not pass the deployment gate are served", flush=True)
     gc.collect()
     gc.freeze()  # the ~250k objects of the imports never move again: full collections stop scanning them (ms)
     run_server(app, host, port, limits, log_level=log_level, access_log=access_log)
