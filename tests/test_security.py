@@ -479,3 +479,33 @@ def test_serve_refuses_a_checkpoint_that_did_not_pass_the_gate_unless_forced(ckp
                         "rl?checkpoint=ungated.npz", "--port", "0"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "not validated" in r.stderr and "--force" in r.stderr
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_the_learned_routers_checkpoint_is_gated_and_confined(ckpt_dir, tmp_path):
+    """``learned?checkpoint=...``: refused unless its card passed the gate (or --force); a client's reload may
+    name files inside --checkpoint-dir only."""
+    import numpy as np
+
+    from fleetwise.errors import InputError
+    from fleetwise.learn.router import N_PARAMS, RouterTrainConfig, save_router
+
+    def router_ckpt(folder, name, passed):
+        g = None if passed is None else {"passed": passed, "change": -0.01, "ci95": [-0.02, 0.005]}
+        return save_router(folder / f"{name}.npz", np.zeros(N_PARAMS), RouterTrainConfig(), [], g)
+
+    router_ckpt(ckpt_dir, "r-failed", False)
+    router_ckpt(ckpt_dir, "r-passed", True)
+    router_ckpt(tmp_path, "outside", True)
+    with pytest.raises(InputError, match=r"r-failed.npz: did not pass the deployment gate .*--force"):
+        create_app(token=TOKEN, route_policy="learned?checkpoint=r-failed.npz", checkpoint_dir=str(ckpt_dir))
+    forced = create_app(token=TOKEN, route_policy="learned?checkpoint=r-failed.npz", checkpoint_dir=str(ckpt_dir),
+                        force=True)
+    assert forced.state.service.policies.route.name == "learned"
+    app = create_app(token=TOKEN, route_policy="learned?checkpoint=r-passed.npz", checkpoint_dir=str(ckpt_dir))
+    with serving(app) as url:
+        for spec, what in (("learned?checkpoint=r-failed.npz", "did not pass"),
+                           (f"learned?checkpoint={tmp_path / 'outside.npz'}", "outside")):
+            r = httpx.post(f"{url}/v1/admin/reload", json={"router": spec}, headers=AUTH)
+            assert r.status_code == 400 and what in one_line(r), one_line(r)
+        r = httpx.post(f"{url}/v1/admin/reload", json={"router": "learned?checkpoint=r-passed.npz"}, headers=AUTH)
+        assert r.status_code == 200

@@ -1104,7 +1104,7 @@ def serve(
                              "apply")
         _serve_module("gateway").serve_gateway(list(backend), host=host, port=port, route_policy=router,
                                                token_file=token_file, log_level=log_level, seed=seed,
-                                               max_attempts=max_attempts, limits=limits)
+                                               max_attempts=max_attempts, limits=limits, force=force)
         return
     if backend:
         raise InputError("--backend needs --gateway")

@@ -206,7 +206,8 @@ class Service:
             files = self.files.for_clients()
             try:
                 seed = self.seed if req.seed is None else req.seed
-                route = load_route_policy(req.router, seed) if req.router is not None else old.route
+                route = load_route_policy(req.router, seed, files=files, force=self.force) \
+                    if req.router is not None else old.route
                 scale = load_scale_policy(req.scaler, files, self.force) if req.scaler is not None else old.scale
                 plan, plan_err = old.plan, old.plan_error
                 if req.planner is not None or req.checkpoint is not None:
@@ -328,7 +329,8 @@ ServiceApp = fronted(FastAPI)
 def _initial_policies(route_policy: str | RoutePolicy, scaler: str | ScalePolicy | None,
                       planner: str | PlanPolicy | None, checkpoint: str | None, seed: int,
                       files: CheckpointFiles, force: bool = False) -> Policies:
-    route = route_policy if isinstance(route_policy, RoutePolicy) else load_route_policy(route_policy, seed)
+    route = route_policy if isinstance(route_policy, RoutePolicy) else \
+        load_route_policy(route_policy, seed, files=files, force=force)
     scale = scaler if isinstance(scaler, ScalePolicy) or scaler is None else load_scale_policy(scaler, files, force)
     if isinstance(planner, PlanPolicy):
         return Policies(route, scale, planner)

@@ -188,12 +188,13 @@ def _urls(backends: list[str]) -> list[str]:
 def create_gateway_app(backends: list[str], route_policy: str = "least_outstanding_tokens",
                        token: str | None = None, *, config: GatewayConfig | None = None,
                        backend_api_key: str | None = None, seed: int = 0, limits: Limits | None = None,
-                       **options: Any):
+                       force: bool = False, **options: Any):
     """The gateway as a FastAPI app. ``backends``: base URLs (``http://host:port``, with or without ``/v1``).
     ``route_policy``: a registered router (``fleetwise policies``), optionally ``name?param=value``.
     ``token``: bearer token for ``/v1/*`` and ``/metrics`` (None: loopback clients only). ``options``:
     ``GatewayConfig`` fields, e.g. ``max_attempts=2``. ``backend_api_key``: sent upstream as ``Authorization:
-    Bearer``. ``limits``: the edge's body limit and read timeout (the rest apply in ``serve_gateway``)."""
+    Bearer``. ``limits``: the edge's body limit and read timeout (the rest apply in ``serve_gateway``).
+    ``force``: serve a learned router whose checkpoint did not pass its deployment gate."""
     try:
         import httpx
         from fastapi import FastAPI
@@ -205,7 +206,7 @@ def create_gateway_app(backends: list[str], route_policy: str = "least_outstandi
     up_headers = {"content-type": "application/json", "accept-encoding": "identity"}
     if backend_api_key:
         up_headers["authorization"] = f"Bearer {backend_api_key}"
-    pool = Pool(_urls(backends), load_route_policy(route_policy, seed=seed), cfg, up_headers)
+    pool = Pool(_urls(backends), load_route_policy(route_policy, seed=seed, force=force), cfg, up_headers)
 
     @asynccontextmanager
     async def lifespan(app):

@@ -24,6 +24,8 @@ How the snapshot answers the view (replica ``i`` is ``req.replicas[i]``):
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import threading
 from typing import Any
 from urllib.parse import parse_qsl
@@ -160,14 +162,24 @@ def route_policy_names() -> list[str]:
     return names("router")
 
 
-def load_route_policy(spec: str, seed: int = 0) -> RoutePolicy:
+def load_route_policy(spec: str, seed: int = 0, *, files=None, force: bool = False) -> RoutePolicy:
     """A registered router by name (``fleetwise policies``), optionally ``"name?param=value&..."``, e.g.
-    ``"prefix_aware?hit_weight=0.5"``. Unknown names or parameters raise ``InputError`` with one clear line."""
+    ``"prefix_aware?hit_weight=0.5"``. Unknown names or parameters raise ``InputError`` with one clear line.
+
+    A learned router's ``checkpoint`` is resolved by ``files`` (``serve.adapters.CheckpointFiles``: inside
+    ``--checkpoint-dir``; a client's reload by path is refused without one) and must have passed its deployment
+    gate (its model card), unless ``force``."""
+    from fleetwise.control.checkpoint import require_gate
     from fleetwise.policies import make
 
     if not isinstance(spec, str) or not spec.strip():
         raise InputError(f"route policy: expected a router name, got {spec!r}; "
                          f"one of: {', '.join(route_policy_names())}")
     name, params = parse_spec(spec)
+    if files is not None and params.get("checkpoint") is not None:
+        params = {**params, "checkpoint": str(files.resolve(str(params["checkpoint"])))}
     router = make("router", name, params, where="route policy: ")
+    if getattr(router, "card", None) is not None or params.get("checkpoint") is not None:
+        require_gate(getattr(router, "card", None),
+                     f"router {name!r}: checkpoint {Path(str(getattr(router, 'checkpoint', ''))).name}", force)
     return RoutePolicy(router, name, seed=seed, spec=spec.strip())
