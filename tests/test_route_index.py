@@ -110,3 +110,25 @@ def test_index_follows_failures_drains_notices_and_new_replicas(name):
     assert scan.mismatches == 0
     same_records(a, b)
     assert (b.replica == 8).any()  # the replica added at run time got requests
+
+
+def test_a_replica_is_a_candidate_exactly_while_routable():
+    # the simulator checks a routing answer with ``routable`` (O(1)) instead of searching the candidate list
+    rng = np.random.default_rng(5)
+    w = Workload(arrival_s=np.cumsum(rng.exponential(1 / 40.0, 600)), prompt_tokens=rng.integers(1, 900, 600),
+                 output_tokens=rng.integers(1, 300, 600))
+    sim = Simulator([make_replica(i, LinearPerf(kv_tokens=6000)) for i in range(6)], w)
+    seen = []
+
+    def check(s):
+        for r in s.replicas:
+            seen.append((r.index in s.candidates[r.model_index]) == r.routable)
+    for t, act in [(2.0, lambda s: s.fail(1, detect_s=1.0)), (4.0, lambda s: s.drain(3)),
+                   (5.0, lambda s: s.preemption_notice(4, 0.5)),
+                   (6.0, lambda s: s.add_replica(make_replica(0, LinearPerf(kv_tokens=6000), start_s=s.now,
+                                                              ready_s=s.now + 1.0)))]:
+        sim.at(t, lambda s, act=act: (act(s), check(s)) and None)
+        sim.at(t + 1.5, lambda s: check(s))
+    sim.run(Controller(router=make("router", "least_outstanding_requests"), batcher=make("batcher", "sarathi")))
+    check(sim)
+    assert len(seen) > 20 and all(seen)

@@ -376,8 +376,14 @@ class Simulator:
             self.completions.append(rid)
         self.ended += 1
 
+    def _serves(self, ri: int, model: int) -> bool:
+        """Whether replica ``ri`` is among ``model``'s candidates (O(1): a replica is in its model's candidate list
+        exactly while it is routable)."""
+        r = self.replicas[ri]
+        return r.routable and r.model_index == model
+
     def _route(self, rid: int, ri: int) -> None:
-        if not (0 <= ri < len(self.replicas)) or ri not in self.candidates[self.model_of[rid]]:
+        if not (0 <= ri < len(self.replicas)) or not self._serves(ri, self.model_of[rid]):
             raise ValueError(f"request {rid}: replica {ri} does not serve its model; candidates "
                              f"{self.candidates[self.model_of[rid]]}")
         rep = self.replicas[ri]
@@ -600,7 +606,7 @@ class Simulator:
         regions plus its prompt's transfer time over their link."""
         if rid not in rep.waiting:
             raise ValueError(f"offload: request {rid} is not waiting at replica {rep.index}")
-        if not (0 <= to < len(self.replicas)) or to == rep.index or to not in self.candidates[self.model_of[rid]]:
+        if not (0 <= to < len(self.replicas)) or to == rep.index or not self._serves(to, self.model_of[rid]):
             raise ValueError(f"offload: replica {to} cannot serve request {rid}")
         if self.hops[rid]:
             raise ValueError(f"offload: request {rid} was offloaded already")
