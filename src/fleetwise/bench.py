@@ -62,12 +62,14 @@ def _fleet_one(replicas: int, n: int, scenario: str, router: str) -> dict:
 
     sc = scaled_scenario(scenario, replicas)
     b = build(sc, sc.seed, num_requests=n)
-    t0 = time.perf_counter()
-    rec = b.sim.run(b.controller(router))
-    wall = time.perf_counter() - t0
+    ctl = b.controller(router)
+    t0, c0 = time.perf_counter(), time.process_time()
+    rec = b.sim.run(ctl)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    # cpu_req_per_s: the same per CPU second of this process, steadier than wall time on a shared machine
     return {"replicas": replicas, "requests": len(b.workload), "req_per_s": len(b.workload) / wall,
-            "peak_rss_mb": rss_mb, "wall_s": wall, "events": b.sim.events,
+            "peak_rss_mb": rss_mb, "wall_s": wall, "cpu_req_per_s": len(b.workload) / cpu, "events": b.sim.events,
             "completed": int(rec.completed.sum()), "replicas_used": int(len(set(rec.replica.tolist()) - {-1}))}
 
 
