@@ -96,6 +96,19 @@ def test_bench_sim_speed_json():
     assert d["requests_per_s"] > 0 and d["peak_rss_mb"] > 0 and d["wall_s"] > 0
 
 
+def test_bench_sim_speed_against_fleet_size():
+    p = cli("bench", "sim-speed", "--replicas", "2,8", "--requests", "300", "--scenario", "vidur-parity",
+            "--router", "least_outstanding_tokens", "--json")
+    assert p.returncode == 0, p.stderr
+    rows = json.loads(p.stdout)
+    assert [r["replicas"] for r in rows] == [2, 8] and all(r["requests"] == 300 for r in rows)
+    assert all(r["req_per_s"] > 0 and r["peak_rss_mb"] > 0 for r in rows)
+    assert rows[1]["replicas_used"] == 8  # the load was scaled with the fleet: every replica got requests
+    for bad in ("0", "4,x", "20000"):
+        p = cli("bench", "sim-speed", "--replicas", bad, "--requests", "10")
+        assert p.returncode == 2 and "--replicas" in p.stderr and "Traceback" not in p.stderr
+
+
 def test_scenarios_and_policies_list():
     p = cli("scenarios")
     assert p.returncode == 0 and "vidur-parity" in p.stdout and "default" in p.stdout

@@ -30,20 +30,78 @@ def _one(n: int, scenario: str, router: str) -> dict:
             "ttft_p50_s": s["ttft_p50_s"], "ttft_p99_s": s["ttft_p99_s"], "tpot_p50_s": s["tpot_p50_s"]}
 
 
+def scaled_scenario(scenario: str, replicas: int):
+    """``scenario`` with its (one) deployment at ``replicas`` replicas and its arrival rate scaled by the same
+    factor, so that the load per replica stays the scenario's (a Poisson ``rate_rps`` or a trace's
+    ``time_scale``)."""
+    from fleetwise.errors import InputError
+    from fleetwise.scenario import Scenario, load_scenario
+
+    d = load_scenario(scenario).model_dump()
+    if len(d["deployments"]) != 1 or not d["deployments"][0]["replicas"]:
+        raise InputError(f"--replicas: scenario {scenario!r} must have one deployment with replicas > 0")
+    n0 = d["deployments"][0]["replicas"]
+    d["deployments"][0]["replicas"] = replicas
+    w = d["workload"]
+    if "rate_rps" in w:
+        w["rate_rps"] = w["rate_rps"] * replicas / n0
+    elif w.get("kind") == "trace":
+        w["time_scale"] = w.get("time_scale", 1.0) * n0 / replicas
+    else:
+        raise InputError(f"--replicas: cannot scale the load of workload kind {w.get('kind')!r} "
+                         f"(scenario {scenario!r}); use a Poisson or trace workload")
+    return Scenario.model_validate(d)
+
+
+def _fleet_one(replicas: int, n: int, scenario: str, router: str) -> dict:
+    """Simulate ``n`` requests of ``scenario`` scaled to ``replicas`` replicas at the same load per replica."""
+    import resource
+    import time
+
+    from fleetwise.scenario import build
+
+    sc = scaled_scenario(scenario, replicas)
+    b = build(sc, sc.seed, num_requests=n)
+    ctl = b.controller(router)
+    t0, c0 = time.perf_counter(), time.process_time()
+    rec = b.sim.run(ctl)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    # cpu_req_per_s: the same per CPU second of this process, steadier than wall time on a shared machine
+    return {"replicas": replicas, "requests": len(b.workload), "req_per_s": len(b.workload) / wall,
+            "peak_rss_mb": rss_mb, "wall_s": wall, "cpu_req_per_s": len(b.workload) / cpu, "events": b.sim.events,
+            "completed": int(rec.completed.sum()), "replicas_used": int(len(set(rec.replica.tolist()) - {-1}))}
+
+
+def fleet_speed(replicas: list[int], n: int, scenario: str = "vidur-parity", router: str = "least_outstanding_tokens",
+                ) -> list[dict]:
+    """Simulated requests per wall-second against the number of replicas, each fleet size in a fresh process."""
+    res = []
+    for r in replicas:
+        code = (f"import json; from fleetwise.bench import _fleet_one; "
+                f"print(json.dumps(_fleet_one({int(r)}, {int(n)}, {scenario!r}, {router!r})))")
+        res.append(_child(code, f"bench run with {r} replicas"))
+    return res
+
+
+def _child(code: str, what: str) -> dict:
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    if p.returncode != 0:
+        last = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ""
+        if last.startswith("fleetwise.errors.InputError: "):  # bad input found in the child: its one line
+            from fleetwise.errors import InputError
+
+            raise InputError(last.split(": ", 1)[1])
+        raise RuntimeError(f"{what} failed:\n{p.stderr[-2000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
 def sim_speed(sizes: list[int], scenario: str = "vidur-parity", router: str = "round_robin") -> dict[str, dict]:
     """Each size in a fresh interpreter, so that peak memory is that run's alone."""
     res = {}
     for n in sizes:
         code = f"import json; from fleetwise.bench import _one; print(json.dumps(_one({int(n)}, {scenario!r}, {router!r})))"
-        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-        if p.returncode != 0:
-            last = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ""
-            if last.startswith("fleetwise.errors.InputError: "):  # bad input found in the child: its one line
-                from fleetwise.errors import InputError
-
-                raise InputError(last.split(": ", 1)[1])
-            raise RuntimeError(f"bench run with {n} requests failed:\n{p.stderr[-2000:]}")
-        res[str(n)] = json.loads(p.stdout.strip().splitlines()[-1])
+        res[str(n)] = _child(code, f"bench run with {n} requests")
     return res
 
 

@@ -784,12 +784,20 @@ def bench_sim_speed(
     sizes: str = typer.Option("10000,100000", help="comma-separated request counts"),
     scenario: str = typer.Option("vidur-parity", help="scenario to simulate"),
     router: str = typer.Option("round_robin"),
+    replicas: str = typer.Option("", help="comma-separated fleet sizes (e.g. 4,1024,10000): simulate --requests "
+                                 "requests at each size, the load per replica kept as in the scenario"),
+    requests: int = typer.Option(50_000, help="requests per fleet size (with --replicas)"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Simulated requests per wall-second and peak memory, each size in a fresh process."""
+    """Simulated requests per wall-second and peak memory, each size in a fresh process. With --replicas: the same
+    against the number of replicas, printing [{replicas, requests, req_per_s, peak_rss_mb, ...}]."""
     from fleetwise.bench import sim_speed
     from fleetwise.policies import make
     from fleetwise.scenario import load_scenario
+
+    if replicas.strip():
+        _bench_fleet_speed(replicas, requests, scenario, router, as_json)
+        return
 
     ns = []
     for x in sizes.split(","):
@@ -815,6 +823,40 @@ def bench_sim_speed(
         t.add_column(c, justify="right")
     for n, r in res.items():
         t.add_row(n, f"{r['requests_per_s']:.0f}", f"{r['wall_s']:.2f}", f"{r['peak_rss_mb']:.0f}", f"{r['events']}")
+    out.print(t)
+
+
+def _bench_fleet_speed(replicas: str, requests: int, scenario: str, router: str, as_json: bool) -> None:
+    from fleetwise.bench import fleet_speed, scaled_scenario
+    from fleetwise.policies import make
+
+    sizes = []
+    for x in replicas.split(","):
+        if not x.strip():
+            continue
+        try:
+            r = int(x)
+        except ValueError:
+            raise InputError(f"--replicas {replicas!r}: {x.strip()!r} is not a whole number") from None
+        if not 1 <= r <= MAX_REPLICAS:
+            raise InputError(f"--replicas {replicas!r}: {r} is not from 1 to {MAX_REPLICAS:,}")
+        sizes.append(r)
+    if not sizes:
+        raise InputError(f"--replicas {replicas!r}: give at least one fleet size")
+    if not 1 <= requests <= MAX_REQUESTS:
+        raise InputError(f"--requests {requests}: expected 1 to {MAX_REQUESTS:,}")
+    scaled_scenario(scenario, sizes[0])  # a bad name, file or workload kind fails here, before any child process
+    make("router", router, where="--router: ")
+    res = fleet_speed(sizes, requests, scenario=scenario, router=router)
+    if as_json:
+        out.print_json(json.dumps(res))
+        return
+    t = Table(title=f"simulator speed against fleet size on {scenario} ({router}, load per replica kept)")
+    for c in ("replicas", "requests", "requests/s", "wall s", "peak RSS MB"):
+        t.add_column(c, justify="right")
+    for r in res:
+        t.add_row(str(r["replicas"]), str(r["requests"]), f"{r['req_per_s']:.0f}", f"{r['wall_s']:.2f}",
+                  f"{r['peak_rss_mb']:.0f}")
     out.print(t)
 
 

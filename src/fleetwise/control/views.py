@@ -44,6 +44,22 @@ class RouteView(Protocol):
         """Prefill + decode tokens still to compute for the requests at ``replica``."""
         ...
 
+    def least_outstanding(self) -> int:
+        """The candidate with the fewest ``outstanding`` requests, ties to the lowest index: exactly
+        ``min(candidates(), key=outstanding)``, which ``RouteScans`` computes; the simulator answers it from an
+        index, so that its cost does not grow with the fleet."""
+        ...
+
+    def least_outstanding_tokens(self) -> int:
+        """The candidate with the fewest ``outstanding_tokens``, ties to the lowest index (as
+        ``least_outstanding``)."""
+        ...
+
+    def prefix_candidates(self) -> Sequence[int]:
+        """Candidates where ``prefix_hit_tokens`` may be above 0 (a superset is allowed, e.g. all of them),
+        in index order; every other candidate has no hit."""
+        ...
+
     def kv_used_fraction(self, replica: int) -> float:
         """Fraction of ``replica``'s KV-cache blocks in use."""
         ...
@@ -71,6 +87,22 @@ class RouteView(Protocol):
     def ready_in_s(self, replica: int) -> float:
         """Seconds until ``replica`` serves (loading weights, a model switch); 0 when it serves now."""
         ...
+
+
+class RouteScans:
+    """The fleet-wide ``RouteView`` questions answered by scanning the candidates: a base for a view whose
+    candidates are few (a caller's snapshot) or that keeps no index."""
+
+    __slots__ = ()
+
+    def least_outstanding(self) -> int:
+        return min(self.candidates(), key=self.outstanding)
+
+    def least_outstanding_tokens(self) -> int:
+        return min(self.candidates(), key=self.outstanding_tokens)
+
+    def prefix_candidates(self) -> Sequence[int]:
+        return self.candidates()
 
 
 @runtime_checkable

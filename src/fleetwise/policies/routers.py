@@ -4,6 +4,11 @@ Every router is typed against ``RouteView`` (``fleetwise.control.views``): it pi
 ``view.candidates()`` (the replicas serving the request's model) from what the view reports of them
 (outstanding requests and tokens, KV use, prefix-cache hits, network round trip, prefill throughput). The
 simulator and the decision service both implement the view, so a router runs unchanged in either.
+
+Routers that take the least-loaded candidate ask the view for it (``least_outstanding``,
+``least_outstanding_tokens``, ``prefix_candidates``) instead of scanning ``candidates()``: the simulator answers
+from indexes kept as its state changes, so routing costs the same at 4 replicas and at 10,000; the answer is the
+scan's, ties to the lowest index (``docs/simulator.md``, "Routing at fleet scale").
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ class LeastOutstandingRequests:
     """Fewest requests routed and not finished (running + waiting); ties to the lowest index."""
 
     def route(self, view: RouteView) -> int:
-        return min(view.candidates(), key=view.outstanding)
+        return view.least_outstanding()
 
 
 @register_router("least_outstanding_tokens")
@@ -49,7 +54,7 @@ class LeastOutstandingTokens:
     """Fewest prefill + decode tokens still to compute (an estimate of the work queued at the replica)."""
 
     def route(self, view: RouteView) -> int:
-        return min(view.candidates(), key=view.outstanding_tokens)
+        return view.least_outstanding_tokens()
 
 
 @register_router("least_kv_load")
@@ -77,16 +82,28 @@ class PowerOfTwo:
 class PrefixAware:
     """Prefix-cache aware: minimise (outstanding tokens - prompt tokens found in the replica's prefix cache),
     i.e. the work ahead of the request minus the prefill it would save. Falls back to least outstanding
-    tokens when the request's prefix hits are unknown."""
+    tokens when the request's prefix hits are unknown.
+
+    Only replicas holding the request's first prefix block can have a hit (``view.prefix_candidates()``); every
+    other candidate's key is its outstanding tokens, so the least-loaded candidate stands for all of them (with a
+    positive ``hit_weight`` no replica without a hit can beat a replica with one and the same load)."""
 
     def __init__(self, hit_weight: float = 1.0):
         self.hit_weight = hit_weight
 
     def route(self, view: RouteView) -> int:
         if not view.has_prefix():
-            return min(view.candidates(), key=view.outstanding_tokens)
+            return view.least_outstanding_tokens()
         w = self.hit_weight
-        return min(view.candidates(), key=lambda i: view.outstanding_tokens(i) - w * view.prefix_hit_tokens(i))
+        if w <= 0:
+            return min(view.candidates(), key=lambda i: view.outstanding_tokens(i) - w * view.prefix_hit_tokens(i))
+        best = view.least_outstanding_tokens()
+        key, best = view.outstanding_tokens(best), best
+        for i in view.prefix_candidates():
+            k = view.outstanding_tokens(i) - w * view.prefix_hit_tokens(i)
+            if k < key or (k == key and i < best):
+                key, best = k, i
+        return best
 
 
 @register_router("nearest_region")

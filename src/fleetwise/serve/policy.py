@@ -32,6 +32,7 @@ from urllib.parse import parse_qsl
 
 import numpy as np
 
+from fleetwise.control.views import RouteScans
 from fleetwise.errors import InputError
 from fleetwise.serve.schemas import MAX_REPLICAS, ROUTE_EXAMPLE, ReplicaSnapshot, RouteRequest  # noqa: F401 (the wire)
 
@@ -39,7 +40,7 @@ DEFAULT_TOKENS_PER_S = 10_000.0  # prefill throughput assumed when no replica re
 
 
 # --------------------------------------------------------------------------------------------- the view
-class SnapshotRouteView:
+class SnapshotRouteView(RouteScans):
     """``RouteView`` of one request from a caller's snapshot (time 0, request 0)."""
 
     __slots__ = ("snaps", "rng", "model", "prompt_tokens", "_ready", "_tps")

@@ -27,6 +27,7 @@ import numpy as np
 
 from fleetwise.sim.actions import BatchPlan, DecisionPoint
 from fleetwise.sim.engine import Lane, Replica
+from fleetwise.sim.route_index import LoadIndex, PrefixIndex
 from fleetwise.sim.records import COMPLETED, PENDING, REJECT_REASONS, REJECTED, Records
 from fleetwise.sim.views import SimLaneView, SimRouteView
 
@@ -140,6 +141,10 @@ class Simulator:
         self._tps: dict[int, float] = {}
         self._pause_t = INF  # the time of the pause timer run_until set last
         self._rview = SimRouteView(self)
+        # load indexes of the load-aware routers (fleetwise.sim.route_index), made when a router first asks
+        self._tok_index: LoadIndex | None = None
+        self._req_index: LoadIndex | None = None
+        self._prefix_index: PrefixIndex | None = None
         for r in self.replicas:
             if r.ready_s > 0:
                 self._push(r.ready_s, READY, r.index, 0)
@@ -148,6 +153,38 @@ class Simulator:
     def _push(self, t: float, kind: int, x, y) -> None:
         self._seq += 1
         heapq.heappush(self._heap, (t, kind, self._seq, x, y))
+
+    def _touch(self, rep: Replica) -> None:
+        """Something a load index reads of ``rep`` changed (its counters, a lane's run, its candidacy)."""
+        if self._tok_index is not None:
+            self._tok_index.dirty.add(rep.index)
+        if self._req_index is not None:
+            self._req_index.dirty.add(rep.index)
+
+    def least_loaded(self, model: int, tokens: bool) -> int:
+        """The candidate of ``model`` with the fewest outstanding tokens as of now (``tokens``) or outstanding
+        requests; ties to the lowest index; -1 when it has none. Same answer as a scan, from an index."""
+        if tokens:
+            ix = self._tok_index
+            if ix is None:
+                ix = self._tok_index = LoadIndex(self, True)
+        else:
+            ix = self._req_index
+            if ix is None:
+                ix = self._req_index = LoadIndex(self, False)
+        return ix.argmin(model, self.now)
+
+    def prefix_holders(self, block: int):
+        """Replicas whose prefix cache holds ``block`` (any model, routable or not), in no particular order."""
+        px = self._prefix_index
+        if px is None:
+            px = self._prefix_index = PrefixIndex()
+            for r in self.replicas:
+                if r.prefix_cache:
+                    for b in r.prefix_cache:
+                        px.add(b, r.index)
+        d = px.holders.get(block)
+        return d.keys() if d else ()
 
     def advance(self) -> DecisionPoint | None:
         """Process events until a policy must decide; return that decision point (None: all requests ended)."""
@@ -339,8 +376,14 @@ class Simulator:
             self.completions.append(rid)
         self.ended += 1
 
+    def _serves(self, ri: int, model: int) -> bool:
+        """Whether replica ``ri`` is among ``model``'s candidates (O(1): a replica is in its model's candidate list
+        exactly while it is routable)."""
+        r = self.replicas[ri]
+        return r.routable and r.model_index == model
+
     def _route(self, rid: int, ri: int) -> None:
-        if not (0 <= ri < len(self.replicas)) or ri not in self.candidates[self.model_of[rid]]:
+        if not (0 <= ri < len(self.replicas)) or not self._serves(ri, self.model_of[rid]):
             raise ValueError(f"request {rid}: replica {ri} does not serve its model; candidates "
                              f"{self.candidates[self.model_of[rid]]}")
         rep = self.replicas[ri]
@@ -359,6 +402,7 @@ class Simulator:
         self.net_s[rid] = rtt
         rep.outstanding += 1
         rep.pending_tokens += self.ctx[rid] - self.pf[rid] + self.output[rid] - self.gen[rid]
+        self._touch(rep)
         src = self.moved_from[rid]
         if src >= 0:  # a retry or migration leaves from the replica it was at
             self.moved_from[rid] = -1
@@ -413,6 +457,7 @@ class Simulator:
         while j > 1 and lane.run_elapsed(j - 1) > dt:
             j -= 1
         if j < lane.run_k:
+            self._touch(lane.replica)
             lane.run_k = j
             lane.t_end = lane.t0 + lane.run_elapsed(j)
             lane.version += 1
@@ -434,6 +479,7 @@ class Simulator:
     def _start(self, lane: Lane, plan: BatchPlan) -> None:
         lane.awaiting = False
         rep = lane.replica
+        self._touch(rep)
         bs = lane.block_tokens
         if plan.queue is not None:
             if len(plan.queue) != len(rep.waiting) or set(plan.queue) != set(rep.waiting):
@@ -560,7 +606,7 @@ class Simulator:
         regions plus its prompt's transfer time over their link."""
         if rid not in rep.waiting:
             raise ValueError(f"offload: request {rid} is not waiting at replica {rep.index}")
-        if not (0 <= to < len(self.replicas)) or to == rep.index or to not in self.candidates[self.model_of[rid]]:
+        if not (0 <= to < len(self.replicas)) or to == rep.index or not self._serves(to, self.model_of[rid]):
             raise ValueError(f"offload: replica {to} cannot serve request {rid}")
         if self.hops[rid]:
             raise ValueError(f"offload: request {rid} was offloaded already")
@@ -578,6 +624,7 @@ class Simulator:
         self.net_s[rid] = self._rtt[self.origin[rid]][dst.region]
         dst.outstanding += 1
         dst.pending_tokens += self.ctx[rid] - self.pf[rid] + self.output[rid] - self.gen[rid]
+        self._touch(dst)
         self.enqueue_s[rid] = math.nan
         if delay > 0.0:
             self._push(self.now + delay, ENQUEUE, dst, rid)
@@ -615,6 +662,7 @@ class Simulator:
 
     def _finish(self, lane: Lane) -> None:
         rep = lane.replica
+        self._touch(rep)
         now = self.now
         dt = now - lane.t0
         pp = len(rep.lanes)
@@ -678,11 +726,16 @@ class Simulator:
             self.first_token_s[rid] = self.now
         if self.prefix_enabled and rep.prefix_cache is not None:
             cache = rep.prefix_cache
+            px = self._prefix_index
             for b in self._pblk[self._pofs[rid]:self._pofs[rid + 1]].tolist():
+                if px is not None and b not in cache:
+                    px.add(b, rep.index)
                 cache[b] = None
                 cache.move_to_end(b)
             while len(cache) > rep.prefix_cap_blocks:
-                cache.popitem(last=False)
+                b, _ = cache.popitem(last=False)
+                if px is not None:
+                    px.remove(b, rep.index)
         if g >= self.output[rid]:
             self._complete(lane, rid, running=False)
             return
@@ -714,6 +767,7 @@ class Simulator:
             self.completions.append(rid)
         rep.outstanding -= 1
         rep.served += 1
+        self._touch(rep)
         self.ended += 1
         if rep.draining and rep.outstanding == 0 and not rep.failed:
             self._stop(rep)
@@ -751,6 +805,7 @@ class Simulator:
             rep.pending_tokens += self.pf[rid]  # its prefill progress is lost
         lane.used_blocks -= -(-held // bs)
         lane.kv_tokens -= held
+        self._touch(rep)
         self.epoch[rid] += 1
         self.ctx[rid] = self.prompt[rid] + self.gen[rid]
         self.pf[rid] = 0
@@ -785,6 +840,7 @@ class Simulator:
             self.arrived.append(0)
             self.max_context.append(1 << 60)
         rep.routable = False
+        self._touch(rep)
         self._push(max(rep.ready_s, self.now), READY, rep.index, 0)
         return rep.index
 
@@ -794,6 +850,7 @@ class Simulator:
             cands.append(rep.index)
             cands.sort()
         rep.routable = True
+        self._touch(rep)
         held = self.held[rep.model_index]
         if held:  # requests held for a replica of this model: route them now, in arrival order
             for rid in reversed(held):
@@ -805,6 +862,7 @@ class Simulator:
         if rep.index in cands:
             cands.remove(rep.index)
         rep.routable = False
+        self._touch(rep)
 
     def drain(self, replica: int) -> None:
         """Scale-down: the replica takes no new requests, finishes those it has (none is dropped), then stops
@@ -820,6 +878,7 @@ class Simulator:
     def _stop(self, rep: Replica) -> None:
         rep.stop_s = self.now
         rep.routable = False
+        self._touch(rep)
         for lane in rep.lanes:
             lane.version += 1
             lane.busy = lane.awaiting = lane.idle_wait = False
@@ -834,6 +893,7 @@ class Simulator:
             return self.now
         self._unroutable(rep)
         rep.draining = True
+        self._touch(rep)
         while rep.waiting:
             rid = rep.waiting.popleft()
             rep.outstanding -= 1
@@ -860,6 +920,7 @@ class Simulator:
             return 0
         rep.failed = True
         rep.stop_s = self.now
+        self._touch(rep)
         if detect_s > 0.0:
             self.at(self.now + detect_s, lambda _sim: self._unroutable(rep))
         else:
@@ -927,6 +988,8 @@ class Simulator:
         self._next = self.n
         for h in self.held:
             h.clear()
+        for rep in self.replicas:
+            self._touch(rep)
         for rid in range(self.n):
             if self.status[rid] == PENDING:
                 self._reject(rid, "horizon")

@@ -2,7 +2,9 @@
 
 One ``SimRouteView`` per simulator is positioned on each request before a router sees it; one ``SimLaneView``
 per engine lane is created once and reads the lane's state live. Neither copies state: they cost a few
-attribute reads per question, and nothing when a question is not asked.
+attribute reads per question, and nothing when a question is not asked. The fleet-wide questions
+(``least_outstanding_tokens``, ``least_outstanding``, ``prefix_candidates``) are answered from the simulator's
+indexes (``fleetwise.sim.route_index``), not by scanning the replicas.
 """
 
 from __future__ import annotations
@@ -52,6 +54,26 @@ class SimRouteView:
 
     def outstanding_tokens(self, replica: int) -> int:
         return self.replicas[replica].outstanding_tokens(self.time_s)
+
+    def least_outstanding(self) -> int:
+        i = self.sim.least_loaded(self.model, False)
+        return i if i >= 0 else min(self.candidates(), key=self.outstanding)
+
+    def least_outstanding_tokens(self) -> int:
+        i = self.sim.least_loaded(self.model, True)
+        return i if i >= 0 else min(self.candidates(), key=self.outstanding_tokens)
+
+    def prefix_candidates(self):
+        sim = self.sim
+        if not sim.prefix_enabled:
+            return ()
+        if self._blocks is None:
+            self._blocks = sim.prefix_blocks(self.request)
+        if not self._blocks:
+            return ()
+        reps, m = self.replicas, self.model
+        return sorted(i for i in sim.prefix_holders(self._blocks[0])
+                      if reps[i].routable and reps[i].model_index == m)
 
     def kv_used_fraction(self, replica: int) -> float:
         return self.replicas[replica].kv_used_fraction(self.time_s)

@@ -1,0 +1,134 @@
+"""The simulator's routing indexes (fleetwise.sim.route_index) give the scan's answer, decision for decision."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from fakes import LinearPerf
+from fleetwise.control.controller import Controller
+from fleetwise.policies import make
+from fleetwise.scenario import Scenario, build, load_scenario
+from fleetwise.sim.build import make_replica
+from fleetwise.sim.simulator import SimOptions, Simulator
+from fleetwise.workload.request import Workload
+
+
+class Scan:
+    """The router rules written as scans over ``candidates()`` (what the routers did before the indexes);
+    counts the decisions where the indexed router's own answer (asked on the same view) differs."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.indexed = make("router", name)
+        self.decisions = self.mismatches = 0
+
+    def route(self, view) -> int:
+        c = view.candidates()
+        if self.name == "least_outstanding_requests":
+            i = min(c, key=view.outstanding)
+        elif self.name == "least_outstanding_tokens" or not view.has_prefix():
+            i = min(c, key=view.outstanding_tokens)
+        else:
+            i = min(c, key=lambda r: view.outstanding_tokens(r) - view.prefix_hit_tokens(r))
+        self.decisions += 1
+        self.mismatches += self.indexed.route(view) != i
+        return i
+
+
+def fields(rec):
+    return {f.name: getattr(rec, f.name) for f in dataclasses.fields(rec)
+            if isinstance(getattr(rec, f.name), np.ndarray)}
+
+
+def same_records(a, b):
+    fa, fb = fields(a), fields(b)
+    assert fa.keys() == fb.keys()
+    for k in fa:
+        np.testing.assert_array_equal(fa[k], fb[k], err_msg=k)
+
+
+def scaled(name: str, replicas: int) -> Scenario:
+    d = load_scenario(name).model_dump()
+    n0 = d["deployments"][0]["replicas"]
+    d["deployments"][0]["replicas"] = replicas
+    w = d["workload"]
+    if "rate_rps" in w:
+        w["rate_rps"] = w["rate_rps"] * replicas / n0
+    else:
+        w["time_scale"] = w.get("time_scale", 1.0) * n0 / replicas
+    return Scenario.model_validate(d)
+
+
+def run_both(make_sim, name):
+    scan = Scan(name)
+    sim_a = make_sim()
+    rec_a = sim_a.run(Controller(router=scan, batcher=make("batcher", "sarathi")))
+    sim_b = make_sim()
+    rec_b = sim_b.run(Controller(router=make("router", name), batcher=make("batcher", "sarathi")))
+    return scan, rec_a, rec_b
+
+
+@pytest.mark.parametrize("name", ["least_outstanding_tokens", "least_outstanding_requests"])
+def test_indexed_router_decides_as_the_scan_on_a_32_replica_fleet(name):
+    sc = scaled("vidur-parity", 32)
+    scan, a, b = run_both(lambda: build(sc, 1, num_requests=1500).sim, name)
+    assert scan.decisions >= 1500 and scan.mismatches == 0
+    same_records(a, b)
+    assert len(np.unique(b.replica)) == 32
+
+
+def test_prefix_aware_decides_as_the_scan_with_prefix_hits():
+    sc = scaled("prefix-cache", 12)
+    scan, a, b = run_both(lambda: build(sc, 0, num_requests=800).sim, "prefix_aware")
+    assert scan.mismatches == 0
+    same_records(a, b)
+    assert b.prefix_hit_tokens.sum() > 0
+
+
+@pytest.mark.parametrize("name", ["least_outstanding_tokens", "least_outstanding_requests", "prefix_aware"])
+def test_index_follows_failures_drains_notices_and_new_replicas(name):
+    rng = np.random.default_rng(4)
+    n = 1200
+    w = Workload(arrival_s=np.cumsum(rng.exponential(1 / 60.0, n)), prompt_tokens=rng.integers(1, 900, n),
+                 output_tokens=rng.integers(1, 300, n))
+
+    def make_sim():
+        reps = [make_replica(i, LinearPerf(kv_tokens=6000)) for i in range(8)]
+        sim = Simulator(reps, w, options=SimOptions(check_invariants=True))
+        sim.at(3.0, lambda s: s.fail(2, detect_s=1.0) and None)
+        sim.at(5.0, lambda s: s.drain(5))
+        sim.at(7.0, lambda s: s.preemption_notice(0, 0.5) and None)
+        sim.at(8.0, lambda s: s.add_replica(make_replica(0, LinearPerf(kv_tokens=6000), start_s=s.now,
+                                                         ready_s=s.now + 2.0)) and None)
+        sim.at(9.0, lambda s: s.stall(7, 1.5) and None)
+        return sim
+
+    scan, a, b = run_both(make_sim, name)
+    assert scan.mismatches == 0
+    same_records(a, b)
+    assert (b.replica == 8).any()  # the replica added at run time got requests
+
+
+def test_a_replica_is_a_candidate_exactly_while_routable():
+    # the simulator checks a routing answer with ``routable`` (O(1)) instead of searching the candidate list
+    rng = np.random.default_rng(5)
+    w = Workload(arrival_s=np.cumsum(rng.exponential(1 / 40.0, 600)), prompt_tokens=rng.integers(1, 900, 600),
+                 output_tokens=rng.integers(1, 300, 600))
+    sim = Simulator([make_replica(i, LinearPerf(kv_tokens=6000)) for i in range(6)], w)
+    seen = []
+
+    def check(s):
+        for r in s.replicas:
+            seen.append((r.index in s.candidates[r.model_index]) == r.routable)
+    for t, act in [(2.0, lambda s: s.fail(1, detect_s=1.0)), (4.0, lambda s: s.drain(3)),
+                   (5.0, lambda s: s.preemption_notice(4, 0.5)),
+                   (6.0, lambda s: s.add_replica(make_replica(0, LinearPerf(kv_tokens=6000), start_s=s.now,
+                                                              ready_s=s.now + 1.0)))]:
+        sim.at(t, lambda s, act=act: (act(s), check(s)) and None)
+        sim.at(t + 1.5, lambda s: check(s))
+    sim.run(Controller(router=make("router", "least_outstanding_requests"), batcher=make("batcher", "sarathi")))
+    check(sim)
+    assert len(seen) > 20 and all(seen)
