@@ -269,7 +269,7 @@ def test_recipe_training_logs_multipliers_validates_and_gates(tmp_path):
     assert info["bc"][0] < info["bc"][-1] and info["bc"][-1] >= args.bc_target  # cloned towards the rule
     assert len(info["lagrange"]) == len(cfg.classes)
     assert all(len(g["history"]) == 2 for g in info["lagrange"])  # one multiplier update per rollout
-    assert len(info["validation_curve"]) == 2
+    assert [s for s, _ in info["validation_curve"]][0] == 0 and len(info["validation_curve"]) == 3  # + the warm start
     card = ModelCard.from_json(json.loads(card_file(ck).read_text()))
     assert card.rule == "least_loaded" and card.validation["rule"] == val.best_rule
     g = card.validation["gate"]

@@ -242,12 +242,13 @@ def _dist_stats(logits: dict, actions=None, generator=None, masks=None):
 class TrainedPolicy:
     """Joint actions of trained networks, usable as ``evaluate(cfg, policy, ...)``'s callable.
 
-    ``deterministic=False`` (default) samples the trained stochastic policy, as it acted in training, from a
-    generator reseeded at each episode start (``reset(seed)``; ``evaluate`` does it), so the same seed gives the
-    same actions. ``deterministic=True`` takes each factor's most likely choice: for the GPU agent that is
-    mostly "hold", because scaling is a rare action of the trained policy."""
+    ``deterministic=True`` (default: how a checkpoint is validated, gated and deployed) takes each factor's most
+    likely correction among the allowed ones (masks): where the policy learned nothing, that is the rule's own
+    decision. ``deterministic=False`` samples the stochastic policy, as it acted in training, from a generator
+    reseeded at each episode start (``reset(seed)``; ``evaluate`` does it), so the same seed gives the same
+    actions."""
 
-    def __init__(self, nets, deterministic: bool = False):
+    def __init__(self, nets, deterministic: bool = True):
         self.nets = nets
         self.deterministic = deterministic
         self.gen = None
@@ -449,6 +450,9 @@ def train(make_env: Callable[[], object], args: MAPPOArgs, ckpt_path: str | Path
         att = ok / np.maximum(n, 1)
         lags = [Lagrangian(target=float(args.slo_target if args.slo_target is not None else max(att[k] - 0.01, 0.0)),
                            sense=">=", lr=args.lagrange_lr, lam_max=args.lagrange_max) for k in range(nc)]
+        if validator is not None:  # the warm start is the first candidate checkpoint
+            validator.check(_Holder(nets), 0)
+            val_detail = last_val["d"]
     nA = len(AGENTS)
     t0 = time.perf_counter()
     done_here = 0
