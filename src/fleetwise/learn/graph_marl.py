@@ -552,6 +552,36 @@ def train(make_env: Callable[[], object], args: MAPPOArgs, ckpt_path: str | Path
     return TrainedPolicy(nets), curve, info
 
 
+def train_job(job: dict) -> dict:
+    """One training job (``recipe.run_jobs``: a worker process or a Ray task): ``job`` holds ``cfg``, ``args``
+    (a ``MAPPOArgs`` as a dict), ``ckpt`` (path), ``validation`` (a :class:`ValidationWindows` or None). Trains
+    (resuming from the checkpoint) and returns what pickles: curve, info and the checkpoint's path; the chosen
+    networks are read back with :func:`load_trained`."""
+    from fleetwise.envs.graph_marl import make_env
+
+    args = MAPPOArgs(**job["args"])
+    cfg = job["cfg"]
+    _, curve, info = train(lambda: make_env(cfg, duration_s=args.train_segment_s), args, ckpt_path=job["ckpt"],
+                           resume=True, validation=job.get("validation"))
+    return {"name": job.get("name"), "curve": curve, "info": info, "ckpt": str(job["ckpt"])}
+
+
+def load_trained(ckpt_path: str | Path, cfg) -> TrainedPolicy:
+    """The policy a checkpoint chose: the validation's best parameters when it has them, else the last ones.
+    (A trusted file written by :func:`train`: torch.load unpickles; never load one a user sent.)"""
+    from fleetwise.envs.graph_marl import make_env
+
+    torch = _torch()
+    ck = torch.load(ckpt_path, weights_only=False)
+    a = ck["args"]
+    env = make_env(cfg, duration_s=a["train_segment_s"])
+    nets = build_networks(a["kind"], env.layout, _sizes(env), env.state_dim, a["hidden"], a["gnn_layers"])
+    best = (ck.get("validator") or {}).get("_best_state")
+    nets.load_state_dict(best if best is not None else ck["nets"])
+    nets.eval()
+    return TrainedPolicy(nets)
+
+
 def _save(path, nets, opt, gen, update, curve, env_steps, args, lags, validator, stopped, bc_hist, val_detail):
     vs = {}
     if validator is not None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -46,10 +47,12 @@ def _summ(rows: list[dict]) -> dict:
 
 def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = None, db: str | None = None,
         progress: bool = True, load: float | str = 0.7, updates: int | None = None,
-        segment_s: float | None = None, episodes_per_update: int | None = None) -> dict:
+        segment_s: float | None = None, episodes_per_update: int | None = None, backend: str = "local",
+        workers: int | None = 1) -> dict:
     """``load``: with ``eval_trace``, its rate as a fraction of the starting fleet's capacity
     (fleetwise.workload.adapt) or "real"; ``updates`` and ``segment_s`` (evaluation segments) shrink the
-    budget (tests)."""
+    budget (tests). The three variants train as jobs on the sweep backends (``recipe.run_jobs``: ``backend``
+    local or ray, ``workers`` processes; 1: in this process)."""
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -60,7 +63,8 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
         make_env,
     )
     from fleetwise.metrics.stats import paired_change
-    from fleetwise.learn.graph_marl import MAPPOArgs, ValidationWindows, best_rule, train
+    from fleetwise.learn.graph_marl import MAPPOArgs, ValidationWindows, best_rule, load_trained, train_job
+    from fleetwise.learn.recipe import run_jobs
 
     bud = _budget(quick)
     if updates is not None:
@@ -94,18 +98,21 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
         validation = ValidationWindows(cfg, range(500, 500 + bud["val_seeds"]),
                                        segment_s or MAPPOArgs().train_segment_s)
         prog.remove_task(val_task)
+        jobs = []
         for name, kind in LEARNED.items():
-            task = prog.add_task(f"training {name}", total=bud["updates"])
             args = MAPPOArgs(kind=kind, updates=bud["updates"], episodes_per_update=bud["episodes_per_update"])
             ckpt = out_dir / f"{kind}-recipe-u{args.updates}x{args.episodes_per_update}-s{args.seed}.pt"
-            pol, curve, info = train(lambda: make_env(cfg, duration_s=args.train_segment_s), args, ckpt_path=ckpt,
-                                     resume=True, progress=lambda u, task=task: prog.update(task, completed=u),
-                                     validation=validation)
-            policies[name] = pol
+            jobs.append({"name": name, "cfg": cfg, "args": asdict(args), "ckpt": str(ckpt), "validation": validation})
+        task = prog.add_task("training (graph_marl, flat_marl, ippo)", total=len(jobs))
+        done = run_jobs(train_job, jobs, backend=backend, workers=workers,
+                        on_result=lambda _r: prog.advance(task))
+        for job, res in zip(jobs, done):
+            name, info, curve = job["name"], res["info"], res["curve"]
+            policies[name] = load_trained(res["ckpt"], cfg)
             val = info["validation"] or {}
             result[name] = {"train_wall_s": info["wall_s"], "train_env_steps": info["env_steps"],
                             "train_updates": info["update"], "early_stopped": info["early_stopped"],
-                            "best_step": info["best_step"], "checkpoint": str(ckpt),
+                            "best_step": info["best_step"], "checkpoint": res["ckpt"],
                             "validation": {k: val.get(k) for k in ("rule", "cost_change", "p99_s", "rule_p99_s",
                                                                    "slo_attainment")},
                             "gate": val.get("gate"),
