@@ -265,11 +265,11 @@ def test_recipe_training_logs_multipliers_validates_and_gates(tmp_path):
     args = MAPPOArgs(kind="graph", updates=2, episodes_per_update=1, n_epochs=1, hidden=8, val_every=1,
                      lagrange_lr=5.0)
     ck = tmp_path / "g.pt"
-    _, curve, info = train(lambda: make_env(cfg, duration_s=60.0), args, ckpt_path=ck, validation=val)
+    _, _, info = train(lambda: make_env(cfg, duration_s=60.0), args, ckpt_path=ck, validation=val)
     assert info["bc"][0] < info["bc"][-1] and info["bc"][-1] >= args.bc_target  # cloned towards the rule
     assert len(info["lagrange"]) == len(cfg.classes)
     assert all(len(g["history"]) == 2 for g in info["lagrange"])  # one multiplier update per rollout
-    assert [s for s, _ in info["validation_curve"]][0] == 0 and len(info["validation_curve"]) == 3  # + the warm start
+    assert info["validation_curve"][0][0] == 0 and len(info["validation_curve"]) == 3  # + the warm start
     card = ModelCard.from_json(json.loads(card_file(ck).read_text()))
     assert card.rule == "least_loaded" and card.validation["rule"] == val.best_rule
     g = card.validation["gate"]

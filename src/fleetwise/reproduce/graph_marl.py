@@ -60,11 +60,10 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
         HEURISTICS,
         GraphMARLConfig,
         evaluate,
-        make_env,
     )
-    from fleetwise.metrics.stats import paired_change
     from fleetwise.learn.graph_marl import MAPPOArgs, ValidationWindows, best_rule, load_trained, train_job
     from fleetwise.learn.recipe import run_jobs
+    from fleetwise.metrics.stats import paired_change
 
     bud = _budget(quick)
     if updates is not None:
@@ -78,8 +77,8 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
     fit_load = None if load == "real" else float(load)
     fit_lines: list[str] = []
     if eval_trace is not None:
-        from fleetwise.worlds.multicloud import fit_multicloud_trace
         from fleetwise.workload.spec import load_trace
+        from fleetwise.worlds.multicloud import fit_multicloud_trace
 
         trace = load_trace(eval_trace)
         scenario = f"multicloud-3x2:{Path(eval_trace).name}@{load}"

@@ -69,10 +69,8 @@ def _can_add(mc: MultiCloud, pi: int, spot: bool) -> bool:
     p = mc.pools[pi]
     if all(mc.inst[i].on for i in p.replicas):
         return False
-    if spot and mc.spot_frac(p.region, mc.sim.now) * p.spec.max_replicas < 1 + sum(
-            mc.inst[i].on and mc.inst[i].spot for i in p.replicas):
-        return False
-    return True
+    return not (spot and mc.spot_frac(p.region, mc.sim.now) * p.spec.max_replicas < 1 + sum(
+        mc.inst[i].on and mc.inst[i].spot for i in p.replicas))
 
 
 def _down_victim(mc: MultiCloud, pi: int) -> int | None:
