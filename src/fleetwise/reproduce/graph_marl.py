@@ -138,7 +138,7 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
             prog.advance(task)
     for name, r in rows.items():
         result.setdefault(name, {}).update(_summ(r))
-        store_rows(db, "reproduce-graph-marl", scenario, name, r)
+        store_rows(db, "reproduce-graph-marl", scenario, name, r, level="multicloud")
     best = best_rule({h: rows[h] for h in HEURISTICS}, cfg.slo_target)
     for ref_name, tag in (("flat_marl", "vs_flat"), (best, "vs_best_rule")):
         base = {r["seed"]: r for r in rows[ref_name]}
