@@ -15,7 +15,7 @@ from fleetwise.worlds.multicloud import MultiCloud, region_of
 NODE_TYPES = ("cloud", "region", "pool", "instance", "class")
 EDGE_TYPES = (("region", "in", "cloud"), ("pool", "in", "region"), ("instance", "in", "pool"),
               ("class", "demand", "region"), ("class", "serve", "pool"), ("region", "link", "region"))
-F_NODE = 12
+F_NODE = 15
 F_EDGE = 4
 
 
@@ -73,8 +73,9 @@ def graph_layout(n_clouds: int, n_regions: int, region_cloud: Sequence[int], poo
     return GraphLayout(offsets, np.array([src, dst], np.int64), np.array(et, np.int64), node_type)
 
 
-def graph_features(mc: MultiCloud, lay: GraphLayout) -> tuple[np.ndarray, np.ndarray]:
-    """Node features (N, F_NODE) and edge attributes (E, F_EDGE) of the current state."""
+def graph_features(mc: MultiCloud, lay: GraphLayout, rule_gpu: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Node features (N, F_NODE) and edge attributes (E, F_EDGE) of the current state. ``rule_gpu``: the rule's
+    GPU decision per pool now (world codes), shown on the pool nodes (the learned action corrects it)."""
     cfg, sim, now = mc.cfg, mc.sim, mc.sim.now
     x = np.zeros((lay.num_nodes, F_NODE), np.float32)
     ea = np.zeros((lay.edge_index.shape[1], F_EDGE), np.float32)
@@ -95,7 +96,11 @@ def graph_features(mc: MultiCloud, lay: GraphLayout) -> tuple[np.ndarray, np.nda
         x[P + pi] = [p.od_usd_per_gpu_h / 50, p.spot_usd_per_gpu_h / 50, v[0], v[1], p.spec.tp / 8,
                      len(ready) / p.spec.max_replicas, (len(on) - len(ready)) / p.spec.max_replicas,
                      len(spot) / p.spec.max_replicas, min(bf, 1.0), min(bl / 30, 2.0), len(on) / p.spec.max_replicas,
-                     mc.spot_frac(p.region, now)]
+                     mc.spot_frac(p.region, now), 0.0, 0.0, 0.0]
+        # provisioning delay: this pool's (VM start + weights), and the time until its provisioning replicas are ready
+        prov = [mc.provisioning_left_s(i, now) for i in on if now < mc.inst[i].ready_s]
+        x[P + pi, 12:15] = [p.provision_s / 120, (max(prov) if prov else 0.0) / 120,
+                            0.0 if rule_gpu is None else float([0, -1, 1, 1][int(rule_gpu[pi])])]
         gpus_on_region[p.region] += len(on) * p.spec.tp
         busy_region[p.region] += float(np.sum(mc.busy_frac[p.replicas])) * p.spec.tp
     for c in range(len(mc.clouds)):
@@ -108,8 +113,8 @@ def graph_features(mc: MultiCloud, lay: GraphLayout) -> tuple[np.ndarray, np.nda
                         busy_region[r] / max(gpus_on_region[r], 1), float(np.mean(mc.rtt[r]) / 0.2)]
     for i, st in enumerate(mc.inst):
         rep = sim.replicas[i]
-        x[I + i, :6] = [st.on, st.on and now >= st.ready_s, st.spot, min(rep.outstanding / 64, 2.0),
-                        min(mc.backlog_s(i, now) / 30, 2.0), mc.busy_frac[i]]
+        x[I + i, :7] = [st.on, st.on and now >= st.ready_s, st.spot, min(rep.outstanding / 64, 2.0),
+                        min(mc.backlog_s(i, now) / 30, 2.0), mc.busy_frac[i], mc.provisioning_left_s(i, now) / 120]
     for k, c in enumerate(cfg.classes):
         x[K + k, min(k, 3)] = 1.0
         x[K + k, 4:10] = [mc.cls_arrivals[k] / 50, mc.cls_slo[k], min(c.ttft_s / 10, 6.0), c.tpot_s,

@@ -9,15 +9,20 @@ control epoch (``epoch_s`` simulated seconds) four agents act together and the f
 Agents (PettingZoo ``ParallelEnv``, all cooperative, one shared team reward)
 
     ========  ===========================================  =================================================
-    agent     action (``MultiDiscrete``)                    meaning
+    agent     action (``MultiDiscrete``), a correction       meaning of the world decision it corrects
+              of the rule ``least_loaded`` (0: the rule's)
     ========  ===========================================  =================================================
-    cloud     per class: ``clouds + 1``                     serve the class in that cloud; last = any cloud
-    model     per class: ``variants``                       model variant (8B / 70B) the class is served by
-    gpu       per pool: 4                                   0 hold, 1 scale down (drain), 2 add on-demand,
-                                                            3 add spot (when the region has spot capacity)
-    router    per class: 3                                  request routing rule: 0 latency-first (RTT + queue),
+    cloud     per class: ``clouds + 1`` (shift)             serve the class in that cloud; last = any cloud
+    model     per class: ``variants`` (shift)               model variant (8B / 70B) the class is served by
+    gpu       per pool: 4 (0 rule, 1 one replica fewer,     0 hold, 1 scale down (drain), 2 add on-demand,
+              2 one more on-demand, 3 one more spot)        3 add spot (when the region has spot capacity)
+    router    per class: 3 (shift)                          request routing rule: 0 latency-first (RTT + queue),
                                                             1 least-loaded, 2 cost-first (price/token + queue)
     ========  ===========================================  =================================================
+
+The all-zero action is the rule, decision for decision (``rule_action()``; tested). ``action_masks()`` gives the
+corrections allowed now: none that leaves a request class without a ready replica (``multicloud_rules``).
+``step_raw(decision)`` applies a world decision directly (how the hand-written rules are evaluated).
 
 Observation (every agent; ``Dict``): the heterogeneous resource graph as fixed-size arrays
 
@@ -76,7 +81,7 @@ from fleetwise.worlds.multicloud import (
     multicloud_workload,
     region_of,
 )
-from fleetwise.worlds.multicloud_rules import HEURISTICS, heuristic
+from fleetwise.worlds.multicloud_rules import HEURISTICS, RULE, action_masks, compose, heuristic, rule_decision
 
 __all__ = ["AGENTS", "EDGE_TYPES", "F_EDGE", "F_NODE", "HEURISTICS", "NODE_TYPES", "GraphLayout", "GraphMARLConfig",
            "MultiCloud", "evaluate", "graph_features", "graph_layout", "heuristic", "make_env", "multicloud_workload"]
@@ -91,10 +96,11 @@ def _pz():
 
 
 def make_env(config: GraphMARLConfig | None = None, held_out: bool = False, trace: Workload | None = None,
-             duration_s: float | None = None, load: float | None = None):
+             duration_s: float | None = None, load: float | None = None, split: str | None = None):
     """The PettingZoo parallel environment (class built lazily so the module imports without pettingzoo).
-    ``trace`` replaces the classes' arrivals, fitted at ``load`` (``worlds.multicloud.fit_multicloud_trace``)."""
-    return _env_class()(config, held_out, trace, duration_s, load)
+    ``trace`` replaces the classes' arrivals, fitted at ``load`` (``worlds.multicloud.fit_multicloud_trace``);
+    ``split``: train, validation or test segments (None: test when ``held_out``, else train)."""
+    return _env_class()(config, held_out, trace, duration_s, load, split)
 
 
 @functools.lru_cache(maxsize=1)
@@ -105,9 +111,10 @@ def _env_class():
         __doc__ = __doc__
         metadata = {"name": "fleetwise_multicloud_v0", "render_modes": []}
 
-        def __init__(self, config=None, held_out=False, trace=None, duration_s=None, load=None):
+        def __init__(self, config=None, held_out=False, trace=None, duration_s=None, load=None, split=None):
             self.cfg = config or GraphMARLConfig()
             self.held_out, self.trace, self.duration_s, self.load = held_out, trace, duration_s, load
+            self.split = split
             cfg = self.cfg
             clouds = cfg.clouds
             region_cloud = [clouds.index(region_of(r).cloud) for r in cfg.regions]
@@ -153,7 +160,8 @@ def _env_class():
             return self._state_space
 
         def _observe(self):
-            x, ea = graph_features(self.mc, self.layout)
+            self._base = rule_decision(self.mc, RULE)  # the rule's decision in this state (the action corrects it)
+            x, ea = graph_features(self.mc, self.layout, self._base["gpu"])
             self._x = x
             o = {"x": np.clip(x, -10, 10), "node_type": self.layout.node_type, "edge_index": self.layout.edge_index,
                  "edge_type": self.layout.edge_type, "edge_attr": np.clip(ea, -10, 10)}
@@ -174,23 +182,39 @@ def _env_class():
             if seed is not None:
                 self._rng = np.random.default_rng(seed)
             rng = self._rng
-            w = multicloud_workload(self.cfg, rng, self.held_out, self.duration_s, self.trace, self.load)
+            w = multicloud_workload(self.cfg, rng, self.held_out, self.duration_s, self.trace, self.load, self.split)
             self.mc = MultiCloud(self.cfg, w, int(rng.integers(2**31)))
             self.agents = list(self.possible_agents)
             obs = self._observe()
             return obs, {a: {} for a in self.agents}
 
+        def rule_action(self):
+            """The action that reproduces the rule (``least_loaded``) exactly: no correction."""
+            return {a: np.zeros(self._act[a].shape, np.int64) for a in self.possible_agents}
+
+        def action_masks(self):
+            """Per agent (factors, choices) booleans: the corrections allowed in the current state."""
+            return action_masks(self.mc, RULE, self._base)
+
         def step(self, actions):
+            """Every agent's correction of the rule; the world applies the composed decision."""
+            if not self.agents:
+                raise RuntimeError("episode is over; call reset()")
+            return self.step_raw(compose(self.mc, actions, RULE, self._base))
+
+        def step_raw(self, decision):
+            """Apply a world decision (cloud, model, gpu codes, router per ``MultiCloud.act``) directly."""
             mc = self.mc
             if not self.agents:
                 raise RuntimeError("episode is over; call reset()")
-            mc.act(actions)
+            mc.act(decision)
             last = mc.epoch + 1 >= self.n_epochs
             r = mc.run_epoch(final=last)
             ended = last or mc.done
             obs = self._observe()
             rew = {a: r for a in self.agents}
-            info = {a: {"time_s": mc.sim.now, "epoch": mc.epoch} for a in self.agents}
+            info = {a: {"time_s": mc.sim.now, "epoch": mc.epoch, "class_ok": mc.cls_ok.copy(),
+                        "class_ended": mc.cls_ended.copy()} for a in self.agents}
             if ended:
                 m = mc.metrics()
                 for a in self.agents:
@@ -205,23 +229,24 @@ def _env_class():
 
 
 def evaluate(cfg: GraphMARLConfig, policy, seeds: Sequence[int], held_out: bool = True,
-             trace: Workload | None = None, duration_s: float | None = None, load: float | None = None) -> list[dict]:
-    """Run ``policy`` on the held-out segments drawn by ``seeds``; per seed the metrics.
+             trace: Workload | None = None, duration_s: float | None = None, load: float | None = None,
+             split: str | None = None) -> list[dict]:
+    """Run ``policy`` on the held-out segments drawn by ``seeds`` (or those of ``split``); per seed the metrics.
 
-    ``policy``: a heuristic name, or a callable ``(env, obs, state) -> actions`` (a trained policy)."""
+    ``policy``: a heuristic name (its world decisions, ``step_raw``), or a callable ``(env, obs, state) ->
+    actions`` (a trained policy: corrections of the rule)."""
     out = []
     for seed in seeds:
-        env = make_env(cfg, held_out=held_out, trace=trace, duration_s=duration_s, load=load)
+        env = make_env(cfg, held_out=held_out, trace=trace, duration_s=duration_s, load=load, split=split)
         obs, _ = env.reset(seed=seed)
         if hasattr(policy, "reset"):
             policy.reset(seed)
         m = None
         while env.agents:
             if isinstance(policy, str):
-                act = heuristic(policy, env.mc)
+                obs, _, _, _, info = env.step_raw(heuristic(policy, env.mc))
             else:
-                act = policy(env, obs, env.state())
-            obs, _, _, _, info = env.step(act)
+                obs, _, _, _, info = env.step(policy(env, obs, env.state()))
             m = next(iter(info.values())).get("metrics", m)
         out.append({"seed": seed, **m})
     return out

@@ -53,7 +53,16 @@ class MAPPOArgs:
     hidden: int = 32
     gnn_layers: int = 2
     ckpt_every: int = 5
-    hold_bias: float = 2.0  # initial logit bias of the GPU agent's "hold" action
+    hold_bias: float = 2.0  # initial logit bias of every agent's action 0 ("the rule's decision")
+    # the shared recipe (fleetwise.learn.recipe, docs/learning.md)
+    bc_episodes: int = 2  # warm start: rule episodes for behaviour cloning (0: none)
+    bc_target: float = 0.9  # ... until the rule's action has this mean probability per factor
+    bc_max_steps: int = 200
+    slo_target: float | None = None  # per-class SLO attainment floor (None: the rule's on the BC episodes - 0.01)
+    lagrange_lr: float = 2.0  # dual ascent step of the per-class multipliers (recipe.Lagrangian)
+    lagrange_max: float = 20.0
+    val_every: int = 5  # validation (checkpoint choice, early stopping) every this many updates (0: never)
+    patience: int = 4
     seed: int = 0
 
 
@@ -206,12 +215,15 @@ def build_networks(kind: str, layout: GraphLayout, sizes: dict, state_dim: int, 
     return Nets()
 
 
-def _dist_stats(logits: dict, actions=None, generator=None):
-    """Sample (or score) per agent: returns actions {a: (B, factors)}, logprob (B, agents), entropy (B, agents)."""
+def _dist_stats(logits: dict, actions=None, generator=None, masks=None):
+    """Sample (or score) per agent: returns actions {a: (B, factors)}, logprob (B, agents), entropy (B, agents).
+    ``masks`` {a: (B, factors, choices) bool}: choices not allowed get probability 0."""
     torch = _torch()
     acts, lps, ents = {}, [], []
     for a in AGENTS:
         lg = logits[a]
+        if masks is not None:
+            lg = lg.masked_fill(~masks[a], -1e9)
         logp = torch.log_softmax(lg, -1)
         if actions is None:
             if generator is None:
@@ -223,19 +235,20 @@ def _dist_stats(logits: dict, actions=None, generator=None):
             act = actions[a]
         acts[a] = act
         lps.append(logp.gather(-1, act.unsqueeze(-1)).squeeze(-1).sum(-1))
-        ents.append(-(logp.exp() * logp).sum(-1).sum(-1))
+        ents.append(-(logp.exp() * logp.clamp(min=-30.0)).sum(-1).sum(-1))
     return acts, torch.stack(lps, -1), torch.stack(ents, -1)
 
 
 class TrainedPolicy:
     """Joint actions of trained networks, usable as ``evaluate(cfg, policy, ...)``'s callable.
 
-    ``deterministic=False`` (default) samples the trained stochastic policy, as it acted in training, from a
-    generator reseeded at each episode start (``reset(seed)``; ``evaluate`` does it), so the same seed gives the
-    same actions. ``deterministic=True`` takes each factor's most likely choice: for the GPU agent that is
-    mostly "hold", because scaling is a rare action of the trained policy."""
+    ``deterministic=True`` (default: how a checkpoint is validated, gated and deployed) takes each factor's most
+    likely correction among the allowed ones (masks): where the policy learned nothing, that is the rule's own
+    decision. ``deterministic=False`` samples the stochastic policy, as it acted in training, from a generator
+    reseeded at each episode start (``reset(seed)``; ``evaluate`` does it), so the same seed gives the same
+    actions."""
 
-    def __init__(self, nets, deterministic: bool = False):
+    def __init__(self, nets, deterministic: bool = True):
         self.nets = nets
         self.deterministic = deterministic
         self.gen = None
@@ -251,8 +264,15 @@ class TrainedPolicy:
         with torch.no_grad():
             x = torch.as_tensor(o["x"]).unsqueeze(0)
             ea = torch.as_tensor(o["edge_attr"]).unsqueeze(0)
-            acts, _, _ = _dist_stats(self.nets.logits(x, ea), generator=None if self.deterministic else self.gen)
+            acts, _, _ = _dist_stats(self.nets.logits(x, ea), generator=None if self.deterministic else self.gen,
+                                     masks=_masks(env))
         return {a: acts[a][0].numpy() for a in AGENTS}
+
+
+def _masks(env, batch: bool = True):
+    torch = _torch()
+    m = env.action_masks()
+    return {a: torch.as_tensor(m[a]).unsqueeze(0) if batch else torch.as_tensor(m[a]) for a in AGENTS}
 
 
 def save_checkpoint(path: str | Path, payload: dict) -> None:
@@ -265,11 +285,112 @@ def save_checkpoint(path: str | Path, payload: dict) -> None:
     os.replace(tmp, path)
 
 
+def _rule_rollouts(env, episodes: int, seed0: int):
+    """Observations and masks of ``episodes`` episodes in which every agent takes the rule's action (zero
+    correction), and the per-class (within SLO, ended) request counts."""
+    X, EA, M = [], [], {a: [] for a in AGENTS}
+    ok = n = 0
+    for ep in range(episodes):
+        obs, _ = env.reset(seed=seed0 + ep)
+        while env.agents:
+            o = obs[AGENTS[0]]
+            X.append(o["x"])
+            EA.append(o["edge_attr"])
+            m = env.action_masks()
+            for a in AGENTS:
+                M[a].append(m[a])
+            obs, _, _, _, info = env.step(env.rule_action())
+            inf = next(iter(info.values()))
+            ok, n = ok + inf["class_ok"], n + inf["class_ended"]
+    return np.stack(X), np.stack(EA), {a: np.stack(M[a]) for a in AGENTS}, np.asarray(ok), np.asarray(n)
+
+
+def behaviour_clone_rule(nets, opt, X, EA, M, target: float, max_steps: int) -> list[float]:
+    """Warm start at the rule (recipe step 2): maximum likelihood of the zero correction on the rule's own
+    states, until its mean probability per decision reaches ``target`` (kept below 1 so PPO still explores).
+    Returns the mean probability after each step."""
+    torch = _torch()
+    x, ea = torch.as_tensor(X), torch.as_tensor(EA)
+    masks = {a: torch.as_tensor(M[a]) for a in AGENTS}
+    zeros = {a: torch.zeros(M[a].shape[:2], dtype=torch.long) for a in AGENTS}
+    hist = []
+    for _ in range(max_steps):
+        lg = nets.logits(x, ea)
+        p0 = torch.stack([torch.softmax(lg[a].masked_fill(~masks[a], -1e9), -1)[..., 0].mean() for a in AGENTS]).mean()
+        hist.append(float(p0.detach()))
+        if hist[-1] >= target:
+            break
+        _, lp, _ = _dist_stats(lg, zeros, masks=masks)
+        loss = -lp.mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return hist
+
+
+class _Holder:  # what recipe.Validator expects: ``.policy`` with state_dict / load_state_dict
+    def __init__(self, nets):
+        self.policy = nets
+
+
+def best_rule(rule_rows: dict, slo_target: float) -> str:
+    """The cheapest rule (mean cost) among those whose mean SLO attainment reaches ``slo_target``; if none does,
+    the one with the highest attainment."""
+    mean = {h: (float(np.mean([r["cost_usd"] for r in rows])), float(np.mean([r["slo_attainment"] for r in rows])))
+            for h, rows in rule_rows.items()}
+    meeting = [h for h in mean if mean[h][1] >= slo_target]
+    return min(meeting, key=lambda h: mean[h][0]) if meeting else max(mean, key=lambda h: mean[h][1])
+
+
+class ValidationWindows:
+    """Validation segments (the ``validation`` split of every trace, never trained on or reported) with every
+    rule's results computed once. ``policy_result(policy)`` evaluates a policy on them against the best rule
+    (:func:`best_rule`): score (higher is better: minus the mean paired cost change, minus penalties when P99
+    exceeds the rule's by more than ``p99_margin`` or SLO attainment falls below the target), and the gate
+    (``recipe.gate`` on cost, the constraint being P99 and SLO attainment)."""
+
+    def __init__(self, cfg, seeds, duration_s: float, p99_margin: float = 0.10):
+        from fleetwise.envs.graph_marl import HEURISTICS, evaluate
+
+        self.cfg, self.seeds, self.duration_s, self.p99_margin = cfg, list(seeds), duration_s, p99_margin
+        self.rules = {h: evaluate(cfg, h, self.seeds, split="validation", duration_s=duration_s) for h in HEURISTICS}
+        self.best_rule = best_rule(self.rules, cfg.slo_target)
+
+    def policy_result(self, policy) -> dict:
+        from fleetwise.envs.graph_marl import evaluate
+        from fleetwise.learn.recipe import gate
+
+        rows = evaluate(self.cfg, policy, self.seeds, split="validation", duration_s=self.duration_s)
+        ref = {r["seed"]: r for r in self.rules[self.best_rule]}
+        cost = {r["seed"]: r["cost_usd"] for r in rows}
+        cost_ref = {s: ref[s]["cost_usd"] for s in ref}
+        p99, p99_ref = (float(np.mean([r["latency_p99_s"] for r in rr])) for rr in (rows, ref.values()))
+        att = float(np.mean([r["slo_attainment"] for r in rows]))
+        cost_ch = float(np.mean([cost[s] / cost_ref[s] - 1.0 for s in cost]))
+        p99_excess = max(0.0, p99 / p99_ref - 1.0 - self.p99_margin)
+        att_short = max(0.0, self.cfg.slo_target - att)
+        ok = p99_excess == 0.0 and att_short == 0.0
+        score = -cost_ch - 2.0 * p99_excess - 10.0 * att_short
+        g = gate(cost, cost_ref, lower_is_better=True, constraint_ok=ok)
+        return {"score": score, "rule": self.best_rule, "cost_change": cost_ch, "p99_s": p99, "rule_p99_s": p99_ref,
+                "slo_attainment": att, "slo_target": self.cfg.slo_target, "p99_margin": self.p99_margin,
+                "windows": len(rows), "split": "validation", "gate": g}
+
+
 def train(make_env: Callable[[], object], args: MAPPOArgs, ckpt_path: str | Path | None = None,
-          resume: bool = False, progress: Callable[[int], None] | None = None, stop_after: int | None = None):
-    """Train ``args.kind`` with (MA/I)PPO for ``args.updates`` updates. Returns (TrainedPolicy, curve
-    [(env steps, mean episode return)], info {"update", "wall_s", "env_steps"}). ``stop_after`` stops after that
-    many updates of this call (to simulate a kill in tests)."""
+          resume: bool = False, progress: Callable[[int], None] | None = None, stop_after: int | None = None,
+          validation: ValidationWindows | None = None):
+    """Train ``args.kind`` with (MA/I)PPO on the shared recipe (``fleetwise.learn.recipe``): actions correct the
+    rule (the environment composes them), masked; warm start by behaviour cloning of the zero correction; per-class
+    SLO attainment as a constraint (one ``recipe.Lagrangian`` per class, the multipliers in ``info["lagrange"]``);
+    with ``validation``, checkpoint choice and early stopping on validation segments (``recipe.Validator``) and
+    the gate against the best rule (``info["validation"]``, also in the model card beside ``ckpt_path``).
+
+    Returns (TrainedPolicy, curve [(env steps, mean episode return)], info {"update", "wall_s", "env_steps",
+    "lagrange", "validation", "bc"}). ``stop_after`` stops after that many updates of this call (to simulate a kill
+    in tests)."""
+    from fleetwise.learn.recipe import Lagrangian, Validator
+
     torch = _torch()
     env = make_env()
     sizes = _sizes(env)
@@ -277,15 +398,37 @@ def train(make_env: Callable[[], object], args: MAPPOArgs, ckpt_path: str | Path
     opt = torch.optim.Adam(nets.parameters(), lr=args.learning_rate, eps=1e-5)
     gen = torch.Generator().manual_seed(args.seed)
     torch.manual_seed(args.seed)
-    update, curve, env_steps = 0, [], 0
+    cfg = env.cfg
+    nc = len(cfg.classes)
+    expected = np.array([c.rate_rps * cfg.epoch_s for c in cfg.classes])
+    update, curve, env_steps, stopped, bc_hist = 0, [], 0, False, []
+    lags: list = []
+    val_state: dict = {}
+    validator = None
+    last_val: dict = {}
+    if validation is not None:
+        def _score(m) -> float:
+            last_val["d"] = validation.policy_result(TrainedPolicy(m.policy))
+            return last_val["d"]["score"]
+
+        validator = Validator(score=_score, patience=args.patience)
+    val_detail: dict = {}
     if resume and ckpt_path is not None and Path(ckpt_path).exists():
         ck = torch.load(ckpt_path, weights_only=False)
         if ck["args"]["kind"] != args.kind:
             raise InputError(f"{ckpt_path}: checkpoint of kind {ck['args']['kind']!r}, expected {args.kind!r}")
+        if "lagrange" not in ck:
+            raise InputError(f"{ckpt_path}: a checkpoint from before the shared recipe; delete it to retrain")
         nets.load_state_dict(ck["nets"])
         opt.load_state_dict(ck["opt"])
         gen.set_state(ck["gen"])
         update, curve, env_steps = ck["update"], ck["curve"], ck["env_steps"]
+        stopped, bc_hist, val_detail = ck["stopped"], ck["bc"], ck["val_detail"]
+        lags = [Lagrangian(**d) for d in ck["lagrange"]]
+        val_state = ck["validator"]
+        if validator is not None and val_state:
+            for k, v in val_state.items():
+                setattr(validator, k, v)
     else:
         # identical initial weights for every kind's seed, independent of construction order elsewhere
         g0 = torch.Generator().manual_seed(args.seed + 17)
@@ -295,16 +438,29 @@ def train(make_env: Callable[[], object], args: MAPPOArgs, ckpt_path: str | Path
                     p.copy_(torch.nn.init.orthogonal_(torch.empty_like(p), gain=1.0, generator=g0))
                 else:
                     p.zero_()
-            # prior for the GPU agent: "hold" is the likely action at the start (all kinds alike)
+            # prior: action 0 (the rule's decision) is the likely action at the start (all agents, all kinds)
             for name, p in nets.named_parameters():
-                if name.endswith("gpu.bias"):
-                    p.view(-1, sizes["gpu"][1])[:, 0] = args.hold_bias
+                for a in AGENTS:
+                    if name.endswith(f"{a}.bias"):
+                        p.view(-1, sizes[a][1])[:, 0] = args.hold_bias
+        # warm start at the rule, and the constraint's targets from the rule's own attainment
+        X, EA, M, ok, n = _rule_rollouts(env, max(args.bc_episodes, 1), args.seed * 1_000_003 + 999_999)
+        if args.bc_episodes > 0:
+            bc_hist = behaviour_clone_rule(nets, opt, X, EA, M, args.bc_target, args.bc_max_steps)
+        att = ok / np.maximum(n, 1)
+        lags = [Lagrangian(target=float(args.slo_target if args.slo_target is not None else max(att[k] - 0.01, 0.0)),
+                           sense=">=", lr=args.lagrange_lr, lam_max=args.lagrange_max) for k in range(nc)]
+        if validator is not None:  # the warm start is the first candidate checkpoint
+            validator.check(_Holder(nets), 0)
+            val_detail = last_val["d"]
     nA = len(AGENTS)
     t0 = time.perf_counter()
     done_here = 0
-    while update < args.updates:
+    while update < args.updates and not stopped:
         X, EA, S, ACT, LP, V, R, DONE = [], [], [], {a: [] for a in AGENTS}, [], [], [], []
+        MK = {a: [] for a in AGENTS}
         ep_returns = []
+        c_ok, c_n = np.zeros(nc), np.zeros(nc)
         for ep in range(args.episodes_per_update):
             obs, _ = env.reset(seed=args.seed * 1_000_003 + update * args.episodes_per_update + ep)
             ret = 0.0
@@ -313,22 +469,35 @@ def train(make_env: Callable[[], object], args: MAPPOArgs, ckpt_path: str | Path
                 x = torch.as_tensor(o["x"]).unsqueeze(0)
                 ea = torch.as_tensor(o["edge_attr"]).unsqueeze(0)
                 s = torch.as_tensor(env.state()).unsqueeze(0)
+                mk = _masks(env)
                 with torch.no_grad():
-                    acts, lp, _ = _dist_stats(nets.logits(x, ea), generator=gen)
+                    acts, lp, _ = _dist_stats(nets.logits(x, ea), generator=gen, masks=mk)
                     v = nets.values(x, s)
-                obs, rew, _, trunc, _ = env.step({a: acts[a][0].numpy() for a in AGENTS})
+                obs, rew, _, trunc, info = env.step({a: acts[a][0].numpy() for a in AGENTS})
+                inf = next(iter(info.values()))
                 r = float(rew[AGENTS[0]])
                 ret += r
-                X.append(x[0]); EA.append(ea[0]); S.append(s[0]); LP.append(lp[0]); V.append(v[0]); R.append(r)
+                # the constraint: each class's SLO attainment this epoch below its target costs lambda x shortfall,
+                # weighted by the class's share of its expected requests
+                k_ok, k_n = inf["class_ok"], inf["class_ended"]
+                c_ok += k_ok
+                c_n += k_n
+                pen = sum(lags[k].penalty(k_ok[k] / k_n[k]) * k_n[k] / expected[k] for k in range(nc) if k_n[k] > 0)
+                X.append(x[0]); EA.append(ea[0]); S.append(s[0]); LP.append(lp[0]); V.append(v[0])
+                R.append(r - pen)
                 DONE.append(not env.agents)
                 for a in AGENTS:
                     ACT[a].append(acts[a][0])
+                    MK[a].append(mk[a][0])
                 env_steps += 1
             ep_returns.append(ret)
+        for k in range(nc):  # dual ascent on the rollout's attainment per class
+            lags[k].update(float(c_ok[k] / max(c_n[k], 1)), env_steps)
         T = len(R)
         X, EA, S = torch.stack(X), torch.stack(EA), torch.stack(S)
         LP, V = torch.stack(LP), torch.stack(V)
         ACT = {a: torch.stack(ACT[a]) for a in AGENTS}
+        MK = {a: torch.stack(MK[a]) for a in AGENTS}
         Rt = torch.tensor(R, dtype=torch.float32).unsqueeze(-1).expand(T, nA)
         adv = torch.zeros(T, nA)
         last = torch.zeros(nA)
@@ -343,7 +512,8 @@ def train(make_env: Callable[[], object], args: MAPPOArgs, ckpt_path: str | Path
             perm = torch.randperm(T, generator=gen)
             for i in range(0, T, args.minibatch_size):
                 mb = perm[i:i + args.minibatch_size]
-                _, newlp, ent = _dist_stats(nets.logits(X[mb], EA[mb]), {a: ACT[a][mb] for a in AGENTS})
+                _, newlp, ent = _dist_stats(nets.logits(X[mb], EA[mb]), {a: ACT[a][mb] for a in AGENTS},
+                                            masks={a: MK[a][mb] for a in AGENTS})
                 a_mb = adv[mb]
                 a_mb = (a_mb - a_mb.mean(0)) / (a_mb.std(0) + 1e-8)
                 ratio = (newlp - LP[mb]).exp()
@@ -357,16 +527,99 @@ def train(make_env: Callable[[], object], args: MAPPOArgs, ckpt_path: str | Path
         update += 1
         done_here += 1
         curve.append((env_steps, float(np.mean(ep_returns))))
+        if validator is not None and args.val_every and (update % args.val_every == 0 or update == args.updates):
+            keep_going = validator.check(_Holder(nets), env_steps)
+            if validator.best_step == env_steps:
+                val_detail = last_val["d"]
+            stopped = not keep_going
         if progress is not None:
             progress(update)
-        if ckpt_path is not None and (update % args.ckpt_every == 0 or update == args.updates):
-            save_checkpoint(ckpt_path, {"nets": nets.state_dict(), "opt": opt.state_dict(), "gen": gen.get_state(),
-                                        "update": update, "curve": curve, "env_steps": env_steps,
-                                        "args": asdict(args)})
+        if ckpt_path is not None and (update % args.ckpt_every == 0 or update == args.updates or stopped):
+            _save(ckpt_path, nets, opt, gen, update, curve, env_steps, args, lags, validator, stopped, bc_hist,
+                  val_detail)
         if stop_after is not None and done_here >= stop_after:
             break
+    if validator is not None and (stopped or update >= args.updates):
+        validator.restore(_Holder(nets))
     nets.eval()
-    return TrainedPolicy(nets), curve, {"update": update, "wall_s": time.perf_counter() - t0, "env_steps": env_steps}
+    info = {"update": update, "wall_s": time.perf_counter() - t0, "env_steps": env_steps, "bc": bc_hist,
+            "lagrange": [{"target": g.target, "lam": g.lam, "history": g.history} for g in lags],
+            "validation": val_detail or None,
+            "validation_curve": list(validator.curve) if validator is not None else [],
+            "best_step": validator.best_step if validator is not None else None, "early_stopped": stopped}
+    if ckpt_path is not None and validator is not None:
+        write_card(ckpt_path, args, info, cfg)
+    return TrainedPolicy(nets), curve, info
+
+
+def train_job(job: dict) -> dict:
+    """One training job (``recipe.run_jobs``: a worker process or a Ray task): ``job`` holds ``cfg``, ``args``
+    (a ``MAPPOArgs`` as a dict), ``ckpt`` (path), ``validation`` (a :class:`ValidationWindows` or None). Trains
+    (resuming from the checkpoint) and returns what pickles: curve, info and the checkpoint's path; the chosen
+    networks are read back with :func:`load_trained`."""
+    from fleetwise.envs.graph_marl import make_env
+
+    args = MAPPOArgs(**job["args"])
+    cfg = job["cfg"]
+    _, curve, info = train(lambda: make_env(cfg, duration_s=args.train_segment_s), args, ckpt_path=job["ckpt"],
+                           resume=True, validation=job.get("validation"))
+    return {"name": job.get("name"), "curve": curve, "info": info, "ckpt": str(job["ckpt"])}
+
+
+def load_trained(ckpt_path: str | Path, cfg) -> TrainedPolicy:
+    """The policy a checkpoint chose: the validation's best parameters when it has them, else the last ones.
+    (A trusted file written by :func:`train`: torch.load unpickles; never load one a user sent.)"""
+    from fleetwise.envs.graph_marl import make_env
+
+    torch = _torch()
+    ck = torch.load(ckpt_path, weights_only=False)
+    a = ck["args"]
+    env = make_env(cfg, duration_s=a["train_segment_s"])
+    nets = build_networks(a["kind"], env.layout, _sizes(env), env.state_dim, a["hidden"], a["gnn_layers"])
+    best = (ck.get("validator") or {}).get("_best_state")
+    nets.load_state_dict(best if best is not None else ck["nets"])
+    nets.eval()
+    return TrainedPolicy(nets)
+
+
+def _save(path, nets, opt, gen, update, curve, env_steps, args, lags, validator, stopped, bc_hist, val_detail):
+    vs = {}
+    if validator is not None:
+        vs = {k: getattr(validator, k) for k in ("best", "best_step", "curve", "_best_state", "_bad")}
+    save_checkpoint(path, {"nets": nets.state_dict(), "opt": opt.state_dict(), "gen": gen.get_state(),
+                           "update": update, "curve": curve, "env_steps": env_steps, "args": asdict(args),
+                           "lagrange": [{"target": g.target, "sense": g.sense, "lr": g.lr, "ki": g.ki, "lam": g.lam,
+                                         "lam_max": g.lam_max, "scale": g.scale, "hinge": g.hinge,
+                                         "history": list(g.history), "_integral": g._integral} for g in lags],
+                           "validator": vs, "stopped": stopped, "bc": bc_hist, "val_detail": val_detail})
+
+
+def card_file(ckpt_path: str | Path) -> Path:
+    """``dir/NAME.pt`` -> ``dir/NAME.card.json``."""
+    p = Path(ckpt_path)
+    return p.with_name(p.stem + ".card.json")
+
+
+def write_card(ckpt_path, args: MAPPOArgs, info: dict, cfg) -> Path:
+    """The model card beside the checkpoint (``control.checkpoint.ModelCard``): training data and budget, and
+    ``validation``: the chosen checkpoint against the best rule on validation segments, with the gate."""
+    import json
+
+    from fleetwise.control.checkpoint import ModelCard
+    from fleetwise.worlds.multicloud_rules import RULE
+
+    card = ModelCard(level="allocator", policy=f"graph-marl/{args.kind}", rule=RULE, training={
+        "data": "multicloud segments: first train_fraction - validation_fraction of each trace (azure-conv, "
+                "azure-code, servegen m-large)", "train_segment_s": args.train_segment_s, "updates": info["update"],
+        "episodes_per_update": args.episodes_per_update, "env_steps": info["env_steps"], "seed": args.seed,
+        "best_step": info["best_step"], "early_stopped": info["early_stopped"],
+        "lagrange": [{"target": g["target"], "lam": g["lam"]} for g in info["lagrange"]]},
+        validation=info["validation"])
+    out = card_file(ckpt_path)
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(card.to_json(), indent=1))
+    os.replace(tmp, out)
+    return out
 
 
 def inference_time_vs_nodes(node_counts=(100, 1000, 10000), repeats: int = 5, hidden: int = 32) -> list[dict]:

@@ -1,17 +1,21 @@
 """``fleetwise reproduce graph-marl``: heterogeneous-GNN MAPPO vs flat MAPPO, independent PPO and heuristics
 on a three-cloud fleet (docs/graph-marl.md).
 
-Protocol: train each learned variant on segments from the first 70% of every trace (same updates, same seeds,
-same budget); evaluate every policy on the same held-out segments (the last 30%), one segment per seed; report
-P50/P99 latency (TTFT as the user sees it, network included), throughput, GPU utilization, cost (USD and per
-million tokens), SLO attainment and mean model quality, mean and 95% bootstrap CI over seeds, and the paired
-change of Graph-MARL against the flat-MARL baseline (the paper's comparison).
+Protocol (the shared recipe, ``fleetwise.learn.recipe``): train each learned variant on segments from the first
+60% of every trace (same updates, same seeds, same budget; actions correct the ``least_loaded`` rule, warm start
+at it, per-class SLO attainment as a Lagrangian constraint); choose its checkpoint on validation segments (60-70%)
+against the best rule there and gate it (the model card beside the checkpoint); evaluate every policy on the same
+held-out segments (the last 30%), one segment per seed; report P50/P99 latency (TTFT as the user sees it, network
+included), throughput, GPU utilization, cost (USD and per million tokens), SLO attainment and mean model quality,
+mean and 95% bootstrap CI over seeds, and the paired change of each policy against the flat-MARL baseline (the
+paper's comparison) and against the best rule by cost among those meeting the SLO target (issue 18).
 """
 
 from __future__ import annotations
 
 import json
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -28,8 +32,8 @@ METRICS = ("latency_p50_s", "latency_p99_s", "e2e_p99_s", "throughput_rps", "gpu
 
 def _budget(quick: bool) -> dict:
     if quick:
-        return {"updates": 35, "episodes_per_update": 4, "seeds": 5}
-    return {"updates": 100, "episodes_per_update": 4, "seeds": 10}
+        return {"updates": 35, "episodes_per_update": 4, "seeds": 5, "val_seeds": 3}
+    return {"updates": 100, "episodes_per_update": 4, "seeds": 10, "val_seeds": 5}
 
 
 def _summ(rows: list[dict]) -> dict:
@@ -43,10 +47,12 @@ def _summ(rows: list[dict]) -> dict:
 
 def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = None, db: str | None = None,
         progress: bool = True, load: float | str = 0.7, updates: int | None = None,
-        segment_s: float | None = None, episodes_per_update: int | None = None) -> dict:
+        segment_s: float | None = None, episodes_per_update: int | None = None, backend: str = "local",
+        workers: int | None = 1) -> dict:
     """``load``: with ``eval_trace``, its rate as a fraction of the starting fleet's capacity
     (fleetwise.workload.adapt) or "real"; ``updates`` and ``segment_s`` (evaluation segments) shrink the
-    budget (tests)."""
+    budget (tests). The three variants train as jobs on the sweep backends (``recipe.run_jobs``: ``backend``
+    local or ray, ``workers`` processes; 1: in this process)."""
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -54,10 +60,10 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
         HEURISTICS,
         GraphMARLConfig,
         evaluate,
-        make_env,
     )
+    from fleetwise.learn.graph_marl import MAPPOArgs, ValidationWindows, best_rule, load_trained, train_job
+    from fleetwise.learn.recipe import run_jobs
     from fleetwise.metrics.stats import paired_change
-    from fleetwise.learn.graph_marl import MAPPOArgs, train
 
     bud = _budget(quick)
     if updates is not None:
@@ -71,8 +77,8 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
     fit_load = None if load == "real" else float(load)
     fit_lines: list[str] = []
     if eval_trace is not None:
-        from fleetwise.worlds.multicloud import fit_multicloud_trace
         from fleetwise.workload.spec import load_trace
+        from fleetwise.worlds.multicloud import fit_multicloud_trace
 
         trace = load_trace(eval_trace)
         scenario = f"multicloud-3x2:{Path(eval_trace).name}@{load}"
@@ -87,19 +93,42 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TimeElapsedColumn(), console=console,
                   transient=True, disable=not (progress and console.is_terminal)) as prog:
         policies = {}
+        val_task = prog.add_task("validation segments: rules", total=None)
+        validation = ValidationWindows(cfg, range(500, 500 + bud["val_seeds"]),
+                                       segment_s or MAPPOArgs().train_segment_s)
+        prog.remove_task(val_task)
+        jobs = []
         for name, kind in LEARNED.items():
-            task = prog.add_task(f"training {name}", total=bud["updates"])
             args = MAPPOArgs(kind=kind, updates=bud["updates"], episodes_per_update=bud["episodes_per_update"])
-            ckpt = out_dir / f"{kind}-u{args.updates}x{args.episodes_per_update}-s{args.seed}.pt"
-            pol, curve, info = train(lambda: make_env(cfg, duration_s=args.train_segment_s), args, ckpt_path=ckpt,
-                                     resume=True, progress=lambda u, task=task: prog.update(task, completed=u))
-            policies[name] = pol
+            ckpt = out_dir / f"{kind}-recipe-u{args.updates}x{args.episodes_per_update}-s{args.seed}.pt"
+            jobs.append({"name": name, "cfg": cfg, "args": asdict(args), "ckpt": str(ckpt), "validation": validation})
+        task = prog.add_task("training (graph_marl, flat_marl, ippo)", total=len(jobs))
+        done = run_jobs(train_job, jobs, backend=backend, workers=workers,
+                        on_result=lambda _r: prog.advance(task))
+        for job, res in zip(jobs, done):
+            name, info, curve = job["name"], res["info"], res["curve"]
+            policies[name] = load_trained(res["ckpt"], cfg)
+            val = info["validation"] or {}
             result[name] = {"train_wall_s": info["wall_s"], "train_env_steps": info["env_steps"],
-                            "train_updates": info["update"]}
+                            "train_updates": info["update"], "early_stopped": info["early_stopped"],
+                            "best_step": info["best_step"], "checkpoint": res["ckpt"],
+                            "validation": {k: val.get(k) for k in ("rule", "cost_change", "p99_s", "rule_p99_s",
+                                                                   "slo_attainment")},
+                            "gate": val.get("gate"),
+                            "lagrange": [{"class": c.name, "target": g["target"], "lam": g["lam"]}
+                                         for c, g in zip(cfg.classes, info["lagrange"])],
+                            "curve": {"episode_return": curve, "validation_score": info["validation_curve"],
+                                      **{f"lambda_{c.name}": [(h[0], h[1]) for h in g["history"]]
+                                         for c, g in zip(cfg.classes, info["lagrange"])},
+                                      **{f"slo_attainment_{c.name}": [(h[0], h[2]) for h in g["history"]]
+                                         for c, g in zip(cfg.classes, info["lagrange"])}}}
             if db and curve:
                 from fleetwise.experiments.store import Store
 
-                Store(db).add_learning_curve(name, [s for s, _ in curve], [r for _, r in curve], "episode_return")
+                st = Store(db)
+                for metric, pts in result[name]["curve"].items():
+                    if pts:
+                        st.add_learning_curve(name, [p[0] for p in pts], [p[1] for p in pts], metric)
         task = prog.add_task("evaluating", total=len(policies) + len(HEURISTICS))
         for name, pol in policies.items():
             rows[name] = evaluate(cfg, pol, eval_seeds, trace=trace, duration_s=segment_s, load=fit_load)
@@ -110,16 +139,20 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
     for name, r in rows.items():
         result.setdefault(name, {}).update(_summ(r))
         store_rows(db, "reproduce-graph-marl", scenario, name, r, level="multicloud")
-    base = {r["seed"]: r for r in rows["flat_marl"]}
-    for name in rows:
-        if name == "flat_marl":
-            continue
-        for k in ("latency_p99_s", "cost_usd", "gpu_util", "slo_attainment"):
-            ch = paired_change({s: base[s][k] for s in base}, {r["seed"]: r[k] for r in rows[name]})
-            result[name][f"vs_flat_{k}_change"] = ch.mean
-            result[name][f"vs_flat_{k}_change_ci95"] = [ch.lo, ch.hi]
+    best = best_rule({h: rows[h] for h in HEURISTICS}, cfg.slo_target)
+    for ref_name, tag in (("flat_marl", "vs_flat"), (best, "vs_best_rule")):
+        base = {r["seed"]: r for r in rows[ref_name]}
+        for name in rows:
+            if name == ref_name:
+                continue
+            for k in ("latency_p99_s", "cost_usd", "gpu_util", "slo_attainment"):
+                ch = paired_change({s: base[s][k] for s in base}, {r["seed"]: r[k] for r in rows[name]})
+                result[name][f"{tag}_{k}_change"] = ch.mean
+                result[name][f"{tag}_{k}_change_ci95"] = [ch.lo, ch.hi]
     result["_meta"] = {"scenario": scenario, "load": load if eval_trace is not None else None,
-                       "overloaded": sorted(n for n in rows if result[n]["dropped_share"] > WARN_SHARE)}
+                       "overloaded": sorted(n for n in rows if result[n]["dropped_share"] > WARN_SHARE),
+                       "best_rule": best, "slo_target": cfg.slo_target, "validation_rule": validation.best_rule,
+                       "gate_passed": {n: bool((result[n].get("gate") or {}).get("passed")) for n in LEARNED}}
     if eval_trace is not None:
         result["_trace_fit"] = fit_lines
     _plot_tradeoff(result, out_dir / "cost-latency.png")
@@ -163,7 +196,7 @@ def render(result: dict):
     t = Table(title=f"Graph-MARL-CloudLLM ({where}): mean [95% CI] over seeds; {PAPER_NOTE}"
                     + (f"; overloaded (> 1% dropped): {', '.join(over)}" if over else ""))
     for c in ("policy", "P50 ms", "P99 ms", "thr req/s", "GPU util", "cost USD", "USD/Mtok", "SLO", "quality",
-              "dropped", "vs flat_marl: P99 / cost"):
+              "dropped", "vs flat_marl: P99 / cost", "vs best rule: P99 / cost", "gate"):
         t.add_column(c, justify="left" if c == "policy" else "right", no_wrap=True)
 
     def ci(r, k, scale=1.0, f="{:.1f}"):
@@ -179,12 +212,21 @@ def render(result: dict):
             a, (al, ah) = r["vs_flat_latency_p99_s_change"], r["vs_flat_latency_p99_s_change_ci95"]
             b, (bl, bh) = r["vs_flat_cost_usd_change"], r["vs_flat_cost_usd_change_ci95"]
             vs = f"{a:+.0%} [{al:+.0%}, {ah:+.0%}] / {b:+.1%} [{bl:+.1%}, {bh:+.1%}]"
+        vb = ""
+        if "vs_best_rule_latency_p99_s_change" in r:
+            a, (al, ah) = r["vs_best_rule_latency_p99_s_change"], r["vs_best_rule_latency_p99_s_change_ci95"]
+            b, (bl, bh) = r["vs_best_rule_cost_usd_change"], r["vs_best_rule_cost_usd_change_ci95"]
+            vb = f"{a:+.0%} [{al:+.0%}, {ah:+.0%}] / {b:+.1%} [{bl:+.1%}, {bh:+.1%}]"
+        g = r.get("gate")
+        gate_s = "" if g is None else ("passed" if g.get("passed") else "failed")
+        if name == meta.get("best_rule"):
+            gate_s = "best rule"
         t.add_row(name, ci(r, "latency_p50_s", 1000, "{:.0f}"), ci(r, "latency_p99_s", 1000, "{:.0f}"),
                   f"{r['throughput_rps']:.2f}", ci(r, "gpu_util", 1, "{:.2f}"), ci(r, "cost_usd"),
                   f"{r['cost_per_mtok_usd']:.2f}", ci(r, "slo_attainment", 1, "{:.3f}"), f"{r['quality']:.3f}",
-                  f"{r.get('dropped_share', 0.0):.1%}" + (" OVERLOADED" if name in over else ""), vs)
-    t.add_row("paper: MARL baseline", "", "271", "", "", "", "", "", "", "", "")
-    t.add_row("paper: Graph-MARL", "", "194", "", "0.869", "", "", "", "", "", "-28% / -17.7%")
+                  f"{r.get('dropped_share', 0.0):.1%}" + (" OVERLOADED" if name in over else ""), vs, vb, gate_s)
+    t.add_row("paper: MARL baseline", "", "271", "", "", "", "", "", "", "", "", "", "")
+    t.add_row("paper: Graph-MARL", "", "194", "", "0.869", "", "", "", "", "", "-28% / -17.7%", "", "")
     return t
 
 

@@ -87,6 +87,8 @@ class GraphMARLConfig:
     provision_s: float = 40.0  # VM start; plus weights / load_gbps
     load_gb_per_s: float = 2.0
     max_context: int = 8192
+    validation_fraction: float = 0.1  # the last part of the training range: validation segments (checkpoint choice)
+    slo_target: float = 0.94  # SLO attainment a policy must reach to "meet the SLO" (the best rule is chosen among those)
     cost_weight: float = 0.5
     late_penalty: float = 0.5  # a request that completed outside its SLO
     drop_penalty: float = 1.0
@@ -197,13 +199,30 @@ def fit_multicloud_trace(cfg: GraphMARLConfig, trace: Workload, rng: np.random.G
     return w, cls, rep
 
 
+def split_range(cfg: GraphMARLConfig, split: str, span: float) -> tuple[float, float]:
+    """The part of a trace of length ``span`` a split draws from: ``train`` the first ``train_fraction -
+    validation_fraction``, ``validation`` the rest of the first ``train_fraction``, ``test`` (held out) the last
+    ``1 - train_fraction``."""
+    tv = cfg.train_fraction * span
+    va = max(cfg.train_fraction - cfg.validation_fraction, 0.0) * span
+    if split == "train":
+        return 0.0, va
+    if split == "validation":
+        return va, tv
+    if split == "test":
+        return tv, span
+    raise InputError(f"graph-marl split {split!r}: expected train, validation or test")
+
+
 def multicloud_workload(cfg: GraphMARLConfig, rng: np.random.Generator, held_out: bool,
                         duration_s: float | None = None, trace: Workload | None = None,
-                        load: float | None = None) -> Workload:
+                        load: float | None = None, split: str | None = None) -> Workload:
     """One segment of ``duration_s``: each class's arrivals from its trace, time-scaled to its rate, from the
-    training (first ``train_fraction``) or held-out part of the trace; origins drawn by ``origin_weights``.
+    training, validation or held-out (test) part of the trace (:func:`split_range`; ``split`` None: test when
+    ``held_out``, else train); origins drawn by ``origin_weights``.
     A user's ``trace`` is fitted by :func:`fit_multicloud_trace` (at ``load``) instead."""
     dur = cfg.segment_s if duration_s is None else duration_s
+    split = split or ("test" if held_out else "train")
     parts = []
     if trace is not None:
         fw, cls, _ = fit_multicloud_trace(cfg, trace, rng, dur, load)
@@ -216,7 +235,7 @@ def multicloud_workload(cfg: GraphMARLConfig, rng: np.random.Generator, held_out
             span = float(w.arrival_s[-1] - w.arrival_s[0]) or 1.0
             speed = c.rate_rps / (len(w) / span)
             seg = dur * speed
-            lo, hi = (0.0, cfg.train_fraction * span) if not held_out else (cfg.train_fraction * span, span)
+            lo, hi = split_range(cfg, split, span)
             start = lo + rng.uniform(0.0, max(hi - lo - seg, 0.0))
             idx = np.nonzero((w.arrival_s >= start) & (w.arrival_s < start + seg))[0]
             arr = (w.arrival_s[idx] - start) / speed
@@ -229,7 +248,7 @@ def multicloud_workload(cfg: GraphMARLConfig, rng: np.random.Generator, held_out
             day = float(rates.window_start_s[-1] + rates.window_s)
             mean_rate = float(np.nansum(rates.rate) * rates.window_s / day)  # requests/s over the trace
             scale = c.rate_rps / max(mean_rate, 1e-9)
-            lo, hi = (0.0, cfg.train_fraction * day) if not held_out else (cfg.train_fraction * day, day)
+            lo, hi = split_range(cfg, split, day)
             start = lo + rng.uniform(0.0, max(hi - lo - dur, 0.0))
             arr, _ = servegen_arrivals(rates, rng, start, start + dur, rate_scale=scale)
             # lengths: the default lognormal (fitted to the Azure conversation trace, docs/workloads.md)
@@ -354,6 +373,9 @@ class MultiCloud:
         self.pool_routed = np.zeros(len(self.pools), np.int64)  # requests routed to each pool last epoch
         self._routed = np.zeros(len(self.pools), np.int64)
         self.cls_slo = np.ones(ncls)
+        self.cls_ok = np.zeros(ncls, np.int64)  # requests of each class that ended last epoch: within SLO
+        self.cls_ended = np.zeros(ncls, np.int64)  # ... and all that ended (completed or dropped)
+        self.decisions: list[dict] = []  # the world-level decisions of every epoch (act's input, for tests)
         self.base_cost = sum(
             p.od_usd_per_gpu_h * p.spec.tp * min(cfg.initial_replicas, p.spec.max_replicas) for p in self.pools
         ) * cfg.epoch_s / 3600.0
@@ -376,6 +398,25 @@ class MultiCloud:
         st = self.inst[i]
         return st.on and now >= st.ready_s
 
+    def provisioning_left_s(self, i: int, now: float) -> float:
+        """Seconds until replica ``i`` (switched on) is ready; 0 when ready or off."""
+        st = self.inst[i]
+        return max(st.ready_s - now, 0.0) if st.on else 0.0
+
+    def covered(self, cloud: np.ndarray, variant: np.ndarray, without: set | None = None) -> np.ndarray:
+        """Per class: whether a ready replica of its variant in its cloud (``cloud`` = len(clouds): any) exists,
+        not counting the replicas in ``without``."""
+        now, nclouds = self.sim.now, len(self.clouds)
+        out = np.zeros(len(variant), bool)
+        for k in range(len(variant)):
+            for p in self.pools:
+                if p.spec.variant != variant[k] or (cloud[k] < nclouds and p.cloud != cloud[k]):
+                    continue
+                if any(self.routable(i, now) and (without is None or i not in without) for i in p.replicas):
+                    out[k] = True
+                    break
+        return out
+
     def backlog_s(self, i: int, now: float) -> float:
         rep = self.sim.replicas[i]
         return rep.pending_tokens / self.pools[self.pool_of[i]].tps
@@ -385,6 +426,7 @@ class MultiCloud:
         """Apply one epoch's decisions (missing agents keep their previous decisions / hold)."""
         cfg, now = self.cfg, self.sim.now
         nc = len(cfg.classes)
+        self.decisions.append({k: np.asarray(v).copy() for k, v in actions.items()})
         if "cloud" in actions:
             self.cloud_choice = np.clip(np.asarray(actions["cloud"], np.int64)[:nc], 0, len(self.clouds))
         if "model" in actions:
@@ -487,10 +529,13 @@ class MultiCloud:
                 self.inst[i].on, self.inst[i].off_s = False, t1
         # outcomes of the requests that ended
         ok = late = dropped = 0
+        ncls = len(cfg.classes)
+        c_ok, c_end = np.zeros(ncls, np.int64), np.zeros(ncls, np.int64)
         qsum = 0.0
         egress = 0.0
         fts, cmp_, arr, out = sim.first_token_s, sim.completion_s, sim.arrival, sim.output
         for rid in sim.completions:
+            c_end[self.cls[rid]] += 1
             if sim.status[rid] != 1:
                 dropped += 1
                 continue
@@ -504,12 +549,15 @@ class MultiCloud:
             qsum += self.qw[c] * self.quality[self.pools[self.pool_of[ri]].spec.variant]
             if good:
                 ok += 1
+                c_ok[c] += 1
             else:
                 late += 1
             reg = sim.replicas[ri].region
             if reg != sim.origin[rid]:  # prompt in, text out, ~4 bytes per token
                 egress += (sim.prompt[rid] + out[rid]) * 4e-9 * self.egress[sim.origin[rid]][reg]
         n_end = ok + late
+        self.cls_ok, self.cls_ended = c_ok, c_end
+        self.cls_slo = np.where(c_end > 0, c_ok / np.maximum(c_end, 1), self.cls_slo)
         sim.completions.clear()
         self.gpu_usd += usd
         self.egress_usd += egress
@@ -551,6 +599,8 @@ class MultiCloud:
             "egress_usd": float(self.egress_usd),
             "cost_per_mtok_usd": float(cost / max(tokens, 1.0) * 1e6),
             "slo_attainment": float(self.slo_ok.sum() / max(n, 1)),
+            **{f"slo_attainment_{c.name}": float(self.slo_ok[self.cls == k].sum() / max((self.cls == k).sum(), 1))
+               for k, c in enumerate(self.cfg.classes)},
             "dropped": int((st != 1).sum()),
             "quality": float(np.mean(qual)),
         }
