@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 
 from fleetwise.errors import InputError
-from fleetwise.learn.router import N_PARAMS, RouterTrainConfig, _scenario_at, policy_of, train_router
+from fleetwise.learn.router import N_PARAMS, RouterTrainConfig, scenario_at, policy_of, train_router
 from fleetwise.policies import make
 from fleetwise.policies.routers_learned import LearnedRouter, packaged_checkpoint
 from fleetwise.run import run_scenario
 
 
 def test_zero_action_is_least_outstanding_tokens_decision_for_decision():
-    sc = _scenario_at("default", 24.0)
+    sc = scenario_at("default", 24.0)
     rule = run_scenario(sc, 5, router="least_outstanding_tokens", num_requests=800)
     zero = run_scenario(sc, 5, router=LearnedRouter.from_policy(policy_of(np.zeros(N_PARAMS))), num_requests=800)
     assert np.array_equal(rule.records.replica, zero.records.replica)

@@ -55,7 +55,7 @@ class RouterTrainConfig:
     seed: int = 0
 
 
-def _scenario_at(name: str, rate: float, trace: str | None = None):
+def scenario_at(name: str, rate: float, trace: str | None = None):
     """The scenario at arrival rate ``rate`` (its ``workload.rate_rps``), or with ``trace`` in place of its
     workload at load ``rate`` (fleetwise.workload.adapt)."""
     from fleetwise.errors import InputError
@@ -88,7 +88,7 @@ class _Evaluator:
     def __init__(self, cfg: RouterTrainConfig, seeds: list[int]):
         self.cfg = cfg
         self.windows = [(r, s) for r in cfg.rates for s in seeds]
-        self.scen = {r: _scenario_at(cfg.scenario, r, cfg.trace) for r in cfg.rates}
+        self.scen = {r: scenario_at(cfg.scenario, r, cfg.trace) for r in cfg.rates}
         self.rule = {w: self._one(w, None) for w in self.windows}
 
     def _one(self, w, params: np.ndarray | None) -> tuple[float, float]:
