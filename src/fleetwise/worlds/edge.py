@@ -196,7 +196,7 @@ def edge_workload(cfg: EdgeConfig, rng: np.random.Generator, held_out: bool | st
     origin = rng.choice(len(cfg.nodes), size=len(arr), p=shares / shares.sum())
     w = Workload(arrival_s=arr[order], prompt_tokens=prompt, output_tokens=output, origin=origin,
                  slo_class=ptype, origins=[n.name for n in cfg.nodes], slo_classes=[t.name for t in cfg.types],
-                 name="edge")
+                 name="edge" if trace is None else f"edge:{trace.name}")
     ttft = np.array([t.ttft_s for t in cfg.types])[ptype]
     tpot = np.array([t.tpot_s for t in cfg.types])[ptype]
     return w, w.arrival_s + ttft, w.arrival_s + ttft + np.maximum(output - 1, 0) * tpot
