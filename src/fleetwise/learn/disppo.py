@@ -52,7 +52,7 @@ class DISPPOArgs:
     seed: int = 0
     # the recipe (fleetwise.learn.recipe)
     bc_episodes: int = 2  # rule demonstrations for the warm start (0: none)
-    bc_epochs: int = 3
+    bc_epochs: int = 1  # one pass: the rule becomes the most likely action, PPO still explores around it
     ttft_target: float | None = None  # TTFT deadline attainment to keep (None: no constraint)
     lagrange_lr: float = 2.0  # dual ascent step per rollout, on the attainment's shortfall
     validate_every: int = 6  # rollouts between validation checks (checkpoint choice)
