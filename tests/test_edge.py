@@ -85,7 +85,7 @@ def test_masked_choice_runs_the_rule_and_is_flagged():
     for _ in range(2000):
         m = env.action_masks()
         if not m[nc + 1]:  # "never" is masked: the rule does not offload
-            _, _, term, _, info = env.step([0, 1])
+            _, _, _, _, info = env.step([0, 1])
             assert info["invalid_action"]
             return
         env.step([0, 0])

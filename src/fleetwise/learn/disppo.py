@@ -131,7 +131,7 @@ def train(make_env: Callable[[], object], args: DISPPOArgs, progress: Callable[[
     ``bc_loss``, ``best_step``."""
     import torch
     from sb3_contrib import MaskablePPO
-    from stable_baselines3.common.callbacks import BaseCallback, CallbackList
+    from stable_baselines3.common.callbacks import CallbackList
     from stable_baselines3.common.monitor import Monitor
     from stable_baselines3.common.vec_env import DummyVecEnv
 
