@@ -1,4 +1,5 @@
-"""Edge batching SMDP: the environment, its masks and sojourn times, the time-aware buffer, DISPPO end to end."""
+"""Edge batching SMDP: the environment, its masks and sojourn times, the zero action = the rule (offload_greedy), the
+time-aware buffer, DISPPO on the recipe end to end."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ from fleetwise.envs.edge import EdgeBatchingEnv  # noqa: E402
 from fleetwise.worlds.edge import (  # noqa: E402
     EdgeConfig,
     EdgePolicyBatcher,
+    OffloadGreedy,
     evaluate,
+    segment,
     with_batch_limit,
 )
 
@@ -35,47 +38,118 @@ def test_check_env():
     check_env(env.unwrapped)
 
 
+def _random_action(m, rng, nc):
+    return [int(rng.choice(np.flatnonzero(m[:nc]))), int(rng.choice(np.flatnonzero(m[nc:])))]
+
+
 def test_masked_random_rollout_times_and_rewards():
     env = EdgeBatchingEnv(SMALL)
     obs, info = env.reset(seed=3)
     rng = np.random.default_rng(0)
     total_tau, t0 = 0.0, info["time_s"]
     outcomes = 0
-    steps = 0
+    nc = len(SMALL.chunk_sizes)
+    deviations = 0
     while True:
         m = env.action_masks()
         lane = env._lane
-        assert m[-1] == (not lane.running)  # wait only when nothing decodes
-        j = len(SMALL.prefill_sizes)
-        assert m[j] == bool(lane.running)  # decode needs a decoding sequence
-        if not lane.waiting:
-            assert not m[:j].any() and not m[j + 1]  # nothing to prefill or offload
-        obs, r, term, trunc, info = env.step(int(rng.choice(np.flatnonzero(m))))
-        steps += 1
+        assert m[0] and m[nc]  # the rule's choices are always allowed
+        assert m[1] == bool(lane.running and (lane.waiting or lane.prefilling))  # decode-only needs both
+        if not (lane.waiting or lane.prefilling):
+            assert not m[1:nc].any()  # nothing to prefill: every chunk budget is the rule's plan
+        assert not (m[nc + 1] and m[nc + 2])  # "never" when the rule offloads, "now" when it does not
+        a = _random_action(m, rng, nc)
+        deviations += a != [0, 0]
+        obs, r, term, trunc, info = env.step(a)
+        assert not info["invalid_action"]
         assert info["tau"] >= 0.0 and env.observation_space.contains(obs)
         total_tau += info["tau"]
         outcomes += info["on_time"] + info["late"] + info["dropped"]
-        assert r == pytest.approx(info["on_time"] - SMALL.miss_penalty * info["late"] - SMALL.drop_penalty * info["dropped"])
+        assert r == pytest.approx(info["on_time"] - SMALL.miss_penalty * info["late"]
+                                  - SMALL.drop_penalty * info["dropped"])  # ttft_lambda is 0
         if term:
             break
     sim = env.view.sim
+    assert deviations > 0
     assert total_tau == pytest.approx(info["time_s"] - t0)
     assert outcomes == sim.n  # every request ended and was rewarded exactly once
+    assert 0.0 <= info["ttft_attainment"] <= 1.0 and info["deadline_rps"] >= 0.0
     with pytest.raises(RuntimeError):
-        env.step(0)
+        env.step([0, 0])
 
 
-def test_masked_action_runs_the_default_and_is_flagged():
+def test_masked_choice_runs_the_rule_and_is_flagged():
     env = EdgeBatchingEnv(SMALL)
     env.reset(seed=0)
-    for _ in range(500):
+    nc = len(SMALL.chunk_sizes)
+    for _ in range(2000):
         m = env.action_masks()
-        if (~m).any():
-            _, _, term, _, info = env.step(int(np.flatnonzero(~m)[0]))
+        if not m[nc + 1]:  # "never" is masked: the rule does not offload
+            _, _, _, _, info = env.step([0, 1])
             assert info["invalid_action"]
             return
-        env.step(int(np.flatnonzero(m)[0]))
-    pytest.skip("no masked action met")
+        env.step([0, 0])
+    pytest.skip("no masked choice met")
+
+
+def test_the_ttft_multiplier_is_charged_per_missed_first_token():
+    env = EdgeBatchingEnv(SMALL)
+    env.ttft_lambda = 3.0
+    env.reset(seed=2)
+    missed = 0
+    while True:
+        _, r, term, _, info = env.step(env.rule_action())
+        missed += info["ttft_missed"]
+        assert r == pytest.approx(info["on_time"] - SMALL.miss_penalty * info["late"]
+                                  - SMALL.drop_penalty * info["dropped"] - 3.0 * info["ttft_missed"])
+        if term:
+            break
+    assert missed > 0  # the test means something: first tokens were missed at this load
+    assert info["ttft_attainment"] == pytest.approx(1.0 - missed / env.view.sim.n)
+
+
+def test_zero_action_is_offload_greedy_decision_for_decision():
+    """The learned policy contains its rule: the zero action over a whole segment gives exactly the records of
+    the rule ``offload_greedy`` run as a batcher (every request's first token, completion and offload)."""
+    from fleetwise.control.controller import Controller
+
+    cfg = replace(EdgeConfig(), segment_s=60.0)
+    env = EdgeBatchingEnv(cfg, held_out="test")
+    env.reset(options={"segment_seed": 1003})
+    plans = []
+    while True:
+        plans.append(env.view.plan(env._lane, env.rule_action()))
+        _, _, term, _, _ = env.step(env.rule_action())
+        if term:
+            break
+    a = env.view.sim
+    view = segment(cfg, 1003, "test")
+    rule = OffloadGreedy(view)
+    seen = []
+
+    class Recording:
+        stationary = False
+
+        def plan(self, lane):
+            p = rule.plan(lane)
+            seen.append(p)
+            return p
+
+    view.sim.run(Controller(router=make("router", "nearest_region"), batcher=Recording()))
+    b = view.sim
+    assert seen == plans  # decision for decision
+    hops = np.frombuffer(a.hops, dtype=np.int8)
+    assert hops.sum() > 0  # the rule offloads on this segment: the test covers offloads
+    assert np.array_equal(hops, np.frombuffer(b.hops, dtype=np.int8))
+    for x, y in ((a.first_token_s, b.first_token_s), ):
+        assert np.array_equal(np.frombuffer(x), np.frombuffer(y), equal_nan=True)
+    done_a = [a.client_completion_s(r) for r in range(a.n)]
+    done_b = [b.client_completion_s(r) for r in range(b.n)]
+    assert np.array_equal(done_a, done_b, equal_nan=True)
+    # and evaluate() of the rule reports that run
+    row = evaluate(cfg, OffloadGreedy, [1003])[0]
+    assert row["on_time"] == sum(env.view.outcome(r) == 1 for r in range(a.n))
+    assert row["offloaded"] == int(hops.sum())
 
 
 def test_time_aware_returns_discount_by_tau():
@@ -111,20 +185,43 @@ def test_baselines_conserve_requests_and_batch_limit_applies():
     lim = with_batch_limit(SMALL, 2)
     env = EdgeBatchingEnv(lim)
     env.reset(seed=1)
-    for _ in range(200):
-        m = env.action_masks()
-        assert not m[2:len(lim.prefill_sizes)].any()  # prefill sizes above 2 are masked
-        assert len(env._lane.running) <= 2
-        _, _, term, _, _ = env.step(int(np.flatnonzero(m)[0]))
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        assert len(env._lane.running) + len(env._lane.prefilling) <= 2
+        _, _, term, _, _ = env.step(_random_action(env.action_masks(), rng, len(lim.chunk_sizes)))
         if term:
             break
 
 
-def test_disppo_trains_and_runs_as_a_batcher():
-    from fleetwise.learn.disppo import DISPPOArgs, train
+def test_training_mix_draws_loads_and_trace_shapes():
+    from fleetwise.envs.edge import TrainMix
 
-    model, curve, wall = train(lambda: EdgeBatchingEnv(replace(SMALL, segment_s=20.0)),
-                               DISPPOArgs(total_timesteps=4096, n_steps=1024, n_envs=2, batch_size=256, n_epochs=2))
-    assert curve and wall > 0
-    rows = evaluate(SMALL, lambda view: EdgePolicyBatcher(model, view), [5])
+    env = EdgeBatchingEnv(replace(SMALL, segment_s=20.0), mix=TrainMix(p_paper=0.5))
+    names, rates = set(), []
+    for k in range(8):
+        env.reset(seed=k)
+        w = env.view.sim.workload
+        names.add(w.name)
+        rates.append(len(w))
+    assert len(names) >= 2 and len(set(rates)) > 1  # the paper's mix and fitted single traces, several sizes
+
+
+def test_disppo_on_the_recipe_starts_at_the_rule_and_gates():
+    from fleetwise.learn.disppo import DISPPOArgs, EdgeValidation, NumpyPolicy, train
+
+    tiny = replace(SMALL, segment_s=8.0)  # episodes of ~1,000 decisions: several end within the budget
+    val = EdgeValidation([("a", tiny, 2000, None, None), ("b", tiny, 2001, None, None)], OffloadGreedy,
+                         lambda view: make("batcher", "sarathi", {"max_num_seqs": 32}))
+    args = DISPPOArgs(total_timesteps=4096, n_steps=512, n_envs=2, batch_size=256, n_epochs=2, bc_episodes=1,
+                      bc_epochs=3, ttft_target=0.99, validate_every=2, patience=10)
+    model, curve, wall = train(lambda: EdgeBatchingEnv(tiny), args, validation=val)
+    assert wall > 0 and curve["bc_loss"][-1] < curve["bc_loss"][0]
+    assert curve["validation"][0][0] == 0 and len(curve["validation"]) >= 3  # the warm start is a candidate
+    assert curve["lagrange"] and all(lam >= 0 for _, lam, _ in curve["lagrange"])
+    # the warm start reproduces the rule: the chosen checkpoint never scores below it on validation
+    rule_score = float(np.mean([r["deadline_rps"] for r in val.rule.values()]))
+    assert max(v for _, v in curve["validation"]) >= rule_score - 1e-9
+    g = val.gate(model)
+    assert g["rule"] == "offload_greedy" and g["windows"] == 2 and isinstance(g["passed"], bool)
+    rows = evaluate(SMALL, lambda view: EdgePolicyBatcher(NumpyPolicy(model), view), [5])
     assert rows[0]["completed"] > 0

@@ -924,9 +924,14 @@ def reproduce_allocation(quick: bool = _QUICK, as_json: bool = _JSON, eval_trace
 @reproduce_app.command("batching")
 def reproduce_batching(quick: bool = _QUICK, as_json: bool = _JSON, eval_trace: Optional[str] = _EVAL,
                        seeds: Optional[int] = _SEEDS, db: str = _DB, load: Optional[str] = _LOAD,
+                       train_seeds: Optional[int] = typer.Option(None, min=1, max=MAX_SEEDS,
+                                                                 help="agents trained per variant (default 3; 1 "
+                                                                 "with --quick)"),
+                       workers: int = typer.Option(1, min=1, max=MAX_WORKERS, help="training processes"),
                        wide: bool = _WIDE) -> None:
-    """DISPPO (semi-Markov PPO) vs batching baselines at edge nodes."""
-    _reproduce("batching", quick, as_json, eval_trace, seeds, db, wide, load)
+    """DISPPO (semi-Markov PPO, adjusting the offload_greedy rule) vs batching baselines at edge nodes."""
+    _reproduce("batching", quick, as_json, eval_trace, seeds, db, wide, load, train_seeds=train_seeds,
+               workers=workers)
 
 
 @reproduce_app.command("torta")

@@ -1,12 +1,13 @@
 """Edge batching (the world: ``fleetwise.worlds.edge``): several edge nodes with small GPUs, users attached to nodes, a backhaul between them.
 
 ``EdgeBatchingEnv`` (``fleetwise/EdgeBatching-v0``) is a semi-Markov decision process over the fleet
-simulator: a decision is due whenever a node's engine is free; the agent runs a prefill batch, a decode step,
-offloads a waiting request to a neighbour, or waits. The time between two decisions is the sojourn time
+simulator: a decision is due whenever a node's engine is free; the agent adjusts the rule ``offload_greedy``
+(chunked prefill + offloading from the slowest node): the chunk budget of the iteration and whether to offload
+the head of the queue to a neighbour. The time between two decisions is the sojourn time
 ``tau`` (``info["tau"]``); DISPPO discounts by ``gamma ** tau``.
 
 Observation
-    ``Box(0, 1, (12 + 3 * (nodes - 1),), float32)`` for the node that must decide (all features scaled to [0, 1]):
+    ``Box(0, 1, (14 + 3 * (nodes - 1),), float32)`` for the node that must decide (all features scaled to [0, 1]):
 
     ====  =====================================================================================
     0     waiting requests / 32
@@ -21,33 +22,50 @@ Observation
     9     this node's prefill speed (tokens/s / 10,000)
     10    this node's decode step time for its current batch (s / 0.2)
     11    whether the head of the queue may still be offloaded
-    12+   per neighbour: waiting / 32, decoding / ``max_running``, estimated backlog (s / 20)
+    12    prompt tokens left of partly prefilled requests / 8192
+    13    whether the rule (offload_greedy) offloads the head of the queue now
+    14+   per neighbour: waiting / 32, decoding / ``max_running``, estimated backlog (s / 20)
     ====  =====================================================================================
 
 Action
-    ``Discrete(len(prefill_sizes) + 3)``: ``prefill_sizes[i]`` = prefill the first ``b`` waiting requests (FCFS,
-    whole prompts; fewer if fewer wait) in one iteration that also carries the decode step of the sequences
-    already decoding (prefill and decode "piggybacked", as continuous batching does), then ``decode`` (one step for every decoding sequence), ``offload``
-    (the head of the queue to the neighbour with the smallest estimated backlog), ``wait`` (idle ``wait_s`` or
-    until the queue changes). ``action_masks()`` marks the feasible ones: a prefill batch needs enough waiting
-    requests, KV blocks for their prompts and room under ``max_running``; decode needs a decoding sequence;
-    offload needs a waiting request that was not offloaded before and a neighbour whose KV cache can hold it;
-    wait is allowed only when nothing is decoding (idling then only delays the decoding sequences). A masked
-    action is not an error: it runs decode (or wait when nothing decodes) and sets ``info["invalid_action"]``.
+    ``MultiDiscrete([len(chunk_sizes), 3])``: an adjustment of the rule ``offload_greedy``
+    (``fleetwise.worlds.edge.OffloadGreedy``), whose own decision is ``[0, 0]``:
+
+    - chunk: the prompt-token budget of this iteration, ``chunk_sizes[i]`` (Sarathi-style chunked prefill, index
+      0 = the rule's 512 tokens; a budget of 0 = a decode step only);
+    - offload: 0 = the rule's decision, 1 = never (keep the head of the queue here), 2 = offload the head of the
+      queue now, to the neighbour with the smallest estimated backlog.
+
+    ``action_masks()`` marks the choices that differ from the rule's: a chunk other than the rule's needs prompt
+    tokens to prefill (a budget of 0 needs a decoding sequence), "never" needs the rule to offload, "now" needs
+    the rule not to and a neighbour whose KV cache can hold the head. ``rule_action()`` is ``[0, 0]``, always
+    allowed; a masked choice runs the rule's and sets ``info["invalid_action"]``.
 
 Reward
     Per request that ended since the last decision: ``+1`` when it completed within its end-to-end deadline
     (``ttft_s + (output tokens - 1) x tpot_s`` of its type), ``-miss_penalty`` when it completed late,
-    ``-drop_penalty`` when it was rejected.
+    ``-drop_penalty`` when it was rejected or unfinished, and ``-ttft_lambda`` when its first token missed the
+    TTFT deadline (the Lagrange multiplier of the TTFT constraint, ``fleetwise.learn.recipe.Lagrangian``, set by
+    the trainer between rollouts; 0 by default).
 
 Episode End
     Terminated when every request of the trace segment has ended. No truncation (segments are finite).
 
 Info
-    ``tau`` (seconds since the previous decision), ``node``, ``time_s``, ``on_time``, ``late``, ``dropped``.
+    ``tau`` (seconds since the previous decision), ``node``, ``time_s``, ``on_time``, ``late``, ``dropped``,
+    ``ttft_missed``; at the end of an episode ``ttft_attainment`` and ``deadline_rps`` of the segment.
+
+Segments
+    ``reset()`` draws a segment of the split (``split``: train, validation or test windows of each trace's time
+    span) from ``mix`` (:class:`TrainMix`: the paper's request mix at a rate drawn from a range, or one
+    trace's training part fitted to the edge at a load drawn from a range), or replays a user's ``trace``;
+    ``reset(options={"segment_seed": s})`` runs exactly the segment ``fleetwise.worlds.edge.evaluate`` runs for
+    seed ``s``.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, replace
 
 import gymnasium as gym
 import numpy as np
@@ -55,34 +73,57 @@ from gymnasium import spaces
 
 from fleetwise.control.controller import Controller
 from fleetwise.workload.request import Workload
-from fleetwise.worlds.edge import EdgeConfig, EdgeView, build_edge_sim, edge_workload
+from fleetwise.worlds.edge import OFFLOAD_CHOICES, EdgeConfig, EdgeView, segment, trace_part
+
+
+@dataclass(frozen=True)
+class TrainMix:
+    """The distribution of training segments (robustness: several loads and trace shapes, docs/batching.md).
+
+    With probability ``p_paper`` the paper's request mix at ``rate_rps`` drawn uniformly from ``rate_range``;
+    otherwise one of ``traces`` (its training part only: windows the test never uses) fitted to the edge
+    (``fleetwise.workload.adapt``: prompts clipped to the context) at a load drawn from ``load_range``, each request a
+    request type by ``rate_share``."""
+
+    p_paper: float = 0.5
+    rate_range: tuple[float, float] = (1.0, 2.5)
+    traces: tuple[str, ...] = ("azure-conv", "azure-code", "mooncake")
+    load_range: tuple[float, float] = (0.4, 1.0)
 
 
 class EdgeBatchingEnv(gym.Env):
     metadata = {"render_modes": []}
 
-    def __init__(self, config: EdgeConfig | None = None, held_out: bool = False, trace: Workload | None = None):
+    def __init__(self, config: EdgeConfig | None = None, held_out: bool | str = False, trace: Workload | None = None,
+                 mix: TrainMix | None = None, load: float | None = None):
         self.cfg = config or EdgeConfig()
         self.held_out = held_out
         self.trace = trace
+        self.load = load
+        self.mix = mix
         n = len(self.cfg.nodes)
-        self.observation_space = spaces.Box(0.0, 1.0, shape=(12 + 3 * (n - 1),), dtype=np.float32)
-        self.action_space = spaces.Discrete(self.cfg.num_actions)
+        self.observation_space = spaces.Box(0.0, 1.0, shape=(14 + 3 * (n - 1),), dtype=np.float32)
+        self.action_space = spaces.MultiDiscrete(list(self.cfg.action_nvec))
+        self.ttft_lambda = 0.0
         self.view: EdgeView | None = None
         self._lane = None
         self._last_t = 0.0
 
+    def rule_action(self) -> np.ndarray:
+        """The action that reproduces offload_greedy: [0, 0]."""
+        return np.zeros(2, dtype=np.int64)
+
     def action_masks(self) -> np.ndarray:
         if self._lane is None:
-            m = np.zeros(self.cfg.num_actions, dtype=bool)
-            m[-1] = True
+            m = np.zeros(sum(self.cfg.action_nvec), dtype=bool)
+            m[0] = m[len(self.cfg.chunk_sizes)] = True
             return m
         return self.view.mask(self._lane)
 
     def _next(self) -> tuple[float, dict]:
         """Advance to the next batch decision, routing arrivals to their own node; reward of what ended."""
         sim, view = self.view.sim, self.view
-        on_time = late = dropped = 0
+        on_time = late = dropped = missed = 0
         dp = sim.run_until(float("inf"), self._ctl, stop=("batch",))
         for rid in sim.completions:
             o = view.outcome(rid)
@@ -92,20 +133,40 @@ class EdgeBatchingEnv(gym.Env):
                 late += 1
             else:
                 dropped += 1
+            if not view.ttft_ok(rid):
+                missed += 1
         sim.completions.clear()
-        reward = on_time - self.cfg.miss_penalty * late - self.cfg.drop_penalty * dropped
+        self._stats[0] += on_time
+        self._stats[1] += missed
+        reward = (on_time - self.cfg.miss_penalty * late - self.cfg.drop_penalty * dropped
+                  - self.ttft_lambda * missed)
         self._lane = dp.view if dp is not None else None  # the LaneView of the lane that decides
-        return reward, {"on_time": on_time, "late": late, "dropped": dropped}
+        return reward, {"on_time": on_time, "late": late, "dropped": dropped, "ttft_missed": missed}
+
+    def _draw(self, rng: np.random.Generator) -> EdgeView:
+        seed = int(rng.integers(2**31))
+        mix = self.mix
+        if mix is None or self.trace is not None:
+            return segment(self.cfg, seed, self.held_out, self.trace, self.load, learned=True)
+        if rng.random() < mix.p_paper:
+            cfg = replace(self.cfg, rate_rps=float(rng.uniform(*mix.rate_range)))
+            return segment(cfg, seed, self.held_out, learned=True)
+        alias = mix.traces[int(rng.integers(len(mix.traces)))]
+        part = trace_part(alias, {True: "test", False: "train"}.get(self.held_out, self.held_out), self.cfg)
+        return segment(self.cfg, seed, self.held_out, part, float(rng.uniform(*mix.load_range)), learned=True)
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
         from fleetwise.policies import make
 
-        rng = self.np_random
-        w, ttft_dl, e2e_dl = edge_workload(self.cfg, rng, self.held_out, self.trace)
-        sim = build_edge_sim(self.cfg, w, int(rng.integers(2**31)), learned=True)
+        if options and "segment_seed" in options:
+            self.view = segment(self.cfg, int(options["segment_seed"]), self.held_out, self.trace, self.load,
+                                learned=True)
+        else:
+            self.view = self._draw(self.np_random)
+        sim = self.view.sim
         sim.completions = []
-        self.view = EdgeView(self.cfg, sim, ttft_dl, e2e_dl)
+        self._stats = [0, 0]
         self._ctl = Controller(router=make("router", "nearest_region"), batcher=None)  # batches: the agent
         self._last_t = 0.0
         _, info = self._next()
@@ -118,19 +179,24 @@ class EdgeBatchingEnv(gym.Env):
         sim = self.view.sim
         if self._lane is None:
             raise RuntimeError("episode is over; call reset()")
-        action = int(action)
-        m = self.view.mask(self._lane)
-        invalid = not (0 <= action < len(m) and m[action])
-        if invalid:  # a masked action runs the default instead: decode if anything decodes, else wait
-            action = len(self.cfg.prefill_sizes) + (0 if m[len(self.cfg.prefill_sizes)] else 2)
-        sim.apply(self.view.plan(self._lane, action))
+        a = np.asarray(action, dtype=np.int64).reshape(-1)
+        m = self.action_masks()
+        nc = len(self.cfg.chunk_sizes)
+        invalid = not (a.shape == (2,) and 0 <= a[0] < nc and 0 <= a[1] < len(OFFLOAD_CHOICES)
+                       and m[a[0]] and m[nc + a[1]])
+        if invalid:  # a masked choice runs the rule's instead
+            a = np.array([a[0] if 0 <= a[0] < nc and m[a[0]] else 0,
+                          a[1] if 0 <= a[1] < len(OFFLOAD_CHOICES) and m[nc + a[1]] else 0]) if a.shape == (2,) \
+                else self.rule_action()
+        sim.apply(self.view.plan(self._lane, a))
         reward, info = self._next()
         info["invalid_action"] = invalid
         tau = sim.now - self._last_t
         self._last_t = sim.now
         info.update(tau=tau, time_s=sim.now, node=self._lane.replica if self._lane else -1)
         if self._lane is None:
+            n = max(sim.n, 1)
+            info.update(ttft_attainment=1.0 - self._stats[1] / n,
+                        deadline_rps=self._stats[0] / self.cfg.segment_s)
             return np.zeros(self.observation_space.shape, np.float32), reward, True, False, info
         return self.view.observe(self._lane), reward, False, False, info
-
-

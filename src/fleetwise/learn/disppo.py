@@ -16,6 +16,12 @@ What is library code and what is written here:
   how long each action takes.
 
 The reward of a step arrives at its end (a lump sum for the requests that ended during the sojourn).
+
+Training follows the shared recipe (``fleetwise.learn.recipe``, docs/batching.md): the action adjusts the rule
+``offload_greedy`` (the zero action is the rule), behaviour cloning at the rule before PPO, the TTFT deadline
+attainment as a constraint with a Lagrange multiplier (dual ascent after every rollout, target: the rule's
+attainment), and checkpoint choice on validation segments (``EdgeValidation``), whose comparison with the rule
+is the deployment gate written into the checkpoint's model card.
 """
 
 from __future__ import annotations
@@ -44,6 +50,13 @@ class DISPPOArgs:
     time_aware: bool = True
     mean_tau_s: float = 0.025  # for the ablation's per-step discount gamma ** mean_tau_s
     seed: int = 0
+    # the recipe (fleetwise.learn.recipe)
+    bc_episodes: int = 2  # rule demonstrations for the warm start (0: none)
+    bc_epochs: int = 1  # one pass: the rule becomes the most likely action, PPO still explores around it
+    ttft_target: float | None = None  # TTFT deadline attainment to keep (None: no constraint)
+    lagrange_lr: float = 2.0  # dual ascent step per rollout, on the attainment's shortfall
+    validate_every: int = 6  # rollouts between validation checks (checkpoint choice)
+    patience: int = 6  # validation checks without improvement before training stops
 
 
 def _buffer_class():
@@ -108,21 +121,28 @@ def _tau_callback(curve: list):
     return TauCallback()
 
 
-def train(make_env: Callable[[], object], args: DISPPOArgs, progress: Callable[[int], None] | None = None):
-    """Train DISPPO (or its time-unaware ablation) on environments from ``make_env``.
-    Returns (model, learning curve [(timesteps, episode return)], wall seconds)."""
+def train(make_env: Callable[[], object], args: DISPPOArgs, progress: Callable[[int], None] | None = None,
+          validation: "EdgeValidation | None" = None):
+    """Train DISPPO (or its time-unaware ablation) on environments from ``make_env``, on the recipe: warm start
+    at the rule, the TTFT constraint's multiplier, checkpoint choice on ``validation`` (the best parameters
+    are restored at the end; the warm start itself is the first candidate).
+    Returns (model, learning curve, wall seconds); the curve is a dict of lists: ``episodes`` [(timesteps,
+    episode return)], ``lagrange`` [(timesteps, lambda, attainment)], ``validation`` [(timesteps, score)],
+    ``bc_loss``, ``best_step``."""
     import torch
     from sb3_contrib import MaskablePPO
-    from stable_baselines3.common.callbacks import BaseCallback, CallbackList
+    from stable_baselines3.common.callbacks import CallbackList
     from stable_baselines3.common.monitor import Monitor
     from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from fleetwise.learn.recipe import Lagrangian, Validator, behaviour_clone, rule_demonstrations, sb3_callback
 
     torch.set_num_threads(1)
     venv = DummyVecEnv([lambda: Monitor(make_env()) for _ in range(args.n_envs)])
     venv.seed(args.seed)
     gamma = args.gamma if args.time_aware else args.gamma ** args.mean_tau_s
     lam = args.gae_lambda if args.time_aware else args.gae_lambda ** args.mean_tau_s
-    curve: list = []
+    episodes: list = []
     model = MaskablePPO(
         "MlpPolicy", venv, learning_rate=args.learning_rate, n_steps=args.n_steps, batch_size=args.batch_size,
         n_epochs=args.n_epochs, gamma=gamma, gae_lambda=lam, clip_range=args.clip_coef,
@@ -130,18 +150,101 @@ def train(make_env: Callable[[], object], args: DISPPOArgs, progress: Callable[[
         policy_kwargs={"net_arch": list(args.net_arch)},
         rollout_buffer_class=_buffer_class(), rollout_buffer_kwargs={"time_aware": args.time_aware},
     )
-
-    class Progress(BaseCallback):
-        def _on_rollout_end(self) -> None:
-            if progress is not None:
-                progress(self.num_timesteps)
-
-        def _on_step(self) -> bool:
-            return True
-
     t0 = time.perf_counter()
-    model.learn(total_timesteps=args.total_timesteps, callback=CallbackList([_tau_callback(curve), Progress()]))
+    bc_loss: list[float] = []
+    if args.bc_episodes > 0:  # 2. warm start at the rule
+        obs, acts = rule_demonstrations(make_env, args.bc_episodes, seed=args.seed + 10_000)
+        bc_loss = behaviour_clone(model, obs, acts, epochs=args.bc_epochs, seed=args.seed)
+    # 3. the TTFT constraint: attainment >= target, multiplier by dual ascent after each rollout
+    lag = Lagrangian(target=args.ttft_target, sense=">=", lr=args.lagrange_lr) if args.ttft_target is not None \
+        else None
+    attained: list[float] = []
+    lagrange: list = []
+    validator = Validator(score=validation.score, patience=args.patience) if validation is not None else None
+    if validator is not None:
+        validator.check(model, 0)  # the warm start is the first candidate
+
+    def on_episode(info: dict) -> None:
+        if "ttft_attainment" in info:
+            attained.append(float(info["ttft_attainment"]))
+
+    rollouts = [0]
+
+    def on_rollout(m, steps: int) -> bool:
+        rollouts[0] += 1
+        if progress is not None:
+            progress(steps)
+        if lag is not None and attained:
+            lam_now = lag.update(float(np.mean(attained)), steps)
+            lagrange.append((steps, lam_now, float(np.mean(attained))))
+            venv.env_method("__setattr__", "ttft_lambda", lam_now)
+            attained.clear()
+        if validator is not None and rollouts[0] % args.validate_every == 0:
+            return validator.check(m, steps)  # 4. checkpoint choice, early stop
+        return True
+
+    model.learn(total_timesteps=args.total_timesteps,
+                callback=CallbackList([_tau_callback(episodes), sb3_callback(1, on_rollout, on_episode)]))
+    if validator is not None:
+        validator.check(model, model.num_timesteps)
+        validator.restore(model)
+    curve = {"episodes": episodes, "lagrange": lagrange, "bc_loss": bc_loss,
+             "validation": validator.curve if validator is not None else [],
+             "best_step": validator.best_step if validator is not None else model.num_timesteps}
     return model, curve, time.perf_counter() - t0
+
+
+class EdgeValidation:
+    """Validation segments of the edge world (the validation part of each trace's time span, never used for
+    training or test) for checkpoint choice and the deployment gate.
+
+    ``windows``: (name, config, seed, trace or None, load or None). ``score(model)`` = the mean requests within
+    deadline per second, less 10 x the shortfall of the TTFT deadline attainment below the rule's on the same
+    windows. ``gate(model)`` = ``fleetwise.learn.recipe.gate`` of the policy against the rule, paired by window,
+    with the constraint "TTFT P99 no higher than Sarathi's" on those windows."""
+
+    def __init__(self, windows, rule_factory, sarathi_factory):
+        from fleetwise.worlds.edge import evaluate
+
+        self.windows = list(windows)
+        self.rule = self._run(rule_factory)
+        self.sarathi = self._run(sarathi_factory)
+        self._evaluate = evaluate
+
+    def _run(self, make_batcher) -> dict[str, dict]:
+        from fleetwise.worlds.edge import evaluate
+
+        out = {}
+        for name, cfg, seed, trace, load in self.windows:
+            out[name] = evaluate(cfg, make_batcher, [seed], held_out="validation", trace=trace, load=load)[0]
+        return out
+
+    def run_policy(self, model) -> dict[str, dict]:
+        from fleetwise.worlds.edge import EdgePolicyBatcher
+
+        pol = NumpyPolicy(model)
+        return self._run(lambda view: EdgePolicyBatcher(pol, view))
+
+    def score(self, model) -> float:
+        rows = self.run_policy(model)
+        self.last = rows
+        att = np.mean([r["ttft_attainment"] for r in rows.values()])
+        att_rule = np.mean([r["ttft_attainment"] for r in self.rule.values()])
+        return float(np.mean([r["deadline_rps"] for r in rows.values()]) - 10.0 * max(att_rule - att, 0.0))
+
+    def gate(self, model) -> dict:
+        from fleetwise.learn.recipe import gate
+
+        rows = self.run_policy(model)
+        p99 = float(np.mean([r["ttft_p99_s"] for r in rows.values()]))
+        p99_s = float(np.mean([r["ttft_p99_s"] for r in self.sarathi.values()]))
+        g = gate({k: r["deadline_rps"] for k, r in rows.items()}, {k: r["deadline_rps"] for k, r in self.rule.items()},
+                 lower_is_better=False, constraint_ok=p99 <= p99_s)
+        g.update(rule="offload_greedy", metric="deadline_rps", windows_names=sorted(rows),
+                 ttft_p99_s=p99, sarathi_ttft_p99_s=p99_s,
+                 deadline_rps=float(np.mean([r["deadline_rps"] for r in rows.values()])),
+                 rule_deadline_rps=float(np.mean([r["deadline_rps"] for r in self.rule.values()])))
+        return g
 
 
 class NumpyPolicy:
@@ -163,6 +266,8 @@ class NumpyPolicy:
         if act not in (None, "Tanh", "ReLU"):
             raise ValueError(f"unsupported activation {act}")
         self._relu = act == "ReLU"
+        nvec = getattr(model.action_space, "nvec", None)
+        self.nvec = None if nvec is None else [int(x) for x in nvec]
         self.layers = layers
         self.head = (pol.action_net.weight.detach().cpu().numpy().astype(np.float64),
                      pol.action_net.bias.detach().cpu().numpy().astype(np.float64))
@@ -175,4 +280,7 @@ class NumpyPolicy:
         logits = self.head[0] @ h + self.head[1]
         if action_masks is not None:
             logits = np.where(action_masks, logits, -np.inf)
-        return int(np.argmax(logits)), None
+        if self.nvec is None:
+            return int(np.argmax(logits)), None
+        parts = np.split(logits, np.cumsum(self.nvec)[:-1])
+        return np.array([int(np.argmax(p)) for p in parts], dtype=np.int64), None

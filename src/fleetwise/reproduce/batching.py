@@ -1,10 +1,16 @@
 """``fleetwise reproduce batching``: DISPPO vs batching baselines at edge nodes (docs/batching.md).
 
-Protocol: train DISPPO (time-aware discount) and its ablation (per-step discount) on segments drawn from the
-first 70% of each trace's time span; evaluate every policy on the same held-out segments (the last 30%),
-one segment per seed; report requests completed within their deadline per second (the paper's objective),
-goodput, TTFT/E2E P99 (mean and 95% bootstrap CI over seeds), the paired change of DISPPO against the best
-baseline, and a sweep across batch-size limits.
+Protocol (the shared recipe, ``fleetwise.learn.recipe``): DISPPO's action adjusts the best rule,
+``offload_greedy`` (chunked prefill + offloading from the slowest node; the zero action is the rule). Each variant
+(DISPPO with its time-aware discount, and the ablation with a per-step discount) is warm-started at the rule by
+behaviour cloning and trained by PPO on a distribution of segments (the paper's mix at several rates, and single
+traces fitted to the edge at several loads) drawn from the first 60% of each trace's time span, with the TTFT
+deadline attainment as a constraint (a Lagrange multiplier); the checkpoint is chosen on validation segments (60-70%)
+and gated against the rule there (``recipe.gate``, written into its model card). Every policy is then evaluated
+on the same held-out segments (the last 30%), one per seed: requests completed within their deadline per
+second (the paper's objective), goodput, TTFT/E2E P99 (mean and 95% bootstrap CI over seeds), the paired change of
+each learned policy against the best baseline, and a sweep across batch-size limits. Training jobs (variants x
+training seeds) run on the sweep backends (``recipe.run_jobs``).
 """
 
 from __future__ import annotations
@@ -23,20 +29,29 @@ BASELINES = {
     "vllm": ("vllm", {"max_num_seqs": 32}),
     "decode_first": ("decode_first", {"max_num_seqs": 32}),
     "sarathi": ("sarathi", {"chunk_tokens": 512, "max_num_seqs": 32}),
+    "offload_greedy": ("offload_greedy", {}),  # the edge world's rule (it reads the neighbours): worlds.edge
 }
+RULE = "offload_greedy"
+VARIANTS = {"disppo": True, "ppo_no_tau": False}  # name -> time-aware discount
 PAPER_NOTE = "the paper's abstract gives no figures; it reports DISPPO ahead of traditional methods"
 BATCH_SIZES = (1, 2, 4, 8, 16, 32)
 
 
 def _budget(quick: bool) -> dict:
     if quick:
-        return {"timesteps": 150_000, "seeds": 5, "sweep_seeds": 2, "train_segment_s": 120.0}
-    return {"timesteps": 400_000, "seeds": 10, "sweep_seeds": 3, "train_segment_s": 120.0}
+        return {"timesteps": 150_000, "seeds": 5, "sweep_seeds": 2, "train_segment_s": 120.0, "train_seeds": 1,
+                "variants": ("disppo",)}  # the ablation only at the full budget (2 shared cores)
+    return {"timesteps": 400_000, "seeds": 10, "sweep_seeds": 3, "train_segment_s": 120.0, "train_seeds": 3,
+            "variants": tuple(VARIANTS)}
 
 
 def _batcher(name: str, params: dict, b: int | None = None):
     from fleetwise.policies import make
 
+    if name == "offload_greedy":
+        from fleetwise.worlds.edge import OffloadGreedy
+
+        return OffloadGreedy
     p = dict(params)
     if b is not None:
         if name == "static":
@@ -61,25 +76,72 @@ def _dropped(rows: list[dict]) -> float:
     return float(sum(r.get("dropped", 0) for r in rows) / n) if n else 0.0
 
 
+def validation_windows(cfg, quick: bool) -> list:
+    """Validation segments (the 60-70% part of each trace's span): the paper's mix at its rate and at a light
+    rate, and mooncake's long prompts fitted to the edge at load 0.7 (name, config, seed, trace, load)."""
+    from fleetwise.worlds.edge import trace_part
+
+    n = 2 if quick else 3
+    wins = [(f"mix@{cfg.rate_rps:g}/{k}", cfg, 2000 + k, None, None) for k in range(n)]
+    light = replace(cfg, rate_rps=1.2)
+    wins += [(f"mix@1.2/{k}", light, 2100 + k, None, None) for k in range(n - 1)]
+    part = trace_part("mooncake", "validation", cfg)
+    wins += [(f"mooncake@0.7/{k}", cfg, 2200 + k, part, 0.7) for k in range(n - 1)]
+    return wins
+
+
+def train_job(job: dict) -> dict:
+    """One training job (a variant and a training seed) on the recipe; returns the policy (numpy), its learning
+    curve, the validation gate and the checkpoint path (when ``job["checkpoint"]``). Runs in a worker process."""
+    from fleetwise.envs.edge import EdgeBatchingEnv, TrainMix
+    from fleetwise.learn.disppo import DISPPOArgs, EdgeValidation, NumpyPolicy, train
+    from fleetwise.worlds.edge import EdgeConfig, OffloadGreedy
+
+    cfg = EdgeConfig()
+    tcfg = replace(cfg, segment_s=job["train_segment_s"])
+    val = EdgeValidation(validation_windows(cfg, job["quick"]), OffloadGreedy,
+                         _batcher(*BASELINES["sarathi"]))
+    target = float(np.mean([r["ttft_attainment"] for r in val.rule.values()]))
+    args = DISPPOArgs(total_timesteps=job["timesteps"], time_aware=job["time_aware"], seed=job["seed"],
+                      ttft_target=target)
+    mix = TrainMix()
+    model, curve, wall = train(lambda: EdgeBatchingEnv(tcfg, mix=mix), args, validation=val)
+    g = val.gate(model)
+    ckpt = None
+    if job.get("checkpoint"):
+        from fleetwise.learn.export import export_sb3
+
+        training = {"data": "edge segments, first 60% of each trace's span: the paper's mix at "
+                            f"{mix.rate_range[0]:g}-{mix.rate_range[1]:g} req/s, and {', '.join(mix.traces)} fitted at "
+                            f"load {mix.load_range[0]:g}-{mix.load_range[1]:g}", "timesteps": job["timesteps"],
+                    "seed": job["seed"], "time_aware": job["time_aware"], "ttft_attainment_target": target,
+                    "best_step": curve["best_step"], "wall_s": wall}
+        ckpt = str(export_sb3(model, job["checkpoint"], level="batcher", policy=job["name"], rule=RULE,
+                              training=training, validation=g))
+    return {"name": job["name"], "seed": job["seed"], "policy": NumpyPolicy(model), "curve": curve, "gate": g,
+            "wall_s": wall, "checkpoint": ckpt, "ttft_target": target}
+
+
 def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = None, db: str | None = None,
-        progress: bool = True, load: float | str = 0.7, timesteps: int | None = None, sweep: bool = True) -> dict:
+        progress: bool = True, load: float | str = 0.7, timesteps: int | None = None, sweep: bool = True,
+        train_seeds: int | None = None, backend: str = "local", workers: int | None = 1) -> dict:
     """``load``: with ``eval_trace``, its rate as a fraction of the edge's capacity (fleetwise.workload.adapt) or
     "real"; ``timesteps`` and ``sweep=False`` shrink the budget (tests)."""
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from fleetwise.envs.edge import EdgeBatchingEnv
+    from fleetwise.learn.recipe import run_jobs
     from fleetwise.metrics.stats import paired_change
-    from fleetwise.learn.disppo import DISPPOArgs, NumpyPolicy, train
     from fleetwise.reproduce.common import store_rows
     from fleetwise.worlds.edge import EdgeConfig, EdgePolicyBatcher, evaluate, with_batch_limit
 
     bud = _budget(quick)
     if timesteps is not None:
         bud["timesteps"] = int(timesteps)
+    if train_seeds is not None:
+        bud["train_seeds"] = int(train_seeds)
     n_seeds = seeds or bud["seeds"]
     cfg = EdgeConfig()
-    tcfg = replace(cfg, segment_s=bud["train_segment_s"])
     trace = None
     scenario = "edge-3-nodes"
     eval_seeds = list(range(1000, 1000 + n_seeds))
@@ -94,30 +156,65 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
         rep = fit_edge_trace(cfg, trace, np.random.default_rng(eval_seeds[0]), fit_load)[2]
         fit_lines = [f"--eval-trace {eval_trace}: replaces the segments' arrivals and lengths; each seed its own "
                      f"{cfg.segment_s:g} s segment"] + [f"seed {eval_seeds[0]}: {ln}" for ln in rep.lines()]
+    out_dir = Path(db).parent / "batching" if db else Path("results") / "batching"
     console = Console(stderr=True)
     result: dict = {}
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TimeElapsedColumn(), console=console,
                   transient=True, disable=not (progress and console.is_terminal)) as prog:
-        models = {}
-        for name, time_aware in (("disppo", True), ("ppo_no_tau", False)):
-            task = prog.add_task(f"training {name}", total=bud["timesteps"])
-            args = DISPPOArgs(total_timesteps=bud["timesteps"], time_aware=time_aware, seed=0)
-            model, curve, wall = train(lambda: EdgeBatchingEnv(tcfg), args,
-                                       progress=lambda t, task=task: prog.update(task, completed=t))
-            models[name] = NumpyPolicy(model)  # the same greedy actions as model.predict, faster
+        jobs = [{"name": name, "time_aware": ta, "seed": s, "timesteps": bud["timesteps"], "quick": quick,
+                 "train_segment_s": bud["train_segment_s"],
+                 "checkpoint": str(out_dir / f"{name}-seed{s}.npz") if db else None}
+                for name, ta in VARIANTS.items() if name in bud["variants"] for s in range(bud["train_seeds"])]
+        task = prog.add_task(f"training {len(jobs)} jobs", total=len(jobs))
+        trained = run_jobs(train_job, jobs, backend=backend, workers=workers,
+                           on_result=lambda _r: prog.advance(task))
+        models: dict[str, list] = {}
+        for tr in trained:
+            name = tr["name"]
+            models.setdefault(name, []).append(tr["policy"])
+            r = result.setdefault(name, {"train_wall_s": 0.0, "train_timesteps": bud["timesteps"],
+                                         "train_seeds": bud["train_seeds"], "gates": [], "curves": []})
+            r["train_wall_s"] += tr["wall_s"]
+            r["gates"].append(tr["gate"])
+            c = tr["curve"]
+            r["curves"].append({"seed": tr["seed"], "validation": c["validation"], "lagrange": c["lagrange"],
+                                "bc_loss": c["bc_loss"], "best_step": c["best_step"],
+                                "episodes": c["episodes"], "ttft_target": tr["ttft_target"]})
+            if tr["checkpoint"]:
+                r.setdefault("checkpoints", []).append(tr["checkpoint"])
             if db:
-                model.save(str(Path(db).parent / "batching" / f"{name}.zip"))
-            result.setdefault(name, {})["train_wall_s"] = wall
-            result[name]["train_timesteps"] = bud["timesteps"]
-            if db and curve:  # a tiny budget may end before the first episode does
                 from fleetwise.experiments.store import Store
 
-                Store(db).add_learning_curve(name, [s for s, _ in curve], [r for _, r in curve], "episode_return")
+                st = Store(db)
+                run_id = f"seed{tr['seed']}"
+                if c["episodes"]:
+                    st.add_learning_curve(name, [s for s, _ in c["episodes"]], [v for _, v in c["episodes"]],
+                                          "episode_return", run_id)
+                if c["validation"]:
+                    st.add_learning_curve(name, [s for s, _ in c["validation"]], [v for _, v in c["validation"]],
+                                          "validation_deadline_rps", run_id)
+                if c["lagrange"]:
+                    st.add_learning_curve(name, [s for s, *_ in c["lagrange"]], [lam for _, lam, _ in c["lagrange"]],
+                                          "ttft_lambda", run_id)
+        for name, r in result.items():
+            r["gate_passed"] = [g["passed"] for g in r["gates"]]
+
+        def run_learned(ecfg, pols, seeds_):  # per segment: the mean over the training seeds' policies
+            per = [evaluate(ecfg, lambda view, m=m: EdgePolicyBatcher(m, view), seeds_, trace=trace, load=fit_load)
+                   for m in pols]
+            out = []
+            for k in range(len(seeds_)):
+                row = dict(per[0][k])
+                for key in ("on_time", "deadline_rps", "goodput_rps", "ttft_p99_s", "e2e_p99_s", "completed",
+                            "dropped", "offloaded", "ttft_attainment"):
+                    row[key] = float(np.mean([p[k][key] for p in per]))
+                out.append(row)
+            return out
+
         rows: dict[str, list[dict]] = {}
         task = prog.add_task("evaluating", total=len(models) + len(BASELINES))
-        for name, model in models.items():
-            rows[name] = evaluate(cfg, lambda view, m=model: EdgePolicyBatcher(m, view), eval_seeds, trace=trace,
-                                  load=fit_load)
+        for name, pols in models.items():
+            rows[name] = run_learned(cfg, pols, eval_seeds)
             prog.advance(task)
         for name, (bname, params) in BASELINES.items():
             rows[name] = evaluate(cfg, _batcher(bname, params), eval_seeds, trace=trace, load=fit_load)
@@ -130,25 +227,29 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
         fair = [n for n in BASELINES if n not in overloaded]
         best = max(fair or list(BASELINES), key=lambda n: result[n]["deadline_rps"])
         result["_meta"] = {"best_baseline": best if fair else None, "overloaded": overloaded,
-                           "load": load if eval_trace is not None else None, "scenario": scenario}
+                           "load": load if eval_trace is not None else None, "scenario": scenario,
+                           "rule": RULE, "train_seeds": bud["train_seeds"], "timesteps": bud["timesteps"],
+                           "checkpoints_passed": {n: result[n]["gate_passed"] for n in models}}
         for name in models:
-            ch = paired_change({r["seed"]: r["deadline_rps"] for r in rows[best]},
-                               {r["seed"]: r["deadline_rps"] for r in rows[name]})
-            result[name]["vs_best_baseline"] = best
-            result[name]["vs_best_baseline_change"] = ch.mean
-            result[name]["vs_best_baseline_change_ci95"] = [ch.lo, ch.hi]
-        ch = paired_change({r["seed"]: r["deadline_rps"] for r in rows["ppo_no_tau"]},
-                           {r["seed"]: r["deadline_rps"] for r in rows["disppo"]})
-        result["disppo"]["vs_ablation_change"] = ch.mean
-        result["disppo"]["vs_ablation_change_ci95"] = [ch.lo, ch.hi]
+            for other, key in ((best, "vs_best_baseline"), (RULE, "vs_rule"), ("sarathi", "vs_sarathi")):
+                ch = paired_change({r["seed"]: r["deadline_rps"] for r in rows[other]},
+                                   {r["seed"]: r["deadline_rps"] for r in rows[name]})
+                if key == "vs_best_baseline":
+                    result[name]["vs_best_baseline"] = best
+                result[name][f"{key}_change"] = ch.mean
+                result[name][f"{key}_change_ci95"] = [ch.lo, ch.hi]
+        if "ppo_no_tau" in rows and "disppo" in rows:
+            ch = paired_change({r["seed"]: r["deadline_rps"] for r in rows["ppo_no_tau"]},
+                               {r["seed"]: r["deadline_rps"] for r in rows["disppo"]})
+            result["disppo"]["vs_ablation_change"] = ch.mean
+            result["disppo"]["vs_ablation_change_ci95"] = [ch.lo, ch.hi]
         # batch-size sweep: the same policies with batches capped at b
         sweep_seeds = eval_seeds[: bud["sweep_seeds"]]
         task = prog.add_task("batch-size sweep", total=len(BATCH_SIZES))
         for b in BATCH_SIZES if sweep else ():
             bcfg = with_batch_limit(cfg, b)
-            for name, model in models.items():
-                r = evaluate(bcfg, lambda view, m=model: EdgePolicyBatcher(m, view), sweep_seeds, trace=trace,
-                             load=fit_load)
+            for name, pols in models.items():
+                r = run_learned(bcfg, pols, sweep_seeds)
                 result[name].setdefault("batch_sweep", {})[str(b)] = float(np.mean([x["deadline_rps"] for x in r]))
             for name, (bname, params) in BASELINES.items():
                 r = evaluate(bcfg, _batcher(bname, params, b), sweep_seeds, trace=trace, load=fit_load)
@@ -156,12 +257,48 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
             prog.advance(task)
     if eval_trace is not None:
         result["_trace_fit"] = fit_lines
-    out_dir = Path(db).parent / "batching" if db else Path("results") / "batching"
     if sweep:
         _plot_sweep(result, out_dir / "throughput-vs-batch-size.png")
+    _plot_curves(result, out_dir / "learning-curves.png")
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "result.json").write_text(json.dumps(result, indent=1))
     return result
+
+
+def _plot_curves(result: dict, path: Path) -> None:
+    """Learning curves of every learned variant: episode return (a moving mean), the validation score and the
+    TTFT constraint's multiplier against training steps."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    learned = [(n, r) for n, r in result.items() if not n.startswith("_") and r.get("curves")]
+    if not learned:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig = Figure(figsize=(12, 3.6), dpi=100)
+    FigureCanvasAgg(fig)
+    axes = [fig.add_subplot(1, 3, i + 1) for i in range(3)]
+    for name, r in learned:
+        for c in r["curves"]:
+            lab = f"{name} seed {c['seed']}"
+            ep = c["episodes"]
+            if ep:
+                x = np.array([s for s, _ in ep], float)
+                y = np.array([v for _, v in ep], float)
+                k = max(1, len(y) // 20)
+                axes[0].plot(x[k - 1:], np.convolve(y, np.ones(k) / k, mode="valid"), label=lab)
+            if c["validation"]:
+                axes[1].plot([s for s, _ in c["validation"]], [v for _, v in c["validation"]], marker="o", label=lab)
+            if c["lagrange"]:
+                axes[2].plot([s for s, *_ in c["lagrange"]], [lam for _, lam, _ in c["lagrange"]], label=lab)
+    for ax, t in zip(axes, ("episode return (moving mean)", "validation score (deadline req/s)",
+                            "TTFT constraint multiplier")):
+        ax.set_title(t, fontsize=9)
+        ax.set_xlabel("training steps")
+        ax.grid(alpha=0.3)
+    axes[1].legend(fontsize=7)
+    fig.subplots_adjust(left=0.05, right=0.98, top=0.9, bottom=0.14, wspace=0.25)
+    fig.savefig(path)
 
 
 def _plot_sweep(result: dict, path: Path) -> None:
@@ -201,7 +338,7 @@ def render(result: dict):
                 + ("" if meta.get("best_baseline") else "; every baseline overloaded: no best"))
     t = Table(title=f"Edge batching ({where}): mean [95% CI] over seeds; {PAPER_NOTE}{note}")
     for c in ("policy", "deadline req/s", "goodput req/s", "TTFT p99 s", "E2E p99 s", "offloaded/segment",
-              "dropped", "vs best baseline"):
+              "dropped", "vs best baseline", "gate vs rule (validation)"):
         t.add_column(c, justify="right" if c != "policy" else "left", no_wrap=True)
 
     def ci(r, k, f="{:.3f}"):
@@ -218,14 +355,17 @@ def render(result: dict):
             if not meta.get("best_baseline", True):
                 vs += " (overloaded)"
         drop = r.get("dropped_share")
+        gates = r.get("gate_passed")
+        gate = f"passed {sum(gates)}/{len(gates)}" if gates else ""
         t.add_row(name, ci(r, "deadline_rps"), ci(r, "goodput_rps"), ci(r, "ttft_p99_s", "{:.2f}"),
                   ci(r, "e2e_p99_s", "{:.2f}"), f"{r['offloaded_per_segment']:.1f}",
-                  "-" if drop is None else f"{drop:.1%}" + (" OVERLOADED" if name in over else ""), vs)
+                  "-" if drop is None else f"{drop:.1%}" + (" OVERLOADED" if name in over else ""), vs, gate)
     return t
 
 
 def bench() -> dict:
-    """Environment steps per second (random feasible actions, one core) and DISPPO training speed."""
+    """Environment steps per second (random feasible actions, one core) and DISPPO training speed (PPO alone:
+    no warm start, no validation)."""
     from fleetwise.envs.edge import EdgeBatchingEnv
     from fleetwise.learn.disppo import DISPPOArgs, train
     from fleetwise.worlds.edge import EdgeConfig
@@ -235,14 +375,16 @@ def bench() -> dict:
     env.reset(seed=0)
     n = 0
     t0 = time.perf_counter()
+    nc = len(env.cfg.chunk_sizes)
     while time.perf_counter() - t0 < 5.0:
-        a = rng.choice(np.flatnonzero(env.action_masks()))
+        m = env.action_masks()
+        a = [rng.choice(np.flatnonzero(m[:nc])), rng.choice(np.flatnonzero(m[nc:]))]
         _, _, term, _, _ = env.step(a)
         n += 1
         if term:
             env.reset(seed=n)
     steps_per_s = n / (time.perf_counter() - t0)
     cfg = replace(EdgeConfig(), segment_s=120.0)
-    _, curve, wall = train(lambda: EdgeBatchingEnv(cfg), DISPPOArgs(total_timesteps=50_000))
+    _, curve, wall = train(lambda: EdgeBatchingEnv(cfg), DISPPOArgs(total_timesteps=50_000, bc_episodes=0))
     return {"env_steps_per_s": steps_per_s, "train_timesteps": 50_000, "train_wall_s": wall,
             "train_steps_per_s": 50_000 / wall}

@@ -1,9 +1,12 @@
 """The edge world of DISPPO (docs/batching.md): several edge nodes with small GPUs, users attached to nodes, a
 backhaul between them; request types with TTFT and end-to-end deadlines replayed from real traces.
 
-``EdgeView`` holds the semi-Markov decision process's observation, action mask and action -> ``BatchPlan``
-mapping, read from a lane's ``LaneView``; ``fleetwise.envs.edge.EdgeBatchingEnv`` is the Gymnasium environment
-over it and ``EdgePolicyBatcher`` runs a trained policy as a batcher in the same simulator.
+``EdgeView`` holds the semi-Markov decision process's observation and action -> ``BatchPlan`` mapping, read from a
+lane's ``LaneView``. The action adjusts the best rule, ``offload_greedy`` (:class:`OffloadGreedy`: Sarathi-style
+chunked prefill, and offloading from the slowest node while a neighbour's backlog is shorter): a chunk budget and an
+offload choice, index 0 of each being the rule's own, so the zero action is the rule, decision for decision.
+``fleetwise.envs.edge.EdgeBatchingEnv`` is the Gymnasium environment over it and ``EdgePolicyBatcher`` runs a
+trained policy as a batcher in the same simulator.
 """
 
 from __future__ import annotations
@@ -56,18 +59,41 @@ class EdgeConfig:
     train_fraction: float = 0.7  # of each trace's time span; the rest is held out
     backhaul_rtt_s: float = 0.010
     backhaul_gbps: float = 1.0
-    prefill_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
+    # the action: a prefill chunk budget (tokens per iteration, Sarathi-style; 0 = a decode step only when
+    # anything decodes) x an offload choice (the rule's, never, the head of the queue now). Index 0 of each is
+    # the rule's own (offload_greedy: 512-token chunks, offload from the slowest node), so [0, 0] is the rule.
+    chunk_sizes: tuple[int, ...] = (512, 0, 128, 256, 1024, 2048, 8192)
+    offload_margin_s: float = 1.0  # the rule offloads when its backlog exceeds the neighbour's by this much
     max_running: int = 32
-    wait_s: float = 0.05
     miss_penalty: float = 0.5
     drop_penalty: float = 1.0
     gpu_memory_utilization: float = 0.9
     block_tokens: int = 16
     drain_s: float = 120.0  # after the segment's last arrival; unfinished requests then count as dropped
 
+    validation_fraction: float = 0.1  # the end of the training part: validation windows (checkpoint choice)
+
     @property
-    def num_actions(self) -> int:
-        return len(self.prefill_sizes) + 3
+    def action_nvec(self) -> tuple[int, int]:
+        return (len(self.chunk_sizes), len(OFFLOAD_CHOICES))
+
+
+OFFLOAD_CHOICES = ("rule", "never", "now")
+SPLITS = ("train", "validation", "test")
+
+
+def split_range(cfg: EdgeConfig, split: str | bool) -> tuple[float, float]:
+    """The part of each trace's time span a split draws its windows from (fractions): train, then validation
+    (the last ``validation_fraction`` of the training part), then test (held out). ``True``/``False``: test/train."""
+    split = {True: "test", False: "train"}.get(split, split)  # type: ignore[arg-type]
+    v = cfg.train_fraction - cfg.validation_fraction
+    if split == "train":
+        return 0.0, v
+    if split == "validation":
+        return v, cfg.train_fraction
+    if split == "test":
+        return cfg.train_fraction, 1.0
+    raise ValueError(f"split {split!r}: expected one of {', '.join(SPLITS)}")
 
 
 @functools.lru_cache(maxsize=16)
@@ -125,10 +151,22 @@ def fit_edge_trace(cfg: EdgeConfig, trace: Workload, rng: np.random.Generator, l
     return w, ptype, rep
 
 
-def edge_workload(cfg: EdgeConfig, rng: np.random.Generator, held_out: bool, trace: Workload | None = None,
+def trace_part(alias: str, split: str, cfg: EdgeConfig) -> Workload:
+    """The part of a trace (alias) that ``split`` may use (:func:`split_range` of its time span)."""
+    from fleetwise.catalog import get_model
+
+    w = _trace(alias, get_model(cfg.model).max_context)
+    span = float(w.arrival_s[-1] - w.arrival_s[0]) or 1.0
+    lo, hi = split_range(cfg, split)
+    t = w.arrival_s - w.arrival_s[0]
+    return w.take(np.nonzero((t >= lo * span) & (t < hi * span))[0])
+
+
+def edge_workload(cfg: EdgeConfig, rng: np.random.Generator, held_out: bool | str, trace: Workload | None = None,
                   load: float | None = None) -> tuple[Workload, np.ndarray, np.ndarray]:
     """One segment: each type's trace scaled to its share of ``rate_rps``, a window of ``segment_s`` from the
-    training part (or the held-out part) of its time span; origins drawn by the nodes' user shares. A user's
+    part of its time span that the split uses (``held_out``: a split name, or True = test, False = train;
+    :func:`split_range`); origins drawn by the nodes' user shares. A user's
     ``trace`` is fitted by :func:`fit_edge_trace` (at ``load``) instead.
     Returns (workload, TTFT deadline per request, end-to-end deadline per request), deadlines as absolute times."""
     from fleetwise.catalog import get_model
@@ -145,7 +183,7 @@ def edge_workload(cfg: EdgeConfig, rng: np.random.Generator, held_out: bool, tra
             span = float(w.arrival_s[-1] - w.arrival_s[0]) or 1.0
             speed = (cfg.rate_rps * t.rate_share) / (len(w) / span)  # time compression to reach the type's rate
             seg_trace = cfg.segment_s * speed  # trace seconds one segment covers
-            lo, hi = (0.0, cfg.train_fraction * span) if not held_out else (cfg.train_fraction * span, span)
+            lo, hi = (f * span for f in split_range(cfg, held_out))
             start = lo + rng.uniform(0.0, max(hi - lo - seg_trace, 0.0))
             idx = np.nonzero((w.arrival_s >= start) & (w.arrival_s < start + seg_trace))[0]
             parts.append((ti, (w.arrival_s[idx] - start) / speed, w.prompt_tokens[idx], w.output_tokens[idx]))
@@ -158,7 +196,7 @@ def edge_workload(cfg: EdgeConfig, rng: np.random.Generator, held_out: bool, tra
     origin = rng.choice(len(cfg.nodes), size=len(arr), p=shares / shares.sum())
     w = Workload(arrival_s=arr[order], prompt_tokens=prompt, output_tokens=output, origin=origin,
                  slo_class=ptype, origins=[n.name for n in cfg.nodes], slo_classes=[t.name for t in cfg.types],
-                 name="edge")
+                 name="edge" if trace is None else f"edge:{trace.name}")
     ttft = np.array([t.ttft_s for t in cfg.types])[ptype]
     tpot = np.array([t.tpot_s for t in cfg.types])[ptype]
     return w, w.arrival_s + ttft, w.arrival_s + ttft + np.maximum(output - 1, 0) * tpot
@@ -212,7 +250,9 @@ class EdgeView:
             p = r.perf
             self.prefill_tps.append(1024.0 / p.iteration_time_s(1024, 1024.0 * 1024.0, 0, 0))
             self.step_s.append([p.decode_coeffs(b)[0] if b else 0.0 for b in range(self.cfg.max_running + 1)])
-        self.n_features = 12 + 3 * (len(sim.replicas) - 1)
+        self.n_features = 14 + 3 * (len(sim.replicas) - 1)
+        self.slowest = int(np.argmin(self.prefill_tps))  # where offload_greedy offloads from
+        self._chunkers: dict = {}
 
     # ---------------------------------------------------------------- helpers
     def backlog_s(self, ri: int, now: float) -> float:
@@ -229,59 +269,72 @@ class EdgeView:
                 best, best_t = r.index, t
         return best
 
-    def _prefill_batch(self, view: LaneView, b: int) -> tuple | None:
-        """The first min(b, waiting) waiting requests if their prompts fit (KV and max_running), else None."""
-        waiting = view.waiting
-        k = min(b, len(waiting))
-        if k == 0 or b > self.cfg.max_running or len(view.running) + len(view.prefilling) + k > self.cfg.max_running:
-            return None
-        free = view.free_blocks
-        bs = view.block_tokens
-        out = []
-        for i, rid in enumerate(waiting):
-            if i >= k:
-                break
-            need = -(-view.context(rid) // bs)
-            if need > free:
-                return None
-            free -= need
-            out.append((rid, view.prefill_left(rid)))
-        return tuple(out)
+    def rule_offload(self, view: LaneView) -> int:
+        """The rule's offload decision for the head of the queue: its target replica, or -1. offload_greedy
+        offloads from the slowest node (the smallest prefill speed) while the least-backlogged neighbour's
+        estimated backlog is shorter than this node's by ``offload_margin_s``, once per request."""
+        if view.replica != self.slowest or not view.waiting:
+            return -1
+        head = view.waiting[0]
+        if view.offloaded(head):
+            return -1
+        to = self.offload_target(view, head)
+        if to < 0 or self.backlog_s(view.replica, view.time_s) <= self.backlog_s(to, view.time_s) + \
+                self.cfg.offload_margin_s:
+            return -1
+        return to
 
-    # ---------------------------------------------------------------- the MDP interface
     def mask(self, view: LaneView) -> np.ndarray:
-        cfg = self.cfg
-        m = np.zeros(cfg.num_actions, dtype=bool)
-        waiting = len(view.waiting)
-        prev = 0
-        for i, b in enumerate(cfg.prefill_sizes):
-            if waiting > prev and self._prefill_batch(view, b) is not None:
-                m[i] = True
-            prev = b
-        j = len(cfg.prefill_sizes)
-        m[j] = bool(view.running)
-        if waiting:
-            head = view.waiting[0]
-            m[j + 1] = not view.offloaded(head) and self.offload_target(view, head) >= 0
-        m[j + 2] = not view.running  # idling while sequences decode only delays them (a decode step costs
-        return m                     # about the same for any batch size on these memory-bound engines)
+        """The choices (chunk choices, then offload choices) that differ from the rule's (index 0 of each, always
+        allowed): a chunk other than the rule's needs prompt tokens to prefill (a budget of 0 a decoding sequence
+        too), "never" needs the rule to offload, "now" needs the rule not to and a neighbour that can hold the
+        head of the queue."""
+        nc = len(self.cfg.chunk_sizes)
+        m = np.zeros(nc + len(OFFLOAD_CHOICES), dtype=bool)
+        m[0] = m[nc] = True
+        if view.waiting or view.prefilling:
+            m[:nc] = True
+            m[1] = bool(view.running)
+        rule_to = self.rule_offload(view)
+        m[nc + 1] = rule_to >= 0
+        if rule_to < 0 and view.waiting and not view.offloaded(view.waiting[0]):
+            m[nc + 2] = self.offload_target(view, view.waiting[0]) >= 0
+        return m
 
-    def plan(self, view: LaneView, action: int) -> BatchPlan:
-        cfg = self.cfg
-        j = len(cfg.prefill_sizes)
-        if action < j:
-            prev = cfg.prefill_sizes[action - 1] if action else 0
-            batch = self._prefill_batch(view, cfg.prefill_sizes[action]) if len(view.waiting) > prev else None
-            if batch is None:
-                raise ValueError(f"action {action} (prefill {cfg.prefill_sizes[action]}) is masked")
-            return BatchPlan(decode=bool(view.running), prefill=batch)
-        if action == j:
-            return DECODE
-        if action == j + 1:
-            head = view.waiting[0]
-            return BatchPlan(offload=((head, self.offload_target(view, head)),))
-        return BatchPlan(wait_s=cfg.wait_s)
+    def plan(self, view: LaneView, action=(0, 0)) -> BatchPlan:
+        """The batch plan of ``action`` = (chunk index, offload index); (0, 0) is offload_greedy's own plan.
 
+        Offload: index 0 the rule's decision (:meth:`rule_offload`), 1 never, 2 the head of the queue now (to
+        the least-backlogged neighbour that can hold it; the rule's decision when none can). An offload is the
+        whole plan (the node then decides again). Otherwise a Sarathi iteration with ``chunk_sizes[chunk]``
+        prompt tokens (unfinished prefills first, then new requests, FCFS); a budget of 0 is a decode step
+        when anything decodes (else the rule's chunk)."""
+        cfg = self.cfg
+        ci, oi = int(action[0]), int(action[1])
+        if not (0 <= ci < len(cfg.chunk_sizes) and 0 <= oi < len(OFFLOAD_CHOICES)):
+            raise ValueError(f"action {action!r}: expected (chunk in [0, {len(cfg.chunk_sizes)}), offload in "
+                             f"[0, {len(OFFLOAD_CHOICES)}))")
+        to = -1
+        if oi == 2 and view.waiting and not view.offloaded(view.waiting[0]):
+            to = self.offload_target(view, view.waiting[0])
+        if oi == 0 or (oi == 2 and to < 0):
+            to = self.rule_offload(view)
+        if to >= 0:
+            return BatchPlan(offload=((view.waiting[0], to),))
+        chunk = cfg.chunk_sizes[ci]
+        if chunk == 0:
+            if view.running:
+                return DECODE
+            chunk = cfg.chunk_sizes[0]
+        return self._sarathi(chunk).plan(view)
+
+    def _sarathi(self, chunk: int):
+        s = self._chunkers.get(chunk)
+        if s is None:
+            from fleetwise.policies.batchers import Sarathi
+
+            s = self._chunkers[chunk] = Sarathi(chunk_tokens=chunk, max_num_seqs=self.cfg.max_running)
+        return s
     def observe(self, view: LaneView) -> np.ndarray:
         sim, cfg = self.sim, self.cfg
         now = view.time_s
@@ -331,7 +384,9 @@ class EdgeView:
             o[6] = 1.0
         o[9] = min(tps / 10000.0, 1.0)
         o[10] = min(step / 0.2, 1.0)
-        k = 12
+        o[12] = min(sum(view.prefill_left(r) for r in view.prefilling) / 8192.0, 1.0)
+        o[13] = 1.0 if self.rule_offload(view) >= 0 else 0.0
+        k = 14
         for r in sim.replicas:
             if r.index == ri:
                 continue
@@ -341,6 +396,11 @@ class EdgeView:
             k += 3
         return o
 
+    def ttft_ok(self, rid: int) -> bool:
+        """Whether the request's first token came by its TTFT deadline (server side)."""
+        t = self.sim.first_token_s[rid]
+        return t == t and t <= self._ttft_dl[rid] + 1e-9
+
     def outcome(self, rid: int) -> int:
         """+1 on time, 0 late, -1 dropped."""
         t = self.sim.client_completion_s(rid)
@@ -349,9 +409,25 @@ class EdgeView:
         return 1 if t <= self._e2e_dl[rid] + 1e-9 else 0
 
 
+class OffloadGreedy:
+    """The rule ``offload_greedy`` as a ``Batcher`` (docs/batching.md): greedy Sarathi-style chunked prefill
+    (every iteration decodes the running sequences and fills a ``chunk_sizes[0]``-token budget with prompt chunks),
+    and the slowest node offloads the head of its queue to the least-backlogged neighbour while that neighbour's
+    backlog is shorter by ``offload_margin_s``. It reads the neighbours' state, so it decides every iteration (not
+    stationary). The learned policy's zero action is this plan (``EdgeView.plan(view, (0, 0))``)."""
+
+    stationary = False
+
+    def __init__(self, view: EdgeView):
+        self.view = view
+
+    def plan(self, lane: LaneView) -> BatchPlan:
+        return self.view.plan(lane, (0, 0))
+
+
 class EdgePolicyBatcher:
-    """A trained policy (anything with ``predict(obs, action_masks=..., deterministic=True)``, e.g. MaskablePPO)
-    as a ``Batcher`` in the same simulator; it decides every iteration (not stationary)."""
+    """A trained policy (anything with ``predict(obs, action_masks=..., deterministic=True)`` returning the (chunk,
+    offload) action, e.g. MaskablePPO or ``fleetwise.learn.disppo.NumpyPolicy``) as a ``Batcher`` in the same simulator; it decides every iteration."""
 
     stationary = False
 
@@ -360,13 +436,21 @@ class EdgePolicyBatcher:
         self.view = view
 
     def plan(self, lane: LaneView) -> BatchPlan:
-        obs = self.view.observe(lane)
-        mask = self.view.mask(lane)
-        a, _ = self.model.predict(obs, action_masks=mask, deterministic=True)
-        return self.view.plan(lane, int(a))
+        a, _ = self.model.predict(self.view.observe(lane), action_masks=self.view.mask(lane), deterministic=True)
+        return self.view.plan(lane, a)
 
 
-def evaluate(cfg: EdgeConfig, make_batcher, seeds: Sequence[int], held_out: bool = True,
+def segment(cfg: EdgeConfig, seed: int, split: bool | str = True, trace: Workload | None = None,
+             load: float | None = None, learned: bool = False) -> EdgeView:
+    """The segment that ``seed`` draws (workload, deadlines and simulator), as an ``EdgeView`` of a fresh
+    simulator: ``evaluate`` and the environment's ``reset(options={"segment_seed": seed})`` run the same one."""
+    rng = np.random.default_rng(seed)
+    w, ttft_dl, e2e_dl = edge_workload(cfg, rng, split, trace, load)
+    sim = build_edge_sim(cfg, w, seed, learned=learned)  # run() sets stationarity from the batcher
+    return EdgeView(cfg, sim, ttft_dl, e2e_dl)
+
+
+def evaluate(cfg: EdgeConfig, make_batcher, seeds: Sequence[int], held_out: bool | str = True,
              trace: Workload | None = None, load: float | None = None) -> list[dict]:
     """Run one policy on the segments drawn by ``seeds``; per seed the deadline metrics and the summary.
 
@@ -378,10 +462,8 @@ def evaluate(cfg: EdgeConfig, make_batcher, seeds: Sequence[int], held_out: bool
 
     out = []
     for seed in seeds:
-        rng = np.random.default_rng(seed)
-        w, ttft_dl, e2e_dl = edge_workload(cfg, rng, held_out, trace, load)
-        sim = build_edge_sim(cfg, w, seed, learned=False)  # run() sets stationarity from the batcher
-        view = EdgeView(cfg, sim, ttft_dl, e2e_dl)
+        view = segment(cfg, seed, held_out, trace, load)
+        sim, w = view.sim, view.sim.workload
         batcher = make_batcher(view)
         rec = sim.run(Controller(router=make("router", "nearest_region"), batcher=batcher))
         on_time = sum(1 for rid in range(len(w)) if view.outcome(rid) == 1)
@@ -391,11 +473,12 @@ def evaluate(cfg: EdgeConfig, make_batcher, seeds: Sequence[int], held_out: bool
                     "deadline_rps": on_time / cfg.segment_s, "goodput_rps": s["goodput_rps"],
                     "ttft_p99_s": s["ttft_p99_s"], "e2e_p99_s": s["e2e_p99_s"], "completed": s["completed"],
                     "dropped": len(w) - s["completed"],  # unfinished at the horizon, or rejected
+                    "ttft_attainment": sum(view.ttft_ok(r) for r in range(len(w))) / max(len(w), 1),
                     "offloaded": int(np.frombuffer(sim.hops, dtype=np.int8).sum())})
     return out
 
 
 def with_batch_limit(cfg: EdgeConfig, b: int) -> EdgeConfig:
-    """The same scenario with batches capped at ``b``: prefill sizes above ``b`` are masked and at most ``b``
-    sequences decode at once (the action space is unchanged, so a trained policy still applies)."""
+    """The same scenario with batches capped at ``b``: at most ``b`` sequences decode at once (the action space
+    is unchanged, so a trained policy still applies)."""
     return replace(cfg, max_running=b)

@@ -1,0 +1,58 @@
+"""How much the edge action space holds beyond the rule: fixed (state-independent) adjustments of offload_greedy on
+the validation segments of `fleetwise reproduce batching --quick` (never the test segments). Quoted in
+docs/batching.md. About 1 minute of CPU.
+
+Usage: python benchmarks/batching_headroom.py
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fleetwise.reproduce.batching import validation_windows
+from fleetwise.worlds.edge import EdgeConfig, evaluate
+
+
+class Fixed:
+    """A fixed action (chunk index, offload index) each decision; a masked choice falls back to the rule's."""
+
+    stationary = False
+
+    def __init__(self, view, fn):
+        self.view, self.fn = view, fn
+
+    def plan(self, lane):
+        m = self.view.mask(lane)
+        nc = len(self.view.cfg.chunk_sizes)
+        c, o = self.fn(self.view, lane)
+        return self.view.plan(lane, (c if m[c] else 0, o if m[nc + o] else 0))
+
+
+def offload_any(view, lane, margin_s=1.0) -> int:
+    """The rule's offload test applied at every node, not only the slowest: 2 ("now") when it passes."""
+    if lane.waiting and not lane.offloaded(lane.waiting[0]):
+        to = view.offload_target(lane, lane.waiting[0])
+        if to >= 0 and view.backlog_s(lane.replica, lane.time_s) > view.backlog_s(to, lane.time_s) + margin_s:
+            return 2
+    return 0
+
+
+def main() -> None:
+    cfg = EdgeConfig()
+    wins = validation_windows(cfg, quick=True)
+    variants = {"offload_greedy (zero action)": lambda v, ln: (0, 0)}
+    for ci, c in enumerate(cfg.chunk_sizes[1:], start=1):
+        variants[f"chunk {c}" if c else "decode only"] = lambda v, ln, ci=ci: (ci, 0)
+    variants["offload from any node"] = lambda v, ln: (0, offload_any(v, ln))
+    variants["never offload"] = lambda v, ln: (0, 1)
+    variants["chunk 128 + offload from any node"] = lambda v, ln: (2, offload_any(v, ln))
+    print("| adjustment | " + " | ".join(w[0] for w in wins) + " | mean |")
+    print("|---|" + "---|" * (len(wins) + 1))
+    for name, fn in variants.items():
+        xs = [evaluate(c, lambda view, fn=fn: Fixed(view, fn), [seed], held_out="validation", trace=tr,
+                       load=ld)[0]["deadline_rps"] for _, c, seed, tr, ld in wins]
+        print(f"| {name} | " + " | ".join(f"{x:.3f}" for x in xs) + f" | {np.mean(xs):.3f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
