@@ -424,8 +424,9 @@ def train(make_env: Callable[[], object], args: MAPPOArgs, ckpt_path: str | Path
         gen.set_state(ck["gen"])
         update, curve, env_steps = ck["update"], ck["curve"], ck["env_steps"]
         stopped, bc_hist, val_detail = ck["stopped"], ck["bc"], ck["val_detail"]
-        lags = [Lagrangian(**d) for d in ck["lagrange"]]
-        val_state = ck["validator"]
+        lags = [Lagrangian(**{k.lstrip("_"): v for k, v in d.items()}) for d in ck["lagrange"]]
+        old = {"_best_state": "best_state", "_bad": "bad_checks"}  # checkpoints written before the rename
+        val_state = {old.get(k, k): v for k, v in (ck["validator"] or {}).items()}
         if validator is not None and val_state:
             for k, v in val_state.items():
                 setattr(validator, k, v)
@@ -576,7 +577,8 @@ def load_trained(ckpt_path: str | Path, cfg) -> TrainedPolicy:
     a = ck["args"]
     env = make_env(cfg, duration_s=a["train_segment_s"])
     nets = build_networks(a["kind"], env.layout, _sizes(env), env.state_dim, a["hidden"], a["gnn_layers"])
-    best = (ck.get("validator") or {}).get("_best_state")
+    v = ck.get("validator") or {}
+    best = v.get("best_state", v.get("_best_state"))
     nets.load_state_dict(best if best is not None else ck["nets"])
     nets.eval()
     return TrainedPolicy(nets)
@@ -585,12 +587,12 @@ def load_trained(ckpt_path: str | Path, cfg) -> TrainedPolicy:
 def _save(path, nets, opt, gen, update, curve, env_steps, args, lags, validator, stopped, bc_hist, val_detail):
     vs = {}
     if validator is not None:
-        vs = {k: getattr(validator, k) for k in ("best", "best_step", "curve", "_best_state", "_bad")}
+        vs = {k: getattr(validator, k) for k in ("best", "best_step", "curve", "best_state", "bad_checks")}
     save_checkpoint(path, {"nets": nets.state_dict(), "opt": opt.state_dict(), "gen": gen.get_state(),
                            "update": update, "curve": curve, "env_steps": env_steps, "args": asdict(args),
                            "lagrange": [{"target": g.target, "sense": g.sense, "lr": g.lr, "ki": g.ki, "lam": g.lam,
                                          "lam_max": g.lam_max, "scale": g.scale, "hinge": g.hinge,
-                                         "history": list(g.history), "_integral": g._integral} for g in lags],
+                                         "history": list(g.history), "integral": g.integral} for g in lags],
                            "validator": vs, "stopped": stopped, "bc": bc_hist, "val_detail": val_detail})
 
 

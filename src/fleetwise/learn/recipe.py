@@ -49,7 +49,7 @@ class Lagrangian:
     scale: float = 1.0
     hinge: bool = True
     history: list[tuple[int, float, float]] = field(default_factory=list)  # (step, lam, measured)
-    _integral: float = 0.0
+    integral: float = 0.0  # the PI term's accumulated violation
 
     def __post_init__(self) -> None:
         if self.sense not in (">=", "<="):
@@ -69,8 +69,8 @@ class Lagrangian:
         if not math.isfinite(measured):
             return self.lam
         v = self.violation(measured)
-        self._integral = max(0.0, self._integral + v)
-        self.lam = float(min(self.lam_max, max(0.0, self.lam + self.lr * v + self.ki * self._integral)))
+        self.integral = max(0.0, self.integral + v)
+        self.lam = float(min(self.lam_max, max(0.0, self.lam + self.lr * v + self.ki * self.integral)))
         self.history.append((int(step), self.lam, float(measured)))
         return self.lam
 
@@ -147,8 +147,8 @@ class Validator:
     best: float = -math.inf
     best_step: int = -1
     curve: list[tuple[int, float]] = field(default_factory=list)
-    _best_state: Any = None
-    _bad: int = 0
+    best_state: Any = None  # a copy of the best parameters
+    bad_checks: int = 0  # checks in a row without improvement
 
     def check(self, model, step: int) -> bool:
         import copy
@@ -156,15 +156,15 @@ class Validator:
         s = float(self.score(model))
         self.curve.append((int(step), s))
         if s > self.best + self.min_delta:
-            self.best, self.best_step, self._bad = s, int(step), 0
-            self._best_state = copy.deepcopy(model.policy.state_dict())
+            self.best, self.best_step, self.bad_checks = s, int(step), 0
+            self.best_state = copy.deepcopy(model.policy.state_dict())
         else:
-            self._bad += 1
-        return self._bad < self.patience
+            self.bad_checks += 1
+        return self.bad_checks < self.patience
 
     def restore(self, model) -> None:
-        if self._best_state is not None:
-            model.policy.load_state_dict(self._best_state)
+        if self.best_state is not None:
+            model.policy.load_state_dict(self.best_state)
 
 
 def sb3_callback(every_rollouts: int = 1, on_rollout: Callable[[Any, int], bool] | None = None,
