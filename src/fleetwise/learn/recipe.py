@@ -124,7 +124,7 @@ def behaviour_clone(model, obs: np.ndarray, actions: np.ndarray, epochs: int = 2
             opt.zero_grad()
             loss.backward()
             opt.step()
-            tot += float(loss) * len(ix)
+            tot += float(loss.detach()) * len(ix)
             n += len(ix)
         losses.append(tot / max(n, 1))
     policy.set_training_mode(False)
