@@ -257,4 +257,30 @@ def test_reproduction_rows_land_in_the_store(tmp_path):
     store_rows(db, "reproduce-x", "edge", "disppo", rows, level="batcher")  # idempotent
     got = Store(db).runs()
     assert len(got) == 3 and {r["batcher_label"] for r in got} == {"disppo"}
+    assert {(r["level"], r["policy"]) for r in got} == {("batcher", "disppo")}
     assert sorted(r["deadline_rps"] for r in got) == [1.0, 2.0, 3.0]
+
+
+def test_the_store_records_each_policys_level(tmp_path):
+    """A scaler is stored as a scaler (not as a router); a sweep's runs say which level they compare, and a store
+    written before these columns existed gets them when opened."""
+    import duckdb
+
+    from fleetwise.reproduce.common import store_rows
+
+    db = tmp_path / "r.duckdb"
+    store_rows(str(db), "reproduce-platform", "platform", "slo_aware", [{"seed": 0, "cost_usd": 1.0}], level="scaler")
+    (r,) = Store(db).runs()
+    assert (r["level"], r["policy"], r["scaler"]) == ("scaler", "slo_aware", "slo_aware")
+    runs = expand(parse_experiment(small()))
+    assert {r.level for r in runs} == {"router"} and runs[0].policy_label == runs[0].policy["router"]
+    old = tmp_path / "old.duckdb"  # the schema before: no level, policy, scaler
+    con = duckdb.connect(str(old))
+    from fleetwise.experiments.store import ADDED_COLUMNS, ID_COLUMNS
+
+    cols = {k: t for k, t in ID_COLUMNS.items() if k not in ADDED_COLUMNS}
+    con.execute("CREATE TABLE runs (" + ", ".join(f"{k} {t}" for k, t in cols.items()) + ")")
+    con.execute("INSERT INTO runs (run_id, experiment, status) VALUES ('a', 'e', 'ok')")
+    con.close()
+    (r,) = Store(old).runs()
+    assert r["level"] is None and r["run_id"] == "a"

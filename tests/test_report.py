@@ -28,13 +28,14 @@ PLOT_ID = re.compile(r'data-plot="([^"]+)"')
 
 
 def _tiny_sweep(db: Path) -> Store:
-    """2 routers x 2 rates x 2 seeds with a timeline, a run that fails (KV cache too small), a learning curve."""
+    """3 routers (one learned) x 2 rates x 2 seeds with a timeline, a run that fails (KV cache too small), a
+    learning curve."""
     store = Store(db)
     spec = parse_experiment({
-        "name": "tiny", "scenarios": ["default"], "policies": {"router": ["round_robin", "least_outstanding_tokens"]},
+        "name": "tiny", "scenarios": ["default"], "policies": {"router": ["round_robin", "least_outstanding_tokens", "learned"]},
         "grid": {"workload.rate_rps": [12, 24]}, "seeds": 2, "requests": 200, "timeline_bucket_s": 2.0})
     res = run_sweep(expand(spec), store, workers=2)
-    assert (res.ok, res.failed) == (8, 0)
+    assert (res.ok, res.failed) == (12, 0)
     failing = parse_experiment({
         "name": "tiny", "scenarios": ["default"], "policies": {"router": ["round_robin"]},
         "grid": {"deployments.0.gpu_memory_utilization": [0.1]}, "seeds": 1, "requests": 50})
@@ -85,8 +86,9 @@ def test_report_is_self_contained_with_every_section(report):
 def test_report_summary_baseline_and_failures(report):
     _, page = report
     summary = page.split('<section id="summary">')[1].split("</section>")[0]
-    assert "8 ok" in summary and "1 failed" in summary
+    assert "12 ok" in summary and "1 failed" in summary
     assert "baseline router <b>round_robin</b>" in summary
+    assert re.search(r"<td[^>]*>learned</td>", summary)  # the learned policy's row
     assert "least_outstanding_tokens" in summary and "±" in summary
     assert "does not fit" in summary  # the failed run's error is shown
     for label in ("TTFT p50", "TTFT p99", "TPOT p50", "E2E p99", "Goodput", "Output tokens/s", "GPU util", "Load CV",
@@ -201,6 +203,9 @@ def test_report_renders_in_headless_chromium(report, tmp_path):
             assert img["alt"], img
         severe = [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
         assert not severe, severe
+        rows = driver.execute_script("return Array.from(document.querySelectorAll('#summary tr'))"
+                                     ".map(r => r.innerText)")
+        assert any(r.startswith("learned") for r in rows), rows  # the learned policy's row is on the page
         height = driver.execute_script("return document.documentElement.scrollHeight")
         driver.set_window_size(1280, min(int(height) + 200, 16000))  # the whole page in one screenshot
         shot = tmp_path / "report.png"

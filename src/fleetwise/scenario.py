@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from fleetwise.errors import InputError
 from fleetwise.limits import MAX_REPLICAS, MAX_REQUESTS, MAX_SEED, MAX_SPAN_S, MIN_PERIOD_S
@@ -150,17 +150,21 @@ class Scenario(_Model):
     scaler: PolicyRef | None = None  # autoscaling (issue 8): run with the platform layer
     platform: PlatformSpec | None = None
     options: Options = Field(default_factory=Options)
+    # the typed fleet and workload specs (tagged unions), parsed once when the scenario is validated; the dicts
+    # above stay what the scenario says (what it dumps, hashes and a sweep's grid edits)
+    _parsed: dict = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="after")
     def _check_parts(self) -> "Scenario":
         from fleetwise.fleet.spec import parse_fleet_spec
         from fleetwise.workload.spec import parse_workload_spec
 
-        parse_fleet_spec(self.fleet)
+        fleet = parse_fleet_spec(self.fleet)
         try:
-            parse_workload_spec(self.workload)
+            workload = parse_workload_spec(self.workload)
         except ValidationError as e:
             raise ValueError(format_validation_error(e, "workload")) from None
+        self._parsed = {"fleet": (self.fleet, fleet), "workload": (self.workload, workload)}
         total = sum(d.replicas for d in self.deployments)
         if self.scaler is not None:  # the platform may scale every group up to its max_replicas
             total = max(total, sum(d.max_replicas if d.max_replicas is not None else max(d.replicas, 1) * 4
@@ -169,6 +173,23 @@ class Scenario(_Model):
             raise ValueError(f"deployments: {total:,} replicas in all{' (max_replicas)' if self.scaler else ''}, "
                              f"above the limit of {MAX_REPLICAS:,} (docs/limits.md)")
         return self
+
+    def _typed(self, part: str):
+        src, spec = self._parsed.get(part, (None, None))
+        if src is getattr(self, part):
+            return spec
+        self._check_parts()  # a model_copy(update=...) replaced the dict: parse the new one once
+        return self._parsed[part][1]
+
+    @property
+    def workload_spec(self):
+        """The workload as its typed spec (``fleetwise.workload.spec``: PoissonSpec, TraceSpec, MixSpec, ...)."""
+        return self._typed("workload")
+
+    @property
+    def fleet_spec(self):
+        """The fleet as its typed spec (``fleetwise.fleet.spec``: SingleSpec, BackboneSpec, ...)."""
+        return self._typed("fleet")
 
     def digest(self) -> str:
         """Stable hash of the scenario's content (for results stores)."""
@@ -259,14 +280,20 @@ class Built:
     adaptations: list = field(default_factory=list)  # AdaptReport per trace fitted to the fleet (print .lines())
 
     def controller(self, router: PolicyRef | str | None = None, batcher: PolicyRef | str | None = None):
-        """A Controller with the scenario's router and batcher (or the ones given: a name, a mapping or a
-        PolicyRef). Run it with ``fleetwise.run.run_scenario`` (the one run path) or ``self.sim.run``."""
+        """A Controller with the scenario's router and batcher (or the ones given: a name, a mapping, a
+        PolicyRef, or a policy object itself, e.g. one being trained). Run it with ``fleetwise.run.run_scenario``
+        (the one run path) or ``self.sim.run``."""
         from fleetwise.control.controller import Controller
         from fleetwise.policies import make
 
-        r = PolicyRef.model_validate(router) if router is not None else self.scenario.router
-        b = PolicyRef.model_validate(batcher) if batcher is not None else self.scenario.batcher
-        ctl = Controller(router=make("router", r.name, r.params), batcher=make("batcher", b.name, b.params))
+        def policy(level: str, ref, default: PolicyRef):
+            if ref is not None and hasattr(ref, "route" if level == "router" else "plan"):
+                return ref
+            r = PolicyRef.model_validate(ref) if ref is not None else default
+            return make(level, r.name, r.params)
+
+        ctl = Controller(router=policy("router", router, self.scenario.router),
+                         batcher=policy("batcher", batcher, self.scenario.batcher))
         self.chunk_tokens = getattr(ctl.batcher, "chunk_tokens", None)  # the summary's prefill-chunk figures
         return ctl
 
@@ -288,10 +315,17 @@ def check_seed(seed: Any, where: str = "seed") -> None:
         raise InputError(f"{where} {seed!r}: expected an integer from 0 to 2^63 - 1")
 
 
-def with_requests(workload: dict, n: int) -> dict:
-    """The workload spec asking for ``n`` requests (``--requests``): a generated kind draws ``n`` instead of its
-    ``duration_s``, a trace reads its first ``n`` rows; a ``mix`` is unchanged (``build`` keeps the first ``n`` of
-    its merged arrivals)."""
+def with_requests(workload, n: int):
+    """The workload spec (a typed spec or a dict) asking for ``n`` requests (``--requests``): a generated kind
+    draws ``n`` instead of its ``duration_s``, a trace reads its first ``n`` rows; a ``mix`` is unchanged
+    (``build`` keeps the first ``n`` of its merged arrivals). A typed spec comes back typed and checked."""
+    if isinstance(workload, BaseModel):
+        from fleetwise.workload.spec import MixSpec
+
+        if isinstance(workload, MixSpec):
+            return workload
+        d = {k: v for k, v in workload.model_dump(exclude_unset=True).items() if k != "duration_s"}
+        return type(workload).model_validate(d | {"num_requests": n})
     w = dict(workload)
     if w.get("kind") == "mix":
         return w
@@ -319,10 +353,11 @@ def build(scenario: Scenario, seed: int | None = None, *, workload=None, num_req
     fleet_ss, work_ss, sim_ss = ss.spawn(3)
     fleet_rng, work_rng = np.random.default_rng(fleet_ss), np.random.default_rng(work_ss)
     sim_seed = int(sim_ss.generate_state(1)[0])
-    fleet = build_fleet(scenario.fleet, fleet_rng)
+    fleet = build_fleet(scenario.fleet_spec, fleet_rng)
     if workload is None:
-        wspec = with_requests(scenario.workload, num_requests) if num_requests is not None else scenario.workload
         try:
+            wspec = scenario.workload_spec if num_requests is None else with_requests(scenario.workload_spec,
+                                                                                      num_requests)
             workload, adaptations = build_workload_report(fit_trace_spec(scenario, wspec), work_rng,
                                                           capacity=trace_capacity(scenario))
         except ValidationError as e:
@@ -483,13 +518,14 @@ def trace_capacity(scenario: Scenario):
     return capacity
 
 
-def fit_trace_spec(scenario: Scenario, wspec: dict) -> dict:
-    """A trace in the workload with no ``max_total_tokens`` is clipped to the context of the smallest model it is
-    served by (what the simulator would otherwise reject as ``exceeds_context``)."""
+def fit_trace_spec(scenario: Scenario, wspec):
+    """A trace in the (typed) workload with no ``max_total_tokens`` is clipped to the context of the smallest model
+    it is served by (what the simulator would otherwise reject as ``exceeds_context``)."""
     from fleetwise.catalog import get_model
+    from fleetwise.workload.spec import MixSpec, TraceSpec
 
-    def ctx(spec: dict) -> int | None:
-        names = [t.get("model", "default") for t in spec.get("tenants") or []] or [spec.get("model", "default")]
+    def ctx(spec) -> int | None:
+        names = [t.model for t in spec.tenants or []] or [spec.model]
         out = []
         for nm in names:
             try:
@@ -498,15 +534,16 @@ def fit_trace_spec(scenario: Scenario, wspec: dict) -> dict:
                 pass
         return min(out) if out else None
 
-    def fix(spec: dict) -> dict:
-        if spec.get("kind") == "trace" and spec.get("max_total_tokens") is None:
+    def fix(spec):
+        if isinstance(spec, TraceSpec) and spec.max_total_tokens is None:
             c = ctx(spec)
             if c is not None:
-                return {**spec, "max_total_tokens": c}
+                return spec.model_copy(update={"max_total_tokens": c})
         return spec
 
-    if wspec.get("kind") == "mix" and wspec.get("max_total_tokens") is None:
-        return {**wspec, "parts": [{**p, "workload": fix(dict(p.get("workload", {})))} for p in wspec.get("parts", [])]}
+    if isinstance(wspec, MixSpec) and wspec.max_total_tokens is None:
+        return wspec.model_copy(update={"parts": [p.model_copy(update={"workload": fix(p.workload)})
+                                                  for p in wspec.parts]})
     return fix(wspec)
 
 

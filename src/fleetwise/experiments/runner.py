@@ -54,7 +54,8 @@ def execute_run(run: Run) -> dict:
         "router_params": json.dumps(run.router_params, sort_keys=True), "batcher": run.batcher,
         "batcher_params": json.dumps(run.batcher_params, sort_keys=True), "router_label": run.policy.get("router"),
         "batcher_label": run.policy.get("batcher"), "seed": run.seed, "requests": run.requests,
-        "code_version": _VERSION,
+        "code_version": _VERSION, "level": run.level, "policy": run.policy_label,
+        "scaler": (run.scenario.get("scaler") or {}).get("name"),
     }
     try:
         from fleetwise.run import run_scenario

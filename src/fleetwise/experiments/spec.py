@@ -114,6 +114,12 @@ class Run:
     records_dir: str | None = None
     timeline_bucket_s: float | None = None
     policy: dict = field(default_factory=dict)  # {"router": label, "batcher": label}
+    level: str = "router"  # the level(s) the experiment compares: router, batcher or router+batcher
+
+    @property
+    def policy_label(self) -> str:
+        """The compared policy's label: at each compared level, joined by ``+``."""
+        return "+".join(str(self.policy.get(lv)) for lv in self.level.split("+"))
 
 
 def _label(ref: PolicyRef) -> str:
@@ -239,6 +245,9 @@ def expand(spec: ExperimentSpec, where: str = "experiment", records_dir: str | N
                          "(docs/limits.md)")
     points = list(itertools.product(*(spec.grid[k] for k in keys))) or [()]
     traces: dict = {}  # trace files read once while checking
+    varied = [lv for lv in ("router", "batcher") if len(spec.policies.get(lv) or []) > 1]
+    level = "+".join(varied) or ("batcher" if spec.policies.get("batcher") and not spec.policies.get("router")
+                                 else "router")
     for sname in spec.scenarios:
         try:
             base = load_scenario(sname)
@@ -280,7 +289,7 @@ def expand(spec: ExperimentSpec, where: str = "experiment", records_dir: str | N
                             batcher=b.name, batcher_params=b.params, seed=seed, requests=spec.requests,
                             records_dir=records_dir if spec.records else None,
                             timeline_bucket_s=spec.timeline_bucket_s,
-                            policy={"router": _label(r), "batcher": _label(b)}))
+                            policy={"router": _label(r), "batcher": _label(b)}, level=level))
     ids = [r.run_id for r in runs]
     if len(set(ids)) != len(ids):
         raise InputError(f"{where}: the spec expands to duplicate runs (a scenario or policy listed twice?)")

@@ -34,9 +34,14 @@ ID_COLUMNS = {
     "batcher_params": "VARCHAR", "router_label": "VARCHAR", "batcher_label": "VARCHAR", "seed": "BIGINT",
     "requests": "BIGINT", "code_version": "VARCHAR", "wall_s": "DOUBLE", "status": "VARCHAR", "error": "VARCHAR",
     "finished_at": "DOUBLE",
+    # which decision level the compared policy acts at (router, batcher, scaler, planner, allocator, batch
+    # scheduler, multicloud) and its name; a sweep's runs also keep the scaler the scenario ran with
+    "level": "VARCHAR", "policy": "VARCHAR", "scaler": "VARCHAR",
 }
+ADDED_COLUMNS = ("level", "policy", "scaler")  # a store written before these existed gets them (NULL) on open
 SCHEMA = [
     "CREATE TABLE IF NOT EXISTS runs (" + ", ".join(f"{k} {t}" for k, t in ID_COLUMNS.items()) + ")",
+    *(f"ALTER TABLE runs ADD COLUMN IF NOT EXISTS {c} {ID_COLUMNS[c]}" for c in ADDED_COLUMNS),
     "CREATE TABLE IF NOT EXISTS quantiles (run_id VARCHAR, metric VARCHAR, q DOUBLE, value DOUBLE)",
     "CREATE TABLE IF NOT EXISTS timeline (run_id VARCHAR, replica INTEGER, t_s DOUBLE, util DOUBLE)",
     "CREATE TABLE IF NOT EXISTS learning (run_id VARCHAR, policy VARCHAR, step BIGINT, metric VARCHAR, value DOUBLE)",

@@ -57,7 +57,7 @@ def check_scenario_faults(scenario) -> None:
         return
     from fleetwise.fleet.spec import build_fleet
 
-    fleet = build_fleet(scenario.fleet, np.random.default_rng(0))
+    fleet = build_fleet(scenario.fleet_spec, np.random.default_rng(0))
     names = [r.name for r in fleet.regions]
     zones = []
     for di, d in enumerate(scenario.deployments):

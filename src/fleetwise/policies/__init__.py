@@ -22,6 +22,7 @@ def _load_builtins() -> None:
     import fleetwise.policies.batchers  # noqa: F401
     import fleetwise.policies.planners  # noqa: F401
     import fleetwise.policies.routers  # noqa: F401
+    import fleetwise.policies.routers_learned  # noqa: F401  (the learned router; its checkpoint ships in the package)
     import fleetwise.policies.scalers  # noqa: F401
     import fleetwise.policies.scalers_rl  # noqa: F401  (the trained scaler "rl"; loads its checkpoint lazily)
 

@@ -24,7 +24,8 @@ def summarize_rows(rows: list[dict], metrics: Iterable[str]) -> dict:
 def store_rows(db: str | None, experiment: str, scenario: str, policy: str, rows: list[dict], *,
                level: str = "router", params: dict | None = None) -> None:
     """One ``runs`` row per evaluated seed (numeric fields as metrics), so ``fleetwise report`` shows them.
-    ``level`` says which decision level the policy acts at (its name goes in that column)."""
+    ``level`` says which decision level the policy acts at (stored in ``level``, its name in ``policy``; a router
+    or batcher also goes in that column, so the report's tables group by it)."""
     if not db:
         return
     from fleetwise.experiments.runner import code_version
@@ -34,12 +35,13 @@ def store_rows(db: str | None, experiment: str, scenario: str, policy: str, rows
     res = []
     for r in rows:
         key = f"{experiment}|{scenario}|{json.dumps(params or {}, sort_keys=True)}|{policy}|{r['seed']}"
-        router, batcher = (policy, "-") if level == "router" else ("-", policy)
+        router, batcher = (policy, "-") if level != "batcher" else ("-", policy)
         res.append({"run_id": hashlib.sha256(key.encode()).hexdigest()[:20], "experiment": experiment,
                     "scenario": scenario, "scenario_hash": "", "params": json.dumps(params or {}, sort_keys=True),
                     "router": router, "router_params": "{}", "batcher": batcher, "batcher_params": "{}",
                     "router_label": router, "batcher_label": batcher, "seed": r["seed"],
                     "requests": r.get("requests"), "code_version": version, "wall_s": 0.0, "status": "ok",
-                    "finished_at": time.time(),
+                    "finished_at": time.time(), "level": level, "policy": policy,
+                    "scaler": policy if level == "scaler" else None,
                     "metrics": {k: v for k, v in r.items() if isinstance(v, (int, float)) and k != "seed"}})
     Store(db).write(res)

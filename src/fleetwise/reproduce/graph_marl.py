@@ -109,7 +109,7 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
             prog.advance(task)
     for name, r in rows.items():
         result.setdefault(name, {}).update(_summ(r))
-        store_rows(db, "reproduce-graph-marl", scenario, name, r)
+        store_rows(db, "reproduce-graph-marl", scenario, name, r, level="multicloud")
     base = {r["seed"]: r for r in rows["flat_marl"]}
     for name in rows:
         if name == "flat_marl":

@@ -197,7 +197,7 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
         result[name] = summarize_rows(rs, METRICS)
         result[name]["requests"] = int(np.mean([r["requests"] for r in rs]))
         store_rows(db, "reproduce-platform", scen_name, name, [{k: v for k, v in r.items() if not k.startswith("_")}
-                                                              for r in rs], level="router")
+                                                              for r in rs], level="scaler")
     ref = "hpa" if "hpa" in rows else None
     for name, rs in rows.items():
         if ref is None or name == ref:

@@ -306,7 +306,7 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
                 params = {"topology": topo} | ({} if k is None else {"train_seed": k})
                 store_rows(db, "reproduce-torta", f"torta-{topo}{tag}", name,
                            [{c: v for c, v in r.items() if c not in ("slots", "plans")} for r in rs
-                            if r.get("train_seed") == k], level="router", params=params)
+                            if r.get("train_seed") == k], level="planner", params=params)
         for name in AGENTS:
             walls = info.get((topo, name), [float("nan")])
             res[name].update({"train_wall_s": float(np.mean(walls)), "train_timesteps": steps})

@@ -1,0 +1,115 @@
+"""The learned router ``learned``: least outstanding tokens with a learned, state-dependent correction
+(docs/learning.md, "The learned router").
+
+It contains its rule. Each request, a small linear policy maps what the router sees of the fleet
+(:func:`route_features`) to three bounded weights ``theta`` in [-1, 1]; the router then picks the candidate with
+the lowest
+
+    outstanding_tokens(i) + 512 * theta[0] * waiting(i) + 512 * theta[1] * outstanding(i)
+                          + 8192 * theta[2] * kv_used_fraction(i)
+
+With ``theta`` = 0 (a zero action) this is ``least_outstanding_tokens`` exactly, ties included: the rule the
+policy starts from and is gated against. The policy is a fleetwise checkpoint (``NAME.npz`` + ``NAME.card.json``,
+fleetwise.control.checkpoint: numpy arrays and JSON, nothing that runs code on load), trained by
+``fleetwise train router`` (fleetwise.learn.router). Without a ``checkpoint`` the one shipped in the package
+(trained on the embedded ``default`` scenario) is used. Cost per request: one pass over the candidates.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from fleetwise.control.checkpoint import SUFFIX, ActionSpec, load_policy
+from fleetwise.control.registry import register_router
+from fleetwise.control.views import RouteView
+from fleetwise.errors import InputError
+
+RULE = "least_outstanding_tokens"
+N_FEATURES = 5
+N_WEIGHTS = 3
+# tokens one unit of each per-replica term is worth at theta = 1: a waiting request, an outstanding request, a
+# full KV cache
+TERM_TOKENS = np.array([512.0, 512.0, 8192.0])
+OBS_HIGH = np.full(N_FEATURES, 1e6, dtype=np.float32)
+ACTION = ActionSpec("box", shape=(N_WEIGHTS,))
+PACKAGED = "learned-router-default"  # in fleetwise/policies/checkpoints/
+
+
+def packaged_checkpoint() -> Path:
+    """The checkpoint shipped in the package (trained with the command in its model card)."""
+    return Path(str(resources.files("fleetwise.policies") / "checkpoints" / (PACKAGED + SUFFIX)))
+
+
+def route_features(view: RouteView, cands) -> np.ndarray:
+    """What the policy sees: the request's prompt (/4096 tokens), and over the candidates the mean outstanding
+    tokens (/8192), mean waiting requests (/8), mean KV fraction in use, and the spread of outstanding tokens
+    (max - min, /8192)."""
+    ot = np.array([view.outstanding_tokens(i) for i in cands], dtype=np.float64)
+    wt = np.array([view.waiting(i) for i in cands], dtype=np.float64)
+    kv = np.array([view.kv_used_fraction(i) for i in cands], dtype=np.float64)
+    return np.array([view.prompt_tokens / 4096.0, ot.mean() / 8192.0, wt.mean() / 8.0, kv.mean(),
+                     (ot.max() - ot.min()) / 8192.0])
+
+
+def pick(view: RouteView, cands, theta: np.ndarray) -> int:
+    """The candidate with the lowest corrected score; ``theta`` all zero: least outstanding tokens exactly."""
+    if not np.any(theta):
+        return min(cands, key=view.outstanding_tokens)
+    w = TERM_TOKENS * np.asarray(theta, dtype=np.float64)
+    return min(cands, key=lambda i: view.outstanding_tokens(i) + w[0] * view.waiting(i)
+               + w[1] * view.outstanding(i) + w[2] * view.kv_used_fraction(i))
+
+
+class LinearRoutePolicy:
+    """``theta(features) = clip(W @ features + b, -1, 1)`` from plain arrays (what training evaluates)."""
+
+    def __init__(self, w: np.ndarray, b: np.ndarray):
+        self.w = np.asarray(w, dtype=np.float64).reshape(N_WEIGHTS, N_FEATURES)
+        self.b = np.asarray(b, dtype=np.float64).reshape(N_WEIGHTS)
+
+    def theta(self, x: np.ndarray) -> np.ndarray:
+        return np.clip(self.w @ x + self.b, -1.0, 1.0)
+
+
+class _CheckpointPolicy:
+    def __init__(self, model):
+        self.model = model
+
+    def theta(self, x: np.ndarray) -> np.ndarray:
+        return self.model.predict(x.astype(np.float32))[0].astype(np.float64)
+
+
+@register_router("learned")
+class LearnedRouter:
+    """Least outstanding tokens corrected by a learned policy (module docstring). ``checkpoint``: a fleetwise
+    router checkpoint (``NAME.npz``); default: the one shipped in the package."""
+
+    def __init__(self, checkpoint: str | None = None):
+        path = packaged_checkpoint() if checkpoint is None else Path(str(checkpoint)).expanduser()
+        if not path.name.endswith(SUFFIX) and not path.exists():
+            path = path.with_name(path.name + SUFFIX)
+        if not path.is_file():
+            raise InputError(f"router 'learned': checkpoint {str(path)!r} not found (train one: fleetwise train "
+                             "router --out PATH.npz)")
+        model = load_policy(path, level="router")
+        if model.obs_shape != (N_FEATURES,) or model.action.kind != "box" or model.action.shape != (N_WEIGHTS,):
+            raise InputError(f"router 'learned': {str(path)!r} is not a learned-router checkpoint (observation "
+                             f"{model.obs_shape}, action {model.action.to_json()})")
+        self.policy, self.checkpoint = _CheckpointPolicy(model), str(path)
+        self.card = model.card
+
+    @classmethod
+    def from_policy(cls, policy) -> "LearnedRouter":
+        """A router around an in-memory policy (``theta(features)``, e.g. :class:`LinearRoutePolicy`): training."""
+        r = cls.__new__(cls)
+        r.policy, r.checkpoint, r.card = policy, None, None
+        return r
+
+    def route(self, view: RouteView) -> int:
+        cands = view.candidates()
+        if len(cands) == 1:
+            return cands[0]
+        return pick(view, cands, self.policy.theta(route_features(view, cands)))

@@ -1,0 +1,63 @@
+"""The learned router contains its rule (least outstanding tokens), trains on the recipe, and loads safely."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from fleetwise.errors import InputError
+from fleetwise.learn.router import N_PARAMS, RouterTrainConfig, _scenario_at, policy_of, train_router
+from fleetwise.policies import make
+from fleetwise.policies.routers_learned import LearnedRouter, packaged_checkpoint
+from fleetwise.run import run_scenario
+
+
+def test_zero_action_is_least_outstanding_tokens_decision_for_decision():
+    sc = _scenario_at("default", 24.0)
+    rule = run_scenario(sc, 5, router="least_outstanding_tokens", num_requests=800)
+    zero = run_scenario(sc, 5, router=LearnedRouter.from_policy(policy_of(np.zeros(N_PARAMS))), num_requests=800)
+    assert np.array_equal(rule.records.replica, zero.records.replica)
+    assert rule.summary == zero.summary
+    some = run_scenario(sc, 5, router=LearnedRouter.from_policy(policy_of(np.r_[np.zeros(N_PARAMS - 3), 1, 1, 1])),
+                        num_requests=800)
+    assert not np.array_equal(rule.records.replica, some.records.replica)  # a nonzero action does change decisions
+
+
+def test_the_packaged_checkpoint_loads_without_torch_and_carries_its_gate():
+    r = make("router", "learned")
+    assert r.checkpoint == str(packaged_checkpoint())
+    card = r.card
+    assert card.level == "router" and card.rule == "least_outstanding_tokens"
+    assert {"passed", "change", "ci95", "windows"} <= set(card.validation)
+    code = ("import sys; sys.modules['torch'] = None; sys.modules['gymnasium'] = None\n"
+            "from fleetwise.policies import make; make('router', 'learned')")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_a_bad_checkpoint_is_one_line(tmp_path):
+    with pytest.raises(InputError, match="not found"):
+        make("router", "learned", {"checkpoint": str(tmp_path / "missing.npz")})
+    bad = tmp_path / "x.npz"
+    bad.write_bytes(b"PK\x03\x04 not a zip")
+    with pytest.raises(InputError):
+        make("router", "learned", {"checkpoint": str(bad)})
+
+
+def test_training_runs_the_recipe_and_writes_a_gated_checkpoint(tmp_path):
+    cfg = RouterTrainConfig(rates=[18.0], requests=200, train_seeds=1, val_seeds=2, iterations=2, population=3,
+                            elite=1)
+    res = train_router(cfg, out=tmp_path / "r.npz")
+    assert [row["iteration"] for row in res["curve"]] == [1, 2]
+    assert all("lambda" in row for row in res["curve"])
+    assert res["gate"]["windows"] == 2 and isinstance(res["gate"]["passed"], bool)
+    r = make("router", "learned", {"checkpoint": str(tmp_path / "r.npz")})
+    assert r.card.validation["passed"] == res["gate"]["passed"]
+    card = json.loads((tmp_path / "r.card.json").read_text())
+    assert card["training"]["algorithm"] == "cem" and len(card["training"]["curve"]) == 2
+    # the same seed gives the same parameters
+    again = train_router(cfg)
+    assert again["params"] == res["params"]
