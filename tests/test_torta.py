@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import numpy as np
@@ -124,32 +125,75 @@ def test_env_checker_and_temporal_observation():
     assert obs.shape == (6 * 3 + 6 * 3 + 2,)
     reactive = TortaEnv(replace(TortaConfig(topology="ring"), temporal=False))
     assert reactive.reset(seed=0)[0].shape == (18,)
+    assert env.action_space.shape == (6 + 2,)  # the residual on least_loaded: a bias per region, RTT, slack
     steps, term = 0, False
     while not term:
-        obs, r, term, trunc, info = env.step(np.zeros(6, np.float32))
+        obs, r, term, trunc, info = env.step(env.rule_action())
         steps += 1
         assert np.isfinite(r)
-    assert steps == 24
+    assert steps == 24 and info["day_metrics"]["completed"] > 0
+    ot = TortaEnv(TortaConfig(topology="ring"), kind="ot")
+    check_env(ot, skip_render_check=True)
+    assert ot.action_space.shape == (6,)
 
 
-def test_tiny_training_beats_a_bad_fixed_plan():
-    """A few hundred slots of PPO: the learned planner beats one that piles all demand on one region."""
+def test_zero_action_is_least_loaded_decision_for_decision():
+    """Issue 17: the learned policy contains the rule. TORTA's zero action over a whole day routes every request
+    to the same region and server as least_loaded + affinity_greedy, with identical day metrics."""
+    from fleetwise.envs.torta import TortaConfig, TortaEnv
+    from fleetwise.policies.planners import LeastLoadedPlanner, ResidualPlanner, make_micro
+    from fleetwise.worlds.torta import Day, torta_workload
+
+    cfg = TortaConfig(topology="ring")
+    env = TortaEnv(cfg, held_out=True)
+    env.reset(options={"day_seed": 1003})
+    term = False
+    while not term:
+        _, _, term, _, info = env.step(env.rule_action())
+    a = env.day.sim.records()
+    w = torta_workload(cfg, env.fleet, env.capacity_rps, np.random.default_rng(1003), True)
+    day = Day(cfg, env.fleet, w, 1003, LeastLoadedPlanner(cfg), make_micro("affinity_greedy", cfg))
+    m = day.finish()
+    b = day.sim.records()
+    assert len(a) == len(b) > 1000 and (a.replica >= 0).all()
+    np.testing.assert_array_equal(a.replica, b.replica)
+    np.testing.assert_array_equal(a.region, b.region)
+    assert info["day_metrics"] == m
+    # a non-zero action does change decisions (the test above could not pass by ignoring the action)
+    p = ResidualPlanner(cfg)
+    p.set_action(np.r_[-1.0, np.zeros(5), 0.0, 0.0])  # region 0: 2 s more attractive than least_loaded says
+    w2 = torta_workload(cfg, env.fleet, env.capacity_rps, np.random.default_rng(1003), True)
+    d2 = Day(cfg, env.fleet, w2, 1003, p, make_micro("affinity_greedy", cfg))
+    d2.finish()
+    assert (d2.sim.records().region != b.region).mean() > 0.05
+
+
+def test_tiny_training_on_the_recipe():
+    """A few hundred slots of PPO on the recipe: warm start at the rule (behaviour cloning), the cost constraint's
+    multiplier logged, checkpoint choice on validation days, the gate against least_loaded; the learned planner
+    beats one that piles all demand on one region."""
     from fleetwise.envs.torta import TortaConfig, TortaEnv
     from fleetwise.learn.torta import TortaArgs, train
-    from fleetwise.policies.planners import OTPlanner, PolicyPlanner
+    from fleetwise.policies.planners import ResidualPlanner
     from fleetwise.worlds.torta import evaluate
 
     cfg = TortaConfig(topology="ring")
-    model, curve, _ = train(lambda: TortaEnv(cfg), TortaArgs(total_timesteps=240, n_steps=120, seed=0))
-    assert curve
+    args = TortaArgs(total_timesteps=240, n_steps=120, seed=0, bc_episodes=1, val_days=1, gate_days=2)
+    model, curve, _ = train(lambda: TortaEnv(cfg), args, validation=True)
+    log = model.fleetwise_log
+    assert curve and log["bc_loss"][-1] < log["bc_loss"][0]
+    assert [s for s, _ in log["validation_curve"]] == [0, 120, 240]
+    assert len(log["lagrangian"]) == 2 and log["cost_target"] > 0
+    g = log["gate"]
+    assert g["rule"] == "least_loaded" and g["windows"] == 2 and isinstance(g["passed"], bool)
 
     def skewed(c):
-        p = OTPlanner(c)
-        p.set_action(np.array([1, -1, -1, -1, -1, -1], float))
+        p = ResidualPlanner(c)
+        p.set_action(np.array([-1, 1, 1, 1, 1, 1, 0, 0], float))
         return p
 
-    learned = evaluate(cfg, lambda c: PolicyPlanner(c, model, True), "torta_match", [5])[0]
-    bad = evaluate(cfg, skewed, "torta_match", [5])[0]
+    learned = evaluate(cfg, lambda c: ResidualPlanner(c, model, True), "affinity_greedy", [5])[0]
+    bad = evaluate(cfg, skewed, "affinity_greedy", [5])[0]
     assert learned["response_time_mean_s"] < bad["response_time_mean_s"]
 
 
@@ -184,7 +228,12 @@ def test_reproduce_torta_tiny_run_with_two_training_seeds(tmp_path):
     pytest.importorskip("fastapi")
     from fleetwise.serve.app import load_plan_policy
 
-    assert load_plan_policy(checkpoint=str(ckpts[-1].with_suffix(".npz")), force=True).regions == 6  # the safe export
+    served = load_plan_policy(checkpoint=str(ckpts[-1].with_suffix(".npz")), force=True)  # the safe export
+    assert served.regions == 6 and type(served.planner).__name__ == "ResidualPlanner"
+    card = json.loads(ckpts[-1].with_suffix(".card.json").read_text())
+    assert card["rule"] == "least_loaded" and set(card["validation"]) >= {"passed", "change", "ci95", "cost_change"}
+    assert res["torta"]["gate"][1]["passed"] == card["validation"]["passed"]  # ckpts[-1]: ring-torta-seed1
+    assert set(ch["vs_least_loaded"]) == {"response_time_mean_s", "load_cv", "cost_usd"}
     from io import StringIO
 
     from rich.console import Console

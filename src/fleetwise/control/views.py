@@ -167,6 +167,7 @@ class PlanView(Protocol):
     server_model: np.ndarray  # model type each server holds now
     model_shares: np.ndarray  # expected share of the demand of each model type (sums to 1)
     reload_s: float  # time a server needs to switch to another model type
+    request: int  # the request being routed now (-1 outside a routing decision)
 
     def backlog_s(self) -> np.ndarray:
         """Outstanding service seconds per server (pending tokens / speed, plus the rest of a reload)."""

@@ -21,14 +21,22 @@ Observation
     last two        sin, cos of the coming slot's UTC hour (temporal only)
     ==============  ==============================================================================
 
-Action
+Action (``kind="residual"``, the default: TORTA on the recipe of issue 17)
+    ``Box(-1, 1, (n + 2,))``: a residual on the ``least_loaded`` rule (``policies.planners.ResidualPlanner``):
+    per request, the region minimising least_loaded's score + ``2 s x a_r`` + ``4 a_n x rtt(origin, r)``; ``a_{n+1}``
+    sets the greedy affinity micro allocator's slack (``2 (1 + a_{n+1})`` reloads). ``rule_action()`` (zeros) is
+    ``least_loaded`` + ``affinity_greedy`` exactly.
+
+Action (``kind="ot"``, the frozen slot plan of the paper's design)
     ``Box(-1, 1, (n,))``: target supply weights ``b = softmax(log capacity share + 2 a)`` (a = 0: capacity
     proportional). The routing plan is the entropic optimal transport (``ot.sinkhorn``) from the origin demand
     forecast (last slot's demand per origin) to ``b`` under the cost ``rtt + migration + congestion``.
 
 Reward
-    ``-(mean response time of the requests that completed in the slot / 10 s) - cost of the slot / reference cost
-    - load CV across servers``.
+    ``residual``: ``-(mean response time of the requests that completed in the slot / 10 s) - lambda x (cost of
+    the slot / reference cost - target)``: response time is the objective, cost a constraint ("no more than the
+    rule's") whose multiplier ``lambda`` (``env.lagrangian``, ``learn.recipe.Lagrangian``; None: no constraint)
+    the trainer updates by dual ascent. ``ot``: ``-(response time / 10 s) - cost / reference cost - 0.5 x load CV``.
 
 Episode End
     Terminated after 24 slots and the drain of the last requests. No truncation.
@@ -63,9 +71,15 @@ class TortaEnv(gym.Env):
     __doc__ = __doc__
     metadata = {"render_modes": []}
 
-    def __init__(self, config: TortaConfig | None = None, held_out: bool = False, micro: str = "match"):
+    def __init__(self, config: TortaConfig | None = None, held_out: bool = False, micro: str | None = None,
+                 kind: str = "residual", lagrangian=None):
         from fleetwise.policies.planners import make_micro
 
+        if kind not in ("residual", "ot"):
+            raise ValueError(f"TortaEnv kind {kind!r}: expected 'residual' or 'ot'")
+        self.kind = kind
+        self.lagrangian = lagrangian  # learn.recipe.Lagrangian on the slot cost ratio (residual), or None
+        micro = micro or ("affinity_greedy" if kind == "residual" else "match")
         self.cfg = config or TortaConfig()
         self.fleet = make_fleet(self.cfg)
         self.n = len(self.fleet.names)
@@ -76,18 +90,21 @@ class TortaEnv(gym.Env):
         self.capacity_rps = float(self.srv.region_speed.sum() / MEAN_TOKENS * SERVICE_EFFICIENCY)
         dim = self.n * 3 + (self.n * self.cfg.history + 2 if self.cfg.temporal else 0)
         self.observation_space = spaces.Box(-1.0, 5.0, (dim,), np.float32)
-        self.action_space = spaces.Box(-1.0, 1.0, (self.n,), np.float32)
+        na = self.n + 2 if kind == "residual" else self.n
+        self.action_space = spaces.Box(-1.0, 1.0, (na,), np.float32)
         # reference cost of a slot: every server billed for the whole slot
         self.ref_cost = float(self.srv.gpu_usd_per_s.sum() * self.cfg.slot_s)
         self.day: Day | None = None
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
-        from fleetwise.policies.planners import OTPlanner
+        from fleetwise.policies.planners import OTPlanner, ResidualPlanner
 
         super().reset(seed=seed)
-        s = int(self.np_random.integers(1 << 30))
+        opt = options or {}
+        s = int(opt["day_seed"]) if "day_seed" in opt else int(self.np_random.integers(1 << 30))
         w = torta_workload(self.cfg, self.fleet, self.capacity_rps, np.random.default_rng(s), self.held_out)
-        self.planner = OTPlanner(self.cfg)
+        self.planner = ResidualPlanner(self.cfg) if self.kind == "residual" else OTPlanner(self.cfg)
+        self._costs = []
         self.day = Day(self.cfg, self.fleet, w, s, self.planner, self._make_micro(self.micro_name, self.cfg))
         return self.day.observe().vector(self.cfg.temporal), {}
 
@@ -95,9 +112,24 @@ class TortaEnv(gym.Env):
         day = self.day
         self.planner.set_action(np.asarray(action, float))
         row = day.run_slot()
-        r = slot_reward(row, self.ref_cost)
+        cost = (row["gpu_usd"] + row["energy_usd"]) / self.ref_cost
+        self._costs.append(cost)
+        if self.kind == "residual":
+            r = -row["latency_mean_s"] / REWARD_LATENCY_S
+            if self.lagrangian is not None:
+                r -= self.lagrangian.penalty(cost)
+        else:
+            r = slot_reward(row, self.ref_cost)
         term = day.done
+        info = {"slot": row["slot"], "switches": day.switches, "cost_ratio": cost}
         if term:
-            day.finish()
+            m = day.finish()
+            info.update(day_cost_ratio=float(np.mean(self._costs)), day_metrics=m)
         obs = day.observe().vector(self.cfg.temporal)
-        return np.clip(obs, -1.0, 5.0), float(r), term, False, {"slot": row["slot"], "switches": day.switches}
+        return np.clip(obs, -1.0, 5.0), float(r), term, False, info
+
+    def rule_action(self) -> np.ndarray:
+        """The action that reproduces the rule (residual: least_loaded + affinity_greedy): zeros."""
+        if self.kind != "residual":
+            raise NotImplementedError("the OT planner does not contain a rule")
+        return np.zeros(self.action_space.shape, np.float32)

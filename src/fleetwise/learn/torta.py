@@ -1,13 +1,27 @@
-"""TORTA's macro agent: Stable-Baselines3 PPO over ``TortaEnv`` (one step per planning slot).
+"""TORTA's macro agent: Stable-Baselines3 PPO over ``TortaEnv`` (one step per planning slot), on the shared recipe
+(``fleetwise.learn.recipe``, docs/torta.md):
 
-``train(make_env, args) -> (model, curve, wall_s)``; ``curve`` is (timestep, episode return) pairs.
-torch / SB3 are imported lazily; one thread (small networks).
+1. the residual environment (``kind="residual"``): a zero action is ``least_loaded`` + ``affinity_greedy``;
+2. warm start: behaviour cloning on the rule's demonstrations, then the policy's spread is reset to
+   ``init_std`` so PPO explores around the rule;
+3. response time is the objective, the slot cost a constraint (no more than the rule's on validation days,
+   ``Lagrangian``, dual ascent after every rollout);
+4. checkpoint choice and early stopping on validation days (training distribution, seeds disjoint from
+   training and test), against the rule paired by day (``Validator``);
+5. the gate (``gate``) on further validation days, written into the model card by the caller.
+
+``train(make_env, args) -> (model, curve, wall_s)``; ``curve`` is (timestep, episode return) pairs; with
+``validation`` the model comes back at its best validation checkpoint and ``model.fleetwise_log`` holds the
+validation curve, the multiplier's history and the gate. torch / SB3 are imported lazily; one thread.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
+
+import numpy as np
 
 
 @dataclass(frozen=True)
@@ -23,32 +37,123 @@ class TortaArgs:
     ent_coef: float = 0.0
     net_arch: tuple[int, ...] = (64, 64)
     seed: int = 0
+    # the recipe (residual environments only)
+    bc_episodes: int = 2  # days of the rule's demonstrations
+    bc_epochs: int = 30
+    init_std: float = 0.1  # the policy's spread after behaviour cloning (0.2 s of bias)
+    cost_tolerance: float = 0.0  # constraint: slot cost <= (1 + tol) x the rule's on validation days
+    lagrangian_lr: float = 0.5
+    val_days: int = 3  # validation days for checkpoint choice (0: none)
+    gate_days: int = 4  # further validation days for the gate
+    val_every: int = 1  # rollouts between validations
+    patience: int = 4
+    min_delta: float = 0.005  # a later checkpoint replaces the warm start only if 0.5 points better on validation
 
 
-def train(make_env, args: TortaArgs, progress=None):
+VAL_SEED0 = 500_000  # validation days: seeds 500000.. (training days draw from the env's RNG, test 1000..)
+
+
+def day_metrics(cfg, make_planner, days, held_out: bool = False) -> dict:
+    """Metrics of one planner (+ affinity_greedy, which its action may tune) on ``days``: {day: metrics}."""
+    from fleetwise.worlds.torta import evaluate
+
+    return {r["seed"]: r for r in evaluate(cfg, make_planner, "affinity_greedy", list(days), held_out=held_out)}
+
+
+def rule_planner(cfg):
+    from fleetwise.policies.planners import LeastLoadedPlanner
+
+    return LeastLoadedPlanner(cfg)
+
+
+def paired_mean_change(policy: dict, rule: dict, metric: str) -> float:
+    return float(np.mean([policy[d][metric] / rule[d][metric] - 1.0 for d in rule]))
+
+
+def train(make_env, args: TortaArgs, progress=None, validation: bool = False):
     import torch
     from stable_baselines3 import PPO
-    from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.monitor import Monitor
+
+    from fleetwise.learn.recipe import Lagrangian, Validator, behaviour_clone, gate, rule_demonstrations, sb3_callback
 
     torch.set_num_threads(1)
     env = Monitor(make_env())
+    base = env.unwrapped
+    residual = getattr(base, "kind", "ot") == "residual"
     curve: list[tuple[int, float]] = []
-
-    class _CB(BaseCallback):
-        def _on_step(self) -> bool:
-            for info in self.locals.get("infos", []):
-                ep = info.get("episode")
-                if ep is not None:
-                    curve.append((int(self.num_timesteps), float(ep["r"])))
-            if progress is not None:
-                progress(self.num_timesteps)
-            return True
-
+    log: dict = {}
     model = PPO("MlpPolicy", env, n_steps=args.n_steps, batch_size=args.batch_size, n_epochs=args.n_epochs,
                 learning_rate=args.learning_rate, gamma=args.gamma, gae_lambda=args.gae_lambda,
                 clip_range=args.clip_coef, ent_coef=args.ent_coef, seed=args.seed, device="cpu", verbose=0,
                 policy_kwargs={"net_arch": list(args.net_arch)})
     t0 = time.perf_counter()
-    model.learn(total_timesteps=args.total_timesteps, callback=_CB())
+    validator = None
+    if residual:
+        obs, act = rule_demonstrations(make_env, args.bc_episodes, seed=args.seed + 10_000)
+        log["bc_loss"] = behaviour_clone(model, obs, act, epochs=args.bc_epochs, seed=args.seed)
+        with torch.no_grad():
+            model.policy.log_std.fill_(math.log(args.init_std))
+        if validation and args.val_days > 0:
+            from fleetwise.policies.planners import ResidualPlanner
+
+            cfg, temporal = base.cfg, base.cfg.temporal
+            vdays = range(VAL_SEED0, VAL_SEED0 + args.val_days)
+            rule_v = day_metrics(cfg, rule_planner, vdays)
+            # the constraint's target: the rule's slot cost (GPU + energy) on the validation days, as the env counts it
+            target = float(np.mean([(m["cost_gpu_usd"] + m["cost_energy_usd"]) / base.ref_cost / 24.0
+                                     for m in rule_v.values()])) * (1.0 + args.cost_tolerance)
+            base.lagrangian = Lagrangian(target=target, sense="<=", lr=args.lagrangian_lr, scale=0.05 * target,
+                                         hinge=False)
+
+            def score(m):
+                pol = day_metrics(cfg, lambda c: ResidualPlanner(c, m, temporal), vdays)
+                resp = paired_mean_change(pol, rule_v, "response_time_mean_s")
+                cost = paired_mean_change(pol, rule_v, "cost_usd")
+                return -resp - max(0.0, cost - args.cost_tolerance)
+
+            validator = Validator(score, patience=args.patience, min_delta=args.min_delta)
+            validator.check(model, 0)  # the warm start itself (about the rule) is a candidate
+    day_costs: list[float] = []
+
+    def on_episode(info):
+        curve.append((int(model.num_timesteps), float(info["episode"]["r"])))
+        if "day_cost_ratio" in info:
+            day_costs.append(float(info["day_cost_ratio"]))
+        if progress is not None:
+            progress(model.num_timesteps)
+
+    def on_rollout(m, steps):
+        lag = getattr(base, "lagrangian", None)
+        if lag is not None and day_costs:
+            lag.update(float(np.mean(day_costs)), steps)
+            day_costs.clear()
+        if validator is not None:
+            return validator.check(m, steps)
+        return True
+
+    model.learn(total_timesteps=args.total_timesteps,
+                callback=sb3_callback(every_rollouts=args.val_every, on_rollout=on_rollout, on_episode=on_episode))
+    if validator is not None:
+        validator.restore(model)
+        log["validation_curve"] = validator.curve
+        log["best_step"] = validator.best_step
+        from fleetwise.policies.planners import ResidualPlanner
+
+        cfg, temporal = base.cfg, base.cfg.temporal
+        gdays = range(VAL_SEED0 + args.val_days, VAL_SEED0 + args.val_days + args.gate_days)
+        rule_g = day_metrics(cfg, rule_planner, gdays)
+        pol_g = day_metrics(cfg, lambda c: ResidualPlanner(c, model, temporal), gdays)
+        cost_ch = paired_mean_change(pol_g, rule_g, "cost_usd")
+        g = gate({d: m["response_time_mean_s"] for d, m in pol_g.items()},
+                 {d: m["response_time_mean_s"] for d, m in rule_g.items()},
+                 constraint_ok=cost_ch <= args.cost_tolerance + 1e-9)
+        g.update(rule="least_loaded", metric="response_time_mean_s", days=list(gdays), cost_change=cost_ch,
+                 selection_days=list(range(VAL_SEED0, VAL_SEED0 + args.val_days)), best_step=validator.best_step)
+        log["gate"] = g
+    lag = getattr(base, "lagrangian", None)
+    if lag is not None:
+        log["lagrangian"] = [list(h) for h in lag.history]
+        log["cost_target"] = lag.target
+    model.fleetwise_log = log
     return model, curve, time.perf_counter() - t0

@@ -60,10 +60,78 @@ class NearestPlanner(RoundRobinPlanner):
 class LeastLoadedPlanner(RoundRobinPlanner):
     """The region whose servers have the least outstanding work per unit of service speed, now."""
 
-    def region(self, origin: int, view: PlanView) -> int:
+    @staticmethod
+    def score(view: PlanView) -> np.ndarray:
+        """Outstanding work per unit of service speed of each region (seconds), now."""
         b = view.backlog_s()
-        per = np.bincount(view.server_region, b * view.server_speed_tps, view.n) / view.region_speed_tps
-        return int(np.argmin(per))
+        return np.bincount(view.server_region, b * view.server_speed_tps, view.n) / view.region_speed_tps
+
+    def region(self, origin: int, view: PlanView) -> int:
+        return int(np.argmin(self.score(view)))
+
+
+class ResidualPlanner:
+    """TORTA's macro layer as a residual on ``least_loaded`` (issue 17: the learned policy contains the rule).
+
+    Per request, the region minimising ``least_loaded``'s score (outstanding work per unit of service speed, now)
+    plus a bias that the action sets once per slot: ``BIAS_S x a_r`` seconds for region r (every origin), plus
+    ``RTT_WEIGHT x a_n x rtt(origin, r)`` (the pair's network time), plus ``ETA_WEIGHT x a_{n+1} x`` the request's
+    expected completion at the region's best server (its backlog + the request's tokens / its speed: what a fast
+    GPU saves the request). A zero action is ``least_loaded`` exactly, decision for decision: the bias is ``+0.0``.
+
+    ``policy``: a trained policy (``predict(obs_vector) -> action``; an SB3 model or a fleetwise checkpoint's
+    numpy policy), or None (the action is set with ``set_action``, e.g. by the environment). ``matrix``: the region
+    a request of each origin would go to at the slot start (rows one-hot), what ``POST /v1/plan`` returns."""
+
+    BIAS_S = 2.0
+    RTT_WEIGHT = 4.0
+    ETA_WEIGHT = 2.0
+
+    def __init__(self, cfg=None, policy=None, temporal: bool = True):
+        self.cfg = cfg
+        self.policy, self.temporal = policy, temporal
+        self.bias = None  # per region, seconds
+        self.w_rtt = 0.0
+        self.w_eta = 0.0
+        self.matrix = None
+        self._rtt = None
+
+    @staticmethod
+    def action_size(n: int) -> int:
+        return n + 2
+
+    def set_action(self, a: np.ndarray) -> None:
+        a = np.clip(np.asarray(a, float), -1.0, 1.0)
+        n = len(a) - 2
+        self.bias = self.BIAS_S * a[:n]
+        self.w_rtt = self.RTT_WEIGHT * float(a[n])
+        self.w_eta = self.ETA_WEIGHT * float(a[n + 1])
+
+    def scores(self, per: np.ndarray, origin: int, view: PlanView | None = None, rid: int = -1) -> np.ndarray:
+        if self.bias is None:
+            return per
+        s = per + self.bias
+        if self.w_rtt != 0.0 and self._rtt is not None:
+            s = s + self.w_rtt * self._rtt[origin]
+        if self.w_eta != 0.0 and view is not None:
+            eta = view.backlog_s() + view.request_tokens(rid) / view.server_speed_tps
+            best = np.full(view.n, np.inf)
+            np.minimum.at(best, view.server_region, eta)
+            s = s + self.w_eta * best
+        return s
+
+    def plan(self, obs: SlotObs) -> None:
+        if self.policy is not None:
+            v = np.clip(obs.vector(self.temporal), -1.0, 5.0)
+            a, _ = self.policy.predict(v, deterministic=True)
+            self.set_action(np.asarray(a, float).ravel())
+        self._rtt = np.asarray(obs.rtt_s, float)
+        n = len(obs.backlog_s)
+        pick = [int(np.argmin(self.scores(np.asarray(obs.backlog_s, float), o))) for o in range(n)]
+        self.matrix = np.eye(n)[pick] / n
+
+    def region(self, origin: int, view: PlanView) -> int:
+        return int(np.argmin(self.scores(LeastLoadedPlanner.score(view), origin, view, view.request)))
 
 
 @register_planner("ot")
@@ -139,17 +207,31 @@ class PolicyPlanner(OTPlanner):
         super().plan(obs)
 
 
+def is_residual(policy) -> bool:
+    """A TORTA checkpoint whose model card says it adjusts ``least_loaded`` (``ResidualPlanner``)."""
+    card = getattr(policy, "card", None)
+    return card is not None and card.rule == "least_loaded"
+
+
+def torta_planner(cfg, policy, temporal: bool):
+    """The planner that runs a TORTA checkpoint: ``ResidualPlanner`` or the OT ``PolicyPlanner``."""
+    return (ResidualPlanner if is_residual(policy) else PolicyPlanner)(cfg, policy, temporal)
+
+
 def load_torta_checkpoint(path):
     """A trained TORTA planner agent from its fleetwise checkpoint (``NAME.npz`` + ``NAME.card.json``,
     fleetwise.control.checkpoint; an SB3 .zip is refused, it runs code on load): ``(policy, temporal, history,
     regions)``. The observation layout says which agent it is: ``3 n`` values for the reactive one, ``n (3 +
-    history) + 2`` for the temporal one, for ``n`` regions (= its action size)."""
+    history) + 2`` for the temporal one, for ``n`` regions (the action size; ``n + 2`` for a residual on
+    ``least_loaded``, whose model card names that rule: ``ResidualPlanner``)."""
     from fleetwise.control.checkpoint import CheckpointError, load_policy
 
     pol = load_policy(path, level="planner")
     if pol.action.kind != "box" or len(pol.action.shape) != 1 or len(pol.obs_shape) != 1:
         raise CheckpointError(f"checkpoint {path}: not a TORTA planner (action {pol.action.to_json()})")
-    n, d = pol.action.shape[0], pol.obs_shape[0]
+    n, d = pol.action.shape[0] - (2 if is_residual(pol) else 0), pol.obs_shape[0]
+    if n < 1:
+        raise CheckpointError(f"checkpoint {path}: action size {pol.action.shape[0]} does not fit a residual planner")
     if d == 3 * n:
         return pol, False, 1, n
     if (d - 2) % n == 0 and (d - 2) // n - 3 >= 1:

@@ -13,6 +13,7 @@ checkpoint ``.npz`` + ``.card.json`` that ``fleetwise serve --checkpoint`` loads
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -37,7 +38,7 @@ def _budget(quick: bool) -> dict:
 
 AGENTS = {"torta": True, "reactive_ppo": False}  # name -> temporal observation
 # evaluated policy -> the trained agent it runs (the ablations reuse TORTA's agent)
-USES_AGENT = {"torta": "torta", "torta_no_micro": "torta", "torta_greedy_micro": "torta", "reactive_ppo": "reactive_ppo"}
+USES_AGENT = {"torta": "torta", "torta_no_micro": "torta", "torta_match_micro": "torta", "reactive_ppo": "reactive_ppo"}
 KEEP_DAY = ("torta", "nearest", "least_loaded")  # whose first day is drawn over the day
 
 
@@ -54,7 +55,7 @@ def policies(models: dict) -> dict:
     from fleetwise.policies.planners import (
         LeastLoadedPlanner,
         NearestPlanner,
-        PolicyPlanner,
+        ResidualPlanner,
         RoundRobinPlanner,
         ot_capacity,
     )
@@ -63,11 +64,14 @@ def policies(models: dict) -> dict:
            "least_loaded": (LeastLoadedPlanner, "affinity_greedy"), "ot_capacity": (ot_capacity, "affinity_greedy")}
     if "reactive_ppo" in models:
         # the ablation differs from TORTA only in what its planner sees (no history, no time of day)
-        out["reactive_ppo"] = (lambda cfg, m=models["reactive_ppo"]: PolicyPlanner(cfg, m, False), "torta_match")
+        out["reactive_ppo"] = (lambda cfg, m=models["reactive_ppo"]: ResidualPlanner(cfg, m, False),
+                               "affinity_greedy")
     if "torta" in models:
-        out["torta"] = (lambda cfg, m=models["torta"]: PolicyPlanner(cfg, m, True), "torta_match")
-        out["torta_no_micro"] = (lambda cfg, m=models["torta"]: PolicyPlanner(cfg, m, True), "least_loaded_server")
-        out["torta_greedy_micro"] = (lambda cfg, m=models["torta"]: PolicyPlanner(cfg, m, True), "affinity_greedy")
+        # TORTA: a residual on least_loaded + affinity_greedy (its action also sets the greedy micro's slack);
+        # the ablations swap the micro allocator under the same macro policy
+        out["torta"] = (lambda cfg, m=models["torta"]: ResidualPlanner(cfg, m, True), "affinity_greedy")
+        out["torta_no_micro"] = (lambda cfg, m=models["torta"]: ResidualPlanner(cfg, m, True), "least_loaded_server")
+        out["torta_match_micro"] = (lambda cfg, m=models["torta"]: ResidualPlanner(cfg, m, True), "torta_match")
     return out
 
 
@@ -77,13 +81,21 @@ def _train_job(job: tuple) -> tuple:
     from fleetwise.learn.export import export_sb3
     from fleetwise.learn.torta import TortaArgs, train
 
-    topo, name, steps, seed, path = job
+    topo, name, steps, seed, path = job[:5]
+    args = TortaArgs(total_timesteps=steps, seed=seed, **(job[5] if len(job) > 5 else {}))
     cfg = replace(TortaConfig(topology=topo), temporal=AGENTS[name])
-    model, curve, wall = train(lambda: TortaEnv(cfg), TortaArgs(total_timesteps=steps, seed=seed))
+    model, curve, wall = train(lambda: TortaEnv(cfg), args, validation=True)
+    log = model.fleetwise_log
     model.save(path)  # SB3's zip: evaluated below, in this run (it unpickles on load: never served)
-    export_sb3(model, Path(path).with_suffix(".npz"), level="planner", policy=name,  # what serving loads
-               training={"topology": topo, "timesteps": int(steps), "seed": int(seed), "wall_s": round(wall, 1)})
-    return topo, name, seed, path, curve, wall
+    export_sb3(model, Path(path).with_suffix(".npz"), level="planner", policy=name, rule="least_loaded",
+               training={"topology": topo, "timesteps": int(steps), "seed": int(seed), "wall_s": round(wall, 1),
+                         "days": "training days (first 70% of the traces and ServeGen days)",
+                         "warm_start": f"behaviour cloning, {args.bc_episodes} days of the rule",
+                         "objective": "response time", "constraint": f"slot cost <= the rule's (Lagrangian, "
+                         f"target {log.get('cost_target', float('nan')):.4f} of all-servers cost)",
+                         "best_step": log.get("best_step")},
+               validation=log.get("gate"))
+    return topo, name, seed, path, curve, wall, log
 
 
 def _eval_job(job: tuple) -> tuple:
@@ -120,6 +132,12 @@ def _pool_map(fn, jobs: list, workers: int, on_done):
             on_done(f.result())
 
 
+def _gate_row(log: dict) -> dict:
+    g = log.get("gate") or {}
+    return {"passed": bool(g.get("passed", False)), "change": g.get("change"), "ci95": g.get("ci95"),
+            "cost_change": g.get("cost_change"), "best_step": g.get("best_step")}
+
+
 def _changes(rows: dict, train_seeds: int) -> dict:
     """TORTA's paired changes (lower is better for each metric): against the best baseline per metric (among
     the baselines that left at most ``MAX_UNSERVED`` of the requests unserved), keyed by
@@ -145,6 +163,12 @@ def _changes(rows: dict, train_seeds: int) -> dict:
         # every baseline left requests unserved: the least bad one, named as such (no "best" on such a run)
         vs = best if complete else f"{best} (every baseline left > {MAX_UNSERVED:.1%} unserved: no best)"
         out[metric] = {"vs": vs, "change": ch.mean, "ci95": [ch.lo, ch.hi]}
+    # against the rule TORTA's action adjusts (issue 17's acceptance), paired by (training seed, day)
+    out["vs_least_loaded"] = {}
+    for metric in ("response_time_mean_s", "load_cv", "cost_usd"):
+        base = {(k, r["seed"]): r[metric] for k in ks for r in rows["least_loaded"]}
+        ch = paired_change(base, by_key(rows["torta"], metric))
+        out["vs_least_loaded"][metric] = {"change": ch.mean, "ci95": [ch.lo, ch.hi]}
     m = "response_time_mean_s"
     base, other = by_key(rows["reactive_ppo"], m), by_key(rows["torta"], m)
     ch = paired_change(base, other)
@@ -215,6 +239,7 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
     ckpt_dir.mkdir(exist_ok=True)
     ckpts: dict = {}
     info: dict = {}
+    logs: dict = {}
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True, disable=not (progress and console.is_terminal)) as prog:
         train_jobs = [(t, name, steps, k, str(ckpt_dir / f"{t}-{name}-seed{k}.zip"))
@@ -222,14 +247,23 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
         task = prog.add_task(f"training {len(train_jobs)} agents ({steps} slots each)", total=len(train_jobs))
 
         def trained(res):
-            topo, name, k, path, curve, wall = res
+            topo, name, k, path, curve, wall, log = res
             ckpts[(topo, name, k)] = path
             info.setdefault((topo, name), []).append(wall)
+            logs[(topo, name, k)] = log
             if db:
                 from fleetwise.experiments.store import Store
 
-                Store(db).add_learning_curve(f"torta/{topo}/{name}" + (f"/seed{k}" if k else ""),
-                                             [s for s, _ in curve], [r for _, r in curve], "episode_return")
+                key = f"torta/{topo}/{name}" + (f"/seed{k}" if k else "")
+                st = Store(db)
+                st.add_learning_curve(key, [s for s, _ in curve], [r for _, r in curve], "episode_return")
+                vc = log.get("validation_curve") or []
+                if vc:
+                    st.add_learning_curve(key + "/validation", [s for s, _ in vc], [v for _, v in vc],
+                                          "minus_change_vs_least_loaded")
+                lg = log.get("lagrangian") or []
+                if lg:
+                    st.add_learning_curve(key + "/lambda", [h[0] for h in lg], [h[1] for h in lg], "lagrange_multiplier")
             prog.advance(task)
 
         _pool_map(_train_job, train_jobs, nw, trained)
@@ -276,6 +310,10 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
         for name in AGENTS:
             walls = info.get((topo, name), [float("nan")])
             res[name].update({"train_wall_s": float(np.mean(walls)), "train_timesteps": steps})
+            # the deployment gate of each checkpoint (validation days, against least_loaded, paired by day)
+            res[name]["gate"] = [_gate_row(logs.get((topo, name, k), {})) for k in range(n_train)]
+            res[name]["validation_curve"] = [logs.get((topo, name, k), {}).get("validation_curve", [])
+                                             for k in range(n_train)]
         res["torta"]["changes"] = _changes(rs_t, n_train)
         result[topo] = res
         extras[topo] = {n: next(r for r in rs_t[n] if "slots" in r) for n in KEEP_DAY}
@@ -368,11 +406,22 @@ def render(result: dict):
         for c in ("metric", "vs", "change [95% CI]"):
             lines.add_column(c)
         for m, ch in res["torta"]["changes"].items():
+            if m == "vs_least_loaded":
+                for mm, c2 in ch.items():
+                    lo, hi = c2["ci95"]
+                    lines.add_row(mm, "least_loaded (the rule)", f"{c2['change']:+.1%} [{lo:+.1%}, {hi:+.1%}]")
+                continue
             lo, hi = ch["ci95"]
             txt = f"{ch['change']:+.1%} [{lo:+.1%}, {hi:+.1%}]"
             if ch.get("by_train_seed"):
                 txt += "; by training seed " + ", ".join(f"{x:+.1%}" for x in ch["by_train_seed"])
             lines.add_row(m, ch["vs"], txt)
+        for g in res["torta"].get("gate", []):
+            ci = g.get("ci95") or [math.nan, math.nan]
+            lines.add_row("gate (validation days)", "least_loaded",
+                          ("PASSED" if g["passed"] else "NOT PASSED") + (
+                              f": response time {g['change']:+.1%} [{ci[0]:+.1%}, {ci[1]:+.1%}], cost "
+                              f"{g['cost_change']:+.1%}" if g.get("change") is not None else ""))
         tables.append(lines)
     return Group(*tables)
 

@@ -182,14 +182,14 @@ def load_plan_policy(spec: str | None = None, checkpoint: str | None = None, for
 
 
 def _plan_from_checkpoint(path: str, force: bool = False) -> PlanPolicy:
-    from fleetwise.policies.planners import PolicyPlanner, load_torta_checkpoint
+    from fleetwise.policies.planners import load_torta_checkpoint, torta_planner
 
     p = Path(path)
     policy, temporal, history, regions = load_torta_checkpoint(p)
     require_gate(getattr(policy, "card", None), f"checkpoint {p.name}", force)
     _, TortaConfig = _torta()
     cfg = TortaConfig(temporal=temporal, history=history)
-    return PlanPolicy(PolicyPlanner(cfg, policy, temporal), f"checkpoint:{p.name}", regions=regions, history=history)
+    return PlanPolicy(torta_planner(cfg, policy, temporal), f"checkpoint:{p.name}", regions=regions, history=history)
 
 
 class Policies:

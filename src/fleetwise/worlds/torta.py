@@ -318,6 +318,7 @@ class Day:
         self.server_model = self.held
         self.model_shares = np.array([t.share for t in cfg.types], float)
         self.reload_s = cfg.reload_s
+        self.request = -1  # the request being routed now
 
     # -- the PlanView: state a policy may read
     def backlog_s(self) -> np.ndarray:
@@ -380,6 +381,7 @@ class Day:
         allocator the server; a server that holds another model switches (a stall of ``reload_s``)."""
         sim = self.sim
         rid = view.request
+        self.request = int(rid)
         o = self.origin[rid]
         self._slot_demand[o] += 1
         region = int(self.planner.region(o, self))
