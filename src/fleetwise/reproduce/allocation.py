@@ -8,10 +8,8 @@ oracle's action in each visited state; metrics per seed, then mean and bootstrap
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -116,20 +114,6 @@ def _split(proto: Protocol) -> tuple[list[np.ndarray], list[np.ndarray], dict[st
                        "eval_series": len(ev)}
 
 
-def _progress():
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    return Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                    TimeElapsedColumn(), TimeRemainingColumn(), console=Console(file=sys.stderr), transient=False)
-
-
 def _ci(values: Sequence[float]) -> tuple[float, list[float]]:
     from fleetwise.metrics.stats import bootstrap_ci
 
@@ -203,7 +187,9 @@ def run_protocol(proto: Protocol, cfg: AllocationConfig | None = None, eval_seri
     curves: dict[str, list[list[tuple[int, float]]]] = {p: [] for p in policies}
     walls: dict[str, float] = {p: 0.0 for p in policies}
     fixed_rules = []
-    prog = _progress() if progress else None
+    from fleetwise.reproduce.common import progress as reproduce_progress
+
+    prog = reproduce_progress(counts=True)[1] if progress else None
     task = prog.add_task("allocation: train + evaluate", total=proto.seeds * len(policies)) if prog else None
     if prog:
         prog.start()
@@ -264,8 +250,9 @@ def summarize(raw: dict[str, Any]) -> dict[str, Any]:
 def _write_outputs(raw: dict[str, Any], db: str | None, tag: str) -> dict[str, str]:
     """Learning curves into the results store, confusion matrices as PNGs beside it."""
     written: dict[str, str] = {}
-    out_dir = (Path(db).parent if db else Path("results")) / "allocation"
-    out_dir.mkdir(parents=True, exist_ok=True)
+    from fleetwise.reproduce.common import out_dir as _out_dir
+
+    out_dir = _out_dir(db, "allocation")
     if db:
         from fleetwise.experiments.store import Store
 
@@ -316,12 +303,13 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
     eval_series = eval_cfg = None
     fit_lines: list[str] = []
     if eval_trace is not None:
+        from fleetwise.reproduce.common import fit_load
         from fleetwise.workload.cpu import read_cpu_traces
 
         cfg = AllocationConfig(episode_steps=proto.episode_steps)
         eval_series, eval_cfg, fit_lines = fit_cpu_series(
             list(read_cpu_traces(eval_trace, column=column, window_s=cfg.window_s).values()),
-            None if load == "real" else float(load), cfg)
+            fit_load(load), cfg)
         fit_lines = [f"--eval-trace {eval_trace}: replaces the held-out VMs; each seed trains the learners anew "
                      f"and draws its own bandwidth and noise paths"] + fit_lines
     t0 = time.perf_counter()

@@ -127,11 +127,11 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
         train_seeds: int | None = None, backend: str = "local", workers: int | None = 1) -> dict:
     """``load``: with ``eval_trace``, its rate as a fraction of the edge's capacity (fleetwise.workload.adapt) or
     "real"; ``timesteps`` and ``sweep=False`` shrink the budget (tests)."""
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
     from fleetwise.learn.recipe import run_jobs
     from fleetwise.metrics.stats import paired_change
+    from fleetwise.reproduce.common import fit_load as _fit_load
+    from fleetwise.reproduce.common import out_dir as _out_dir
+    from fleetwise.reproduce.common import progress as _progress
     from fleetwise.reproduce.common import store_rows
     from fleetwise.worlds.edge import EdgeConfig, EdgePolicyBatcher, evaluate, with_batch_limit
 
@@ -145,7 +145,7 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
     trace = None
     scenario = "edge-3-nodes"
     eval_seeds = list(range(1000, 1000 + n_seeds))
-    fit_load = None if load == "real" else float(load)
+    fit_load = _fit_load(load)
     fit_lines: list[str] = []
     if eval_trace is not None:
         from fleetwise.worlds.edge import fit_edge_trace
@@ -156,11 +156,10 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
         rep = fit_edge_trace(cfg, trace, np.random.default_rng(eval_seeds[0]), fit_load)[2]
         fit_lines = [f"--eval-trace {eval_trace}: replaces the segments' arrivals and lengths; each seed its own "
                      f"{cfg.segment_s:g} s segment"] + [f"seed {eval_seeds[0]}: {ln}" for ln in rep.lines()]
-    out_dir = Path(db).parent / "batching" if db else Path("results") / "batching"
-    console = Console(stderr=True)
+    out_dir = _out_dir(db, "batching")
+    console, bars = _progress(progress)
     result: dict = {}
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TimeElapsedColumn(), console=console,
-                  transient=True, disable=not (progress and console.is_terminal)) as prog:
+    with bars as prog:
         jobs = [{"name": name, "time_aware": ta, "seed": s, "timesteps": bud["timesteps"], "quick": quick,
                  "train_segment_s": bud["train_segment_s"],
                  "checkpoint": str(out_dir / f"{name}-seed{s}.npz") if db else None}

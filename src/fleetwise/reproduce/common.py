@@ -1,11 +1,38 @@
-"""What the paper reproductions share: spread over seeds and storing evaluation rows in the results store."""
+"""What the paper reproductions share: their output folder, progress bars and load argument, the spread over
+seeds, and storing evaluation rows in the results store."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import time
+from pathlib import Path
 from typing import Iterable
+
+
+def out_dir(db: str | None, name: str) -> Path:
+    """The reproduction's folder for plots, checkpoints and ``result.json``: beside the results store (``db``), or
+    ``results/NAME``; created."""
+    d = (Path(db).parent if db else Path("results")) / name
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def fit_load(load: float | str) -> float | None:
+    """``--load`` for the trace fit (fleetwise.workload.adapt): a fraction of the capacity, or None for "real"."""
+    return None if load == "real" else float(load)
+
+
+def progress(enabled: bool = True, counts: bool = False):
+    """``(console, Progress)``: rich progress bars on stderr, shown only on a terminal and when ``enabled``, gone
+    when done; ``counts`` adds an M/N column."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    cols = [TextColumn("[bold]{task.description}"), BarColumn(), *([MofNCompleteColumn()] if counts else []),
+            TimeElapsedColumn()]
+    return console, Progress(*cols, console=console, transient=True, disable=not (enabled and console.is_terminal))
 
 
 def summarize_rows(rows: list[dict], metrics: Iterable[str]) -> dict:

@@ -53,9 +53,6 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
     (fleetwise.workload.adapt) or "real"; ``updates`` and ``segment_s`` (evaluation segments) shrink the
     budget (tests). The three variants train as jobs on the sweep backends (``recipe.run_jobs``: ``backend``
     local or ray, ``workers`` processes; 1: in this process)."""
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
     from fleetwise.envs.graph_marl import (
         HEURISTICS,
         GraphMARLConfig,
@@ -64,6 +61,9 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
     from fleetwise.learn.graph_marl import MAPPOArgs, ValidationWindows, best_rule, load_trained, train_job
     from fleetwise.learn.recipe import run_jobs
     from fleetwise.metrics.stats import paired_change
+    from fleetwise.reproduce.common import fit_load as _fit_load
+    from fleetwise.reproduce.common import out_dir as _out_dir
+    from fleetwise.reproduce.common import progress as _progress
 
     bud = _budget(quick)
     if updates is not None:
@@ -74,7 +74,7 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
     cfg = GraphMARLConfig()
     trace, scenario = None, "multicloud-3x2"
     eval_seeds = list(range(1000, 1000 + n_seeds))
-    fit_load = None if load == "real" else float(load)
+    fit_load = _fit_load(load)
     fit_lines: list[str] = []
     if eval_trace is not None:
         from fleetwise.workload.spec import load_trace
@@ -86,12 +86,11 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
         rep = fit_multicloud_trace(cfg, trace, np.random.default_rng(eval_seeds[0]), segment_s, fit_load)[2]
         fit_lines = [f"--eval-trace {eval_trace}: replaces the segments' arrivals and lengths; each seed its own "
                      f"segment"] + [f"seed {eval_seeds[0]}: {ln}" for ln in rep.lines()]
-    out_dir = Path(db).parent / "graph-marl" if db else Path("results") / "graph-marl"
-    console = Console(stderr=True)
+    out_dir = _out_dir(db, "graph-marl")
+    console, bars = _progress(progress)
     result: dict = {}
     rows: dict[str, list[dict]] = {}
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TimeElapsedColumn(), console=console,
-                  transient=True, disable=not (progress and console.is_terminal)) as prog:
+    with bars as prog:
         policies = {}
         val_task = prog.add_task("validation segments: rules", total=None)
         validation = ValidationWindows(cfg, range(500, 500 + bud["val_seeds"]),

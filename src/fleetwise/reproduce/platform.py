@@ -139,10 +139,9 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
         load: float | str = 0.7, window: tuple[float, float] | None = None) -> dict:
     """``window``: (start, end) seconds of the day to evaluate (default: the budget's; tests use a short one);
     ``load``: with ``eval_trace``, the trace's rate as a fraction of the fleet's capacity, or "real"."""
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
     from fleetwise.metrics.stats import paired_change
+    from fleetwise.reproduce.common import out_dir as _out_dir
+    from fleetwise.reproduce.common import progress as _progress
     from fleetwise.reproduce.common import store_rows, summarize_rows
     from fleetwise.scenario import SCENARIO_DIR, read_yaml
 
@@ -160,12 +159,10 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
                                                                    if (ws, we) != (0.0, DAY) else "")
         _workloads(data, eval_seeds[:1])  # a bad trace fails here, before any training
     names = list(scalers or SCALERS)
-    out_dir = (Path(db).parent if db else Path("results")) / "platform"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    console = Console(stderr=True)
+    out_dir = _out_dir(db, "platform")
+    console, bars = _progress(progress)
     result: dict = {}
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TimeElapsedColumn(), console=console,
-                  transient=True, disable=not (progress and console.is_terminal)) as prog:
+    with bars as prog:
         jobs = {n: SCALERS[n] for n in names if n in SCALERS}
         gates: dict[str, dict] = {}
         if "rl" in names or scalers is None:

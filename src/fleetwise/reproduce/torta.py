@@ -187,15 +187,9 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
     day), so their intervals include the spread between training runs."""
     import os
 
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-    )
-
+    from fleetwise.reproduce.common import fit_load as _fit_load
+    from fleetwise.reproduce.common import out_dir as _out_dir
+    from fleetwise.reproduce.common import progress as _progress
     from fleetwise.worlds.torta import TOPOLOGIES
 
     bud = _budget(quick)
@@ -205,8 +199,8 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
     nw = workers or len(os.sched_getaffinity(0))
     trace = None
     tag = ""
-    fit_load = None if load == "real" else float(load)
-    console = Console(stderr=True)
+    fit_load = _fit_load(load)
+    console, bars = _progress(progress, counts=True)
     eval_seeds = list(range(1000, 1000 + n_seeds))
     topos = list(topologies or TOPOLOGIES)
     fit_lines: list[str] = []
@@ -233,15 +227,13 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
             torta_workload(cfg_t, fleet, float(srv.region_speed.sum() / MEAN_TOKENS * SERVICE_EFFICIENCY),
                            np.random.default_rng(eval_seeds[0]), True, trace, fit_load, report=reps)
             fit_lines += [f"{t}, seed {eval_seeds[0]}: {ln}" for ln in reps[0].lines()]
-    out_dir = Path(db).parent / "torta" if db else Path("results") / "torta"
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = _out_dir(db, "torta")
     ckpt_dir = out_dir / "checkpoints"
     ckpt_dir.mkdir(exist_ok=True)
     ckpts: dict = {}
     info: dict = {}
     logs: dict = {}
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=True, disable=not (progress and console.is_terminal)) as prog:
+    with bars as prog:
         train_jobs = [(t, name, steps, k, str(ckpt_dir / f"{t}-{name}-seed{k}.zip"))
                       for t in topos for name in AGENTS for k in range(n_train)]
         task = prog.add_task(f"training {len(train_jobs)} agents ({steps} slots each)", total=len(train_jobs))
