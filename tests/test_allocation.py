@@ -158,6 +158,35 @@ def test_tabular_is_deterministic_and_saves(env, trained, tmp_path):
         tabular.TabularPolicy.load(tmp_path / "bad.npz")
 
 
+class _Boom:
+    def __reduce__(self):
+        import os
+
+        return (os.mkdir, ("/tmp/fleetwise-unpickled-by-a-q-table",))
+
+
+def test_a_q_table_cannot_run_code_and_bad_metadata_is_one_line(tmp_path):
+    """A crafted .npz: an object array (a pickle that would create a folder) is refused without being run;
+    metadata with unknown discretizer fields is a one-line InputError, not a TypeError."""
+    import json
+    import os
+
+
+    marker = "/tmp/fleetwise-unpickled-by-a-q-table"
+    if os.path.isdir(marker):
+        os.rmdir(marker)
+    np.savez(tmp_path / "evil.npz", q=np.array([_Boom()], dtype=object), meta=np.array("{}"))
+    from fleetwise.policies import make
+
+    with pytest.raises(InputError, match="evil.npz: not a saved tabular policy"):
+        make("allocator", "q_learning", {"path": str(tmp_path / "evil.npz")})
+    assert not os.path.exists(marker)
+    meta = {"name": "x", "discretizer": {"cpu_bins": 2, "os": "system"}, "curve": []}
+    np.savez(tmp_path / "meta.npz", q=np.zeros((2, 12)), meta=np.array(json.dumps(meta)))
+    with pytest.raises(InputError, match="meta.npz: not a saved tabular policy"):
+        tabular.TabularPolicy.load(tmp_path / "meta.npz")
+
+
 def test_fixed_rule_fit_and_registry(env):
     fx = FixedThreshold.fit(env.core, _series(4), np.random.default_rng(0), grid_step=0.2)
     assert fx.allocate(np.r_[0.0, np.zeros(17)]) in [ACTIONS.index((1, p)) for p in ("data", "model", "hybrid")]

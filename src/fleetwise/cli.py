@@ -219,8 +219,7 @@ def simulate(
             raise InputError(f"{scenario or 'default'}: {e}") from None
     b, s, plat = r.built, r.summary, r.platform
     sc = b.scenario
-    s["reject_reasons"] = r.records.reject_reasons()
-    _warn_overload(s["reject_reasons"], len(r.records), sc.name)
+    _warn_overload(s["reject_reasons"], len(r.records), sc.name)  # run_scenario put them in the summary
     if b.adaptations:
         s["adaptation"] = [a.as_dict() for a in b.adaptations]
     if plat is not None and monitor is not None:

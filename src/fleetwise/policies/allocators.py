@@ -1,7 +1,9 @@
 """Allocator policies for fleetwise/Allocation-v0: ``allocate(obs) -> action`` (an index into ``ACTIONS``).
 
 Registered names: ``fixed`` (static CPU-threshold rule), ``constant``, ``oracle`` (one-step, noise off),
-``random``, and the trained ones loaded from a file: ``q_learning`` / ``sarsa`` (.npz), ``dqn`` (SB3 .zip).
+``random``, and the trained ones loaded from a file: ``q_learning`` / ``sarsa`` (a Q table in an ``.npz``, read
+with ``allow_pickle=False``), ``dqn`` (a fleetwise checkpoint, ``fleetwise.control.checkpoint``). Neither format can
+run code when loaded; an SB3 zip is refused.
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ from fleetwise.policies.allocation_model import (
     AllocationCore,
     Discretizer,
 )
+
+
+MAX_TABLE_BYTES = 64 << 20  # a saved Q table (20 x 3 x 12 states x 12 actions is 23 KB)
 
 
 def action_of(num_gpus: int, parallelism: str) -> int:
@@ -167,18 +172,26 @@ class TabularPolicy:
 
     @classmethod
     def load(cls, path: str | Path) -> "TabularPolicy":
+        """A saved Q table (``save``): numeric arrays and JSON only (``allow_pickle=False``: an object array in the
+        file is refused, nothing in it runs), its metadata checked before use."""
         p = Path(path)
         try:
+            if p.stat().st_size > MAX_TABLE_BYTES:
+                raise ValueError(f"larger than {MAX_TABLE_BYTES >> 20} MiB")
             with np.load(p, allow_pickle=False) as z:
-                q = z["q"]
+                q = np.asarray(z["q"], dtype=np.float64)
                 meta = json.loads(str(z["meta"]))
-        except (OSError, KeyError, ValueError) as e:
+            d = meta["discretizer"]
+            if not (isinstance(meta, dict) and isinstance(d, dict) and set(d) <= {"cpu_bins", "bw_bins", "deployed"}):
+                raise ValueError("its metadata is not {name, discretizer: {cpu_bins, bw_bins, deployed}, curve}")
+            disc = Discretizer(**d)
+            curve = [(int(a), float(b)) for a, b in meta.get("curve", [])]
+        except (OSError, KeyError, ValueError, TypeError) as e:
             raise InputError(f"{p}: not a saved tabular policy ({type(e).__name__}: {e})") from None
-        disc = Discretizer(**meta["discretizer"])
         if q.shape != (disc.n_states, N_ACTIONS):
             raise InputError(f"{p}: Q table shape {q.shape} does not match its discretizer "
                              f"({disc.n_states} states x {N_ACTIONS} actions)")
-        return cls(q, disc, meta.get("name", "tabular"), [tuple(x) for x in meta.get("curve", [])])
+        return cls(q, disc, str(meta.get("name", "tabular")), curve)
 
 
 @dataclass

@@ -43,27 +43,17 @@ def packaged_checkpoint() -> Path:
     return Path(str(resources.files("fleetwise.policies") / "checkpoints" / (PACKAGED + SUFFIX)))
 
 
-def route_features(view: RouteView, cands) -> list[float]:
-    """What the policy sees: the request's prompt (/4096 tokens), and over the candidates the mean outstanding
-    tokens (/8192), mean waiting requests (/8), mean KV fraction in use, and the spread of outstanding tokens
-    (max - min, /8192)."""
-    ot = [view.outstanding_tokens(i) for i in cands]
-    return _features(view, cands, ot, [view.waiting(i) for i in cands], [view.kv_used_fraction(i) for i in cands])
-
-
-def _features(view: RouteView, cands, ot: list, wt: list, kv: list) -> list[float]:
+def route_features(view: RouteView, cands, ot: list, wt: list, kv: list) -> list[float]:
+    """What the policy sees: the request's prompt (/4096 tokens), and over the candidates (``ot``, ``wt``, ``kv``:
+    their outstanding tokens, waiting requests and KV fractions) the mean outstanding tokens (/8192), mean waiting
+    requests (/8), mean KV fraction in use, and the spread of outstanding tokens (max - min, /8192)."""
     n = len(cands)
     return [view.prompt_tokens / 4096.0, sum(ot) / n / 8192.0, sum(wt) / n / 8.0, sum(kv) / n,
             (max(ot) - min(ot)) / 8192.0]
 
 
-def pick(view: RouteView, cands, theta) -> int:
+def pick(view: RouteView, cands, ot: list, wt: list, kv: list, theta) -> int:
     """The candidate with the lowest corrected score; ``theta`` all zero: least outstanding tokens exactly."""
-    return _pick(view, cands, [view.outstanding_tokens(i) for i in cands], [view.waiting(i) for i in cands],
-                 [view.kv_used_fraction(i) for i in cands], theta)
-
-
-def _pick(view: RouteView, cands, ot: list, wt: list, kv: list, theta) -> int:
     n = range(len(cands))
     if not any(theta):
         return cands[min(n, key=ot.__getitem__)]  # the first of the least loaded, as min(cands, key=...) picks
@@ -121,4 +111,4 @@ class LearnedRouter:
         ot = [view.outstanding_tokens(i) for i in cands]
         wt = [view.waiting(i) for i in cands]
         kv = [view.kv_used_fraction(i) for i in cands]
-        return _pick(view, cands, ot, wt, kv, self.policy.theta(_features(view, cands, ot, wt, kv)))
+        return pick(view, cands, ot, wt, kv, self.policy.theta(route_features(view, cands, ot, wt, kv)))

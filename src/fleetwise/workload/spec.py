@@ -171,6 +171,13 @@ def check_span(w: Workload, where: str) -> None:
 # pydantic models
 
 
+def known_slo_class(v: str) -> str:
+    """An SLO class name the workload knows (``slo_class`` of a workload and of a trace's tenant)."""
+    if v not in DEFAULT_SLO_CLASSES:
+        raise ValueError(f"unknown slo_class {v!r}; expected one of {', '.join(DEFAULT_SLO_CLASSES)}")
+    return v
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # no NaN or infinity in any number
 
@@ -225,12 +232,7 @@ class _Common(_Model):
     origin: list[OriginWeight] | None = Field(default=None, min_length=1)
     model: str = Field(default="default", min_length=1)
 
-    @field_validator("slo_class")
-    @classmethod
-    def _known_slo(cls, v: str) -> str:
-        if v not in DEFAULT_SLO_CLASSES:
-            raise ValueError(f"unknown slo_class {v!r}; expected one of {', '.join(DEFAULT_SLO_CLASSES)}")
-        return v
+    _known_slo = field_validator("slo_class")(staticmethod(known_slo_class))
 
     @field_validator("origin")
     @classmethod
@@ -346,12 +348,7 @@ class TraceTenant(_Model):
     model: str = Field(default="default", min_length=1)
     origin: list[OriginWeight] | None = Field(default=None, min_length=1)
 
-    @field_validator("slo_class")
-    @classmethod
-    def _known_slo(cls, v: str) -> str:
-        if v not in DEFAULT_SLO_CLASSES:
-            raise ValueError(f"unknown slo_class {v!r}; expected one of {', '.join(DEFAULT_SLO_CLASSES)}")
-        return v
+    _known_slo = field_validator("slo_class")(staticmethod(known_slo_class))
 
 
 class TraceSpec(_Common):
