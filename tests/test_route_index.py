@@ -132,3 +132,28 @@ def test_a_replica_is_a_candidate_exactly_while_routable():
     sim.run(Controller(router=make("router", "least_outstanding_requests"), batcher=make("batcher", "sarathi")))
     check(sim)
     assert len(seen) > 20 and all(seen)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_lower_bound_search_is_exact_on_random_fleets(seed):
+    # the tokens index keys replicas by lower bounds over a horizon of decode steps and searches the heap
+    # (fleetwise.sim.route_index.LoadIndex): on random fleets of 60-160 replicas of mixed speeds and pipeline
+    # depths, two models, long decode runs, every decision is the scan's
+    rng = np.random.default_rng(seed)
+    nrep = int(rng.integers(60, 160))
+    n = 2500
+    w = Workload(arrival_s=np.cumsum(rng.exponential(1 / (nrep * 1.5), n)), prompt_tokens=rng.integers(1, 600, n),
+                 output_tokens=rng.integers(1, 900, n))
+    models = rng.integers(0, 2, n)
+    perfs = [LinearPerf(base=float(rng.uniform(0.005, 0.03)), per_kv=float(rng.uniform(0, 2e-6)),
+                        kv_tokens=int(rng.integers(8000, 30000)), pp=int(rng.integers(1, 3))) for _ in range(nrep)]
+
+    def make_sim():
+        reps = [make_replica(i, perfs[i], model_index=i % 2) for i in range(nrep)]
+        return Simulator(reps, w, model_index=models)
+
+    for name in ("least_outstanding_tokens", "prefix_aware"):
+        scan, a, b = run_both(make_sim, name)
+        assert scan.decisions == n and scan.mismatches == 0
+        same_records(a, b)
+        assert len(np.unique(b.replica)) == nrep

@@ -51,9 +51,6 @@ class Lane:
     run_pf_tokens: int = 0
     run_time_s: float = 0.0
     view: object = None  # its LaneView (fleetwise.sim.views.SimLaneView), made when first asked
-    # the routing index's bookkeeping of this lane's decode run (fleetwise.sim.route_index)
-    ix_steps: int = 0  # steps of the run counted in the replica's indexed outstanding tokens
-    ix_ver: int = 0  # bumps when the index re-reads the lane (its pending step-boundary entries go stale)
 
     @property
     def free_blocks(self) -> int:

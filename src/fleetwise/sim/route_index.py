@@ -32,52 +32,96 @@ if TYPE_CHECKING:  # pragma: no cover
 
 INF = float("inf")
 EARLY_S = 1e-6  # refresh this much before a computed step boundary (rounding of float step times)
+MASK = (1 << 32) - 1  # replica and version fields of a heap entry
 
 
 class LoadIndex:
     """Argmin of a replica load over one model's candidates: ``tokens`` (outstanding tokens, time-dependent) or
-    requests (outstanding requests)."""
+    requests (outstanding requests).
 
-    __slots__ = ("sim", "tokens", "heaps", "expiry", "ver", "val", "dirty")
+    A heap entry is one int, ``(key << 64) | (replica << 32) | version``: ordered as ``(key, replica)``, cheaper to
+    compare than a tuple, and not tracked by the garbage collector (a fleet's index makes millions of them)."""
+
+    __slots__ = ("sim", "tokens", "heaps", "expiry", "ver", "ref", "dirty", "refreshes", "exams")
 
     def __init__(self, sim: "Simulator", tokens: bool):
         self.sim = sim
         self.tokens = tokens
-        self.heaps: list[list] = []  # per model: (value, replica, version)
-        self.expiry: list = []  # (time of a lane's next step boundary, replica, lane, lane's ix_ver)
+        self.heaps: list[list[int]] = []  # per model: entries; a key is at most the value until its horizon
+        self.expiry: list = []  # (time a replica's entry stops being a lower bound, (replica << 32) | version)
         self.ver: list[int] = []  # current version per replica
-        self.val: list[int] = []  # current value per replica
+        self.ref: list[int] = []  # per model: the last answer's value (the level the horizons are measured from)
         self.dirty: set[int] = set(range(len(sim.replicas)))
+        self.refreshes = 0  # entries made (a replica touched, a horizon passed, or examined by a search)
+        self.exams = 0  # live entries the searches popped
+
+    def _read(self, rep, now: float):
+        """``rep``'s outstanding tokens at ``now`` (the arithmetic of ``Replica.outstanding_tokens``) and its
+        lanes in a decode run with steps left, [(lane, steps done)] or None."""
+        val = rep.pending_tokens
+        runs = None
+        for lane in rep.lanes:
+            if lane.busy and lane.run_k:
+                j = lane.steps_done(now)
+                val -= j * lane.run_B
+                if j < lane.run_k:
+                    if runs is None:
+                        runs = [(lane, j)]
+                    else:
+                        runs.append((lane, j))
+        return val, runs
+
+    def _enter(self, i: int, rep, val: int, runs, later: list) -> None:
+        """Give replica ``i`` a new entry. Its key is its value after H more decode steps of each lane in a run,
+        a lower bound until one of them completes step H + 1 (then the entry expires and is made again); H takes
+        it half way down to its model's reference level, and is 0 within two steps of it (the key is the exact
+        value, until the next step boundary)."""
+        self.refreshes += 1
+        v = (self.ver[i] + 1) & MASK
+        self.ver[i] = v
+        if not rep.routable:  # not among its model's candidates: no entry until it is again (it is touched then)
+            return
+        m = rep.model_index
+        key = val
+        if runs is not None:
+            bsum = 0
+            for lane, _ in runs:
+                bsum += lane.run_B
+            d = val - self.ref[m]
+            h = d // (2 * bsum) if d > 0 else 0
+            t_exp = INF
+            for lane, j in runs:
+                r = lane.run_k - j  # steps left in the run
+                if h < r:
+                    key -= h * lane.run_B
+                    t = lane.t0 + lane.run_elapsed(j + h + 1) - EARLY_S
+                    if t < t_exp:
+                        t_exp = t
+                else:  # the run ends first (and its end touches the replica)
+                    key -= r * lane.run_B
+            if t_exp < INF:
+                later.append((t_exp, (i << 32) | v))
+        heapq.heappush(self.heaps[m], (key << 64) | (i << 32) | v)
 
     def _refresh(self, i: int, now: float, later: list) -> None:
-        """Re-read replica ``i`` whole (it was touched)."""
-        rep = self.sim.replicas[i]
+        """Re-read replica ``i`` (it was touched, or its entry's horizon passed)."""
         ver = self.ver
         while i >= len(ver):
             ver.append(0)
-            self.val.append(0)
+        rep = self.sim.replicas[i]
         m = rep.model_index
-        heaps = self.heaps
-        while m >= len(heaps):
-            heaps.append([])
-        v = ver[i] + 1
-        ver[i] = v
+        while m >= len(self.heaps):
+            self.heaps.append([])
+            self.ref.append(0)
         if self.tokens:
-            val = rep.pending_tokens
-            for lane in rep.lanes:
-                lane.ix_ver += 1
-                k = lane.run_k
-                if lane.busy and k:
-                    j = lane.steps_done(now)
-                    lane.ix_steps = j
-                    val -= j * lane.run_B
-                    if j < k:  # its next step boundary
-                        later.append((lane.t0 + lane.run_elapsed(j + 1) - EARLY_S, i, lane.index, lane.ix_ver))
+            val, runs = self._read(rep, now)
+            self._enter(i, rep, val, runs, later)
         else:
-            val = rep.outstanding
-        self.val[i] = val
-        if rep.routable:  # among its model's candidates (otherwise no entry until it is again)
-            heapq.heappush(heaps[m], (val, i, v))
+            self.refreshes += 1
+            v = (ver[i] + 1) & MASK
+            ver[i] = v
+            if rep.routable:
+                heapq.heappush(self.heaps[m], (rep.outstanding << 64) | (i << 32) | v)
 
     def argmin(self, model: int, now: float) -> int:
         """The candidate of ``model`` with the smallest value at ``now`` (ties: lowest index); -1 if none."""
@@ -88,50 +132,58 @@ class LoadIndex:
             self.dirty.clear()
         exp = self.expiry
         ver = self.ver
+        pop, push = heapq.heappop, heapq.heappush
         if exp and exp[0][0] <= now:
-            reps = self.sim.replicas
-            val = self.val
-            heaps = self.heaps
-            pop, push = heapq.heappop, heapq.heappush
             while exp and exp[0][0] <= now:
-                _, i, li, lv = pop(exp)
-                rep = reps[i]
-                lane = rep.lanes[li]
-                if lv != lane.ix_ver:
-                    continue
-                # steps of the run completed by now: the largest j with run_elapsed(j) <= now - t0, the same
-                # arithmetic as Lane.steps_done
-                dt = now - lane.t0
-                j0 = j = lane.ix_steps
-                k, a, c = lane.run_k, lane.run_a, lane.run_c1B
-                while j < k and (j + 1) * a + c * ((j + 1) * j / 2.0) <= dt:
-                    j += 1
-                if j != j0:
-                    lane.ix_steps = j
-                    x = val[i] - (j - j0) * lane.run_B
-                    val[i] = x
-                    v = ver[i] + 1
-                    ver[i] = v
-                    if rep.routable:
-                        push(heaps[rep.model_index], (x, i, v))
-                if j < k:
-                    later.append((lane.t0 + ((j + 1) * a + c * ((j + 1) * j / 2.0)) - EARLY_S, i, li, lv))
+                iv = pop(exp)[1]
+                i = iv >> 32
+                if iv & MASK == ver[i]:
+                    self._refresh(i, now, later)
+        bi = -1
+        if model < len(self.heaps):
+            h = self.heaps[model]
+            if not self.tokens:  # keys are the values: drop stale entries from the top
+                while h:
+                    e = h[0]
+                    i = (e >> 32) & MASK
+                    if e & MASK == ver[i]:
+                        bi = i
+                        break
+                    pop(h)
+            else:
+                # Pop entries in key order while (key, replica) is at or below the best (exact value, replica)
+                # found: every key is at most its replica's value until its horizon, so no entry left can beat
+                # the answer. Stale entries popped are gone for good; the live ones are entered again, with
+                # horizons measured from the new level.
+                reps = self.sim.replicas
+                seen = []
+                stop = INF  # entries from (best value, best replica + 1) on cannot win
+                while h and h[0] < stop:
+                    e = pop(h)
+                    i = (e >> 32) & MASK
+                    if e & MASK != ver[i]:
+                        continue
+                    rep = reps[i]
+                    val, runs = self._read(rep, now)
+                    seen.append((i, rep, val, runs))
+                    if bi < 0 or val < best or (val == best and i < bi):
+                        best, bi = val, i
+                        stop = (val << 64) | ((i + 1) << 32)
+                self.exams += len(seen)
+                if bi >= 0:
+                    self.ref[model] = best
+                for i, rep, val, runs in seen:
+                    self._enter(i, rep, val, runs, later)
+            n = len(ver)
+            if len(h) > 64 and len(h) > 3 * n:  # mostly stale entries: rebuild
+                h[:] = [e for e in h if e & MASK == ver[(e >> 32) & MASK]]
+                heapq.heapify(h)
         for x in later:
-            heapq.heappush(exp, x)
-        if model >= len(self.heaps):
-            return -1
-        h = self.heaps[model]
-        while h and h[0][2] != ver[h[0][1]]:
-            heapq.heappop(h)
-        n = len(ver)
-        if len(h) > 64 and len(h) > 4 * n:  # mostly stale entries: rebuild
-            h[:] = [x for x in h if x[2] == ver[x[1]]]
-            heapq.heapify(h)
-        if len(exp) > 64 and len(exp) > 8 * n:
-            reps = self.sim.replicas
-            exp[:] = [x for x in exp if x[3] == reps[x[1]].lanes[x[2]].ix_ver]
+            push(exp, x)
+        if len(exp) > 64 and len(exp) > 3 * len(ver):
+            exp[:] = [x for x in exp if x[1] & MASK == ver[x[1] >> 32]]
             heapq.heapify(exp)
-        return h[0][1] if h else -1
+        return bi
 
 
 class PrefixIndex:

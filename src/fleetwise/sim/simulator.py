@@ -122,6 +122,7 @@ class Simulator:
         # event machinery
         self.now = 0.0
         self._heap: list = []
+        self._compact_at = 4096  # heap size at which stale lane events are dropped (_compact)
         self._seq = 0
         self._next = 0  # next arrival
         self._pending: list[DecisionPoint] = []
@@ -152,7 +153,19 @@ class Simulator:
     # ------------------------------------------------------------------ events
     def _push(self, t: float, kind: int, x, y) -> None:
         self._seq += 1
-        heapq.heappush(self._heap, (t, kind, self._seq, x, y))
+        heap = self._heap
+        heapq.heappush(heap, (t, kind, self._seq, x, y))
+        if len(heap) > self._compact_at:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Drop the lane events that a replaced run or wait left behind (their version is not the lane's): a cut
+        run leaves its old end event in the heap, and in a large fleet those would be half of it. The order of
+        the others is unchanged (it is total: time, kind, sequence number)."""
+        heap = self._heap
+        heap[:] = [e for e in heap if e[1] != LANE_DONE or e[4] == e[3].version]
+        heapq.heapify(heap)
+        self._compact_at = max(4096, 2 * len(heap))
 
     def _touch(self, rep: Replica) -> None:
         """Something a load index reads of ``rep`` changed (its counters, a lane's run, its candidacy)."""
