@@ -55,6 +55,7 @@ def scaled_scenario(scenario: str, replicas: int):
 
 def _fleet_one(replicas: int, n: int, scenario: str, router: str) -> dict:
     """Simulate ``n`` requests of ``scenario`` scaled to ``replicas`` replicas at the same load per replica."""
+    import gc
     import resource
     import time
 
@@ -63,6 +64,10 @@ def _fleet_one(replicas: int, n: int, scenario: str, router: str) -> dict:
     sc = scaled_scenario(scenario, replicas)
     b = build(sc, sc.seed, num_requests=n)
     ctl = b.controller(router)
+    # what was built before the run (the fleet, the workload, imported modules) is moved out of the cyclic
+    # collector's generations, so that its passes during the run do not walk the fleet again and again (about 10%
+    # of the run at 10,000 replicas, nothing at 4); the same for every fleet size
+    gc.freeze()
     t0, c0 = time.perf_counter(), time.process_time()
     rec = b.sim.run(ctl)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0

@@ -62,7 +62,7 @@ class LoadIndex:
         runs = None
         for lane in rep.lanes:
             if lane.busy and lane.run_k:
-                j = lane.steps_done(now)
+                j = lane.steps_done(now) if now > lane.t0 else 0  # (a run that starts now: none done)
                 val -= j * lane.run_B
                 if j < lane.run_k:
                     if runs is None:
@@ -106,13 +106,14 @@ class LoadIndex:
     def _refresh(self, i: int, now: float, later: list) -> None:
         """Re-read replica ``i`` (it was touched, or its entry's horizon passed)."""
         ver = self.ver
-        while i >= len(ver):
-            ver.append(0)
         rep = self.sim.replicas[i]
         m = rep.model_index
-        while m >= len(self.heaps):
-            self.heaps.append([])
-            self.ref.append(0)
+        if i >= len(ver) or m >= len(self.heaps):  # a replica or model not seen yet
+            while i >= len(ver):
+                ver.append(0)
+            while m >= len(self.heaps):
+                self.heaps.append([])
+                self.ref.append(0)
         if self.tokens:
             val, runs = self._read(rep, now)
             self._enter(i, rep, val, runs, later)
@@ -172,8 +173,12 @@ class LoadIndex:
                 self.exams += len(seen)
                 if bi >= 0:
                     self.ref[model] = best
+                    # the answer is made again before the next search (a router sends the request there, which
+                    # touches it anyway)
+                    self.dirty.add(bi)
                 for i, rep, val, runs in seen:
-                    self._enter(i, rep, val, runs, later)
+                    if i != bi:
+                        self._enter(i, rep, val, runs, later)
             n = len(ver)
             if len(h) > 64 and len(h) > 3 * n:  # mostly stale entries: rebuild
                 h[:] = [e for e in h if e & MASK == ver[(e >> 32) & MASK]]

@@ -740,9 +740,15 @@ class Simulator:
         if self.prefix_enabled and rep.prefix_cache is not None:
             cache = rep.prefix_cache
             px = self._prefix_index
+            holders = px.holders if px is not None else None
+            ri = rep.index
             for b in self._pblk[self._pofs[rid]:self._pofs[rid + 1]].tolist():
-                if px is not None and b not in cache:
-                    px.add(b, rep.index)
+                if holders is not None and b not in cache:  # PrefixIndex.add, inline (a block per call)
+                    d = holders.get(b)
+                    if d is None:
+                        holders[b] = {ri: None}
+                    else:
+                        d[ri] = None
                 cache[b] = None
                 cache.move_to_end(b)
             while len(cache) > rep.prefix_cap_blocks:
