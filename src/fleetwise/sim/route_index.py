@@ -87,8 +87,14 @@ class LoadIndex:
             bsum = 0
             for lane, _ in runs:
                 bsum += lane.run_B
-            d = val - self.ref[m]
-            h = d // (2 * bsum) if d > 0 else 0
+            ref = self.ref[m]
+            d = val - ref
+            if d <= 0:
+                h = 0
+            elif ref <= 0:  # the level is the floor (an idle candidate): stop just above it
+                h = (d - 1) // bsum
+            else:
+                h = d // (2 * bsum)
             t_exp = INF
             for lane, j in runs:
                 r = lane.run_k - j  # steps left in the run
