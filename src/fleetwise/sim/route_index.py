@@ -94,7 +94,7 @@ class LoadIndex:
             elif ref <= 0:  # the level is the floor (an idle candidate): stop just above it
                 h = (d - 1) // bsum
             else:
-                h = d // (2 * bsum)
+                h = d // (4 * bsum)
             t_exp = INF
             for lane, j in runs:
                 r = lane.run_k - j  # steps left in the run
