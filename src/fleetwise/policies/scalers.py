@@ -143,41 +143,53 @@ class _Split:
         self.covered = {z for z, k in zip(zone, n) if k > 0}
         self.want_zones = want_zones
 
-    def missing(self, i: int, floor: int | None, need_units: float, min_total: int) -> int:
-        """Replicas still missing if candidate ``i`` gets them: to the on-demand ``floor`` (when given), else to
-        ``need_units`` of capacity (in units of ``i``'s replicas) and ``min_total`` replicas."""
-        if floor is not None:
-            return floor - self.od_total
-        gap = need_units - self.total_units
-        by_units = math.ceil(gap / self.unit[i] - 1e-9) if gap > 1e-9 else 0
-        return max(by_units, min_total - self.total_count)
-
-    def grow(self, i: int, k: int) -> None:
-        self.n[i] += k
-        self.alloc[self.keys[i]] = self.n[i]
-        self.total_units += k * self.unit[i]
-        self.total_count += k
-        if self.is_od[i]:
-            self.od_total += k
-        self.covered.add(self.zone[i])
-
     def key(self, i: int) -> tuple[float, bool, int]:
         return self.ppu[i], self.n[i] >= self.cur[i], i
 
     def add(self, cands: list[int], floor: int | None = None, need_units: float = 0.0, min_total: int = 0) -> None:
-        """Add replicas to ``cands`` (indices, in order) while ``missing(first free candidate) > 0``."""
-        n, cap, zone = self.n, self.cap, self.zone
+        """Add replicas to ``cands`` (indices, in order) while ``missing(first free candidate) > 0``: replicas
+        still missing to the on-demand ``floor`` (when given), else to ``need_units`` of capacity (counted in the
+        candidate's replicas) and ``min_total`` replicas. (The hot loop of /v1/scale at 10,000 groups: the totals
+        live in locals while it runs.)"""
+        n, cap, zone, unit, alloc, keys = self.n, self.cap, self.zone, self.unit, self.alloc, self.keys
+        is_od, covered, ceil = self.is_od, self.covered, math.ceil
+        total_units, total_count, od_total = self.total_units, self.total_count, self.od_total
+
+        def missing(i: int) -> int:
+            if floor is not None:
+                return floor - od_total
+            gap = need_units - total_units
+            m = ceil(gap / unit[i] - 1e-9) if gap > 1e-9 else 0
+            return m if m >= min_total - total_count else min_total - total_count
+
+        def grow(i: int, k: int) -> None:
+            nonlocal total_units, total_count, od_total
+            n[i] += k
+            alloc[keys[i]] = n[i]
+            total_units += k * unit[i]
+            total_count += k
+            if is_od[i]:
+                od_total += k
+            covered.add(zone[i])
+
+        try:
+            self._add(cands, missing, grow)
+        finally:
+            self.total_units, self.total_count, self.od_total = total_units, total_count, od_total
+
+    def _add(self, cands: list[int], missing, grow) -> None:
+        n, cap, zone, cur = self.n, self.cap, self.zone, self.cur
         free = [i for i in cands if n[i] < cap[i]]
+        nf = len(free)
         first = 0  # free[first]: the first candidate below its cap (caps are only ever reached)
-        missing = self.missing
         # phase 1, while fewer than want_zones zones have a replica and a free candidate lies in another zone:
         # one replica at a time to the best candidate of an uncovered zone (all at 0 replicas: the key is static)
         heap = None
         uncovered = 0
         while True:
-            while first < len(free) and n[free[first]] >= cap[free[first]]:
+            while first < nf and n[free[first]] >= cap[free[first]]:
                 first += 1
-            if first == len(free) or missing(free[first], floor, need_units, min_total) <= 0:
+            if first == nf or missing(free[first]) <= 0:
                 return
             if len(self.covered) >= self.want_zones:
                 break
@@ -190,65 +202,25 @@ class _Split:
                 break
             while zone[heap[0][2]] in self.covered:  # a candidate in an uncovered zone exists: the loop ends
                 heapq.heappop(heap)
-            i = heapq.heappop(heap)[2]
-            self.grow(i, 1)  # its zone is covered now
+            grow(heapq.heappop(heap)[2], 1)  # its zone is covered now
             uncovered -= 1
-        # phase 2: the spread is done for good; the best free candidate, several replicas at once. (The hot loop
-        # of /v1/scale at 10,000 groups: ``grow``, ``key`` and ``missing`` inline, the totals in locals.)
-        ppu, cur, unit, is_od, keys, alloc = self.ppu, self.cur, self.unit, self.is_od, self.keys, self.alloc
+        # phase 2: the spread is done for good; the best free candidate, several replicas at once
+        ppu = self.ppu
         heap = [(ppu[i], n[i] >= cur[i], i) for i in free[first:] if n[i] < cap[i]]
         heapq.heapify(heap)
-        total_units, total_count, od_total = self.total_units, self.total_count, self.od_total
-        covered = self.covered
-        ceil = math.ceil
-        nf = len(free)
-        try:
-            while True:
-                i = heap[0][2]
-                ni, ci = n[i], cap[i]
-                if floor is not None:
-                    miss = floor - od_total
-                else:
-                    gap = need_units - total_units
-                    miss = ceil(gap / unit[i] - 1e-9) if gap > 1e-9 else 0
-                    if min_total - total_count > miss:
-                        miss = min_total - total_count
-                k = ci - ni
-                if miss < k:
-                    k = miss
-                lim = cur[i] - ni if ni < cur[i] else ci
-                if lim < k:
-                    k = lim
-                if k < 1:
-                    k = 1
-                ni += k
-                n[i] = ni
-                alloc[keys[i]] = ni
-                total_units += k * unit[i]
-                total_count += k
-                if is_od[i]:
-                    od_total += k
-                covered.add(zone[i])
-                if ni < ci:
-                    heapq.heapreplace(heap, (ppu[i], ni >= cur[i], i))
-                else:
-                    heapq.heappop(heap)
-                while first < nf and n[free[first]] >= cap[free[first]]:
-                    first += 1
-                if first == nf:
-                    return
-                j = free[first]
-                if floor is not None:
-                    miss = floor - od_total
-                else:
-                    gap = need_units - total_units
-                    miss = ceil(gap / unit[j] - 1e-9) if gap > 1e-9 else 0
-                    if min_total - total_count > miss:
-                        miss = min_total - total_count
-                if miss <= 0:
-                    return
-        finally:
-            self.total_units, self.total_count, self.od_total = total_units, total_count, od_total
+        while True:
+            i = heap[0][2]
+            ni, ci = n[i], cap[i]
+            k = min(ci - ni, missing(i), cur[i] - ni if ni < cur[i] else ci)
+            grow(i, k if k > 1 else 1)
+            if n[i] < ci:
+                heapq.heapreplace(heap, (ppu[i], n[i] >= cur[i], i))
+            else:
+                heapq.heappop(heap)
+            while first < nf and n[free[first]] >= cap[free[first]]:
+                first += 1
+            if first == nf or missing(free[first]) <= 0:
+                return
 
 
 @dataclass
