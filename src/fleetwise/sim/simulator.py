@@ -452,16 +452,20 @@ class Simulator:
 
     def _cut_run(self, lane: Lane) -> None:
         """End the decode run in flight at its next step boundary (where per-iteration stepping would replan)."""
-        dt = self.now - lane.t0
-        j = lane.steps_done(self.now) + 1  # smallest j with t0 + elapsed(j) > now
+        dt = self.now - lane.run_o
+        j = lane.steps_done(self.now) + 1  # smallest j with run_o + elapsed(j) > now
         while j > 1 and lane.run_elapsed(j - 1) > dt:
             j -= 1
         if j < lane.run_k:
             self._touch(lane.replica)
             lane.run_k = j
-            lane.t_end = lane.t0 + lane.run_elapsed(j)
+            lane.t_end = lane.run_o + lane.run_elapsed(j)
             lane.version += 1
             self._push(lane.t_end, LANE_DONE, lane, lane.version)
+            if lane.pipe == 1:  # its followers' later steps assumed its steps went on
+                for o in lane.replica.lanes:
+                    if o.pipe == 2 and o.lead is lane and o.busy and o.run_k > 1:
+                        self._cut_run(o)
 
     def _ask(self, lane: Lane) -> None:
         lane.busy = False
@@ -538,7 +542,7 @@ class Simulator:
         lane.run_prefill = prefill
         lane.run_pf_tokens = pf_tokens
         lane.run_B = B
-        lane.t0 = self.now
+        lane.t0 = lane.run_o = self.now
         perf = rep.perf
         if B and not prefill:
             c0, c1 = perf.decode_coeffs(B)
@@ -584,9 +588,113 @@ class Simulator:
             return
         lane.run_time_s = dt
         lane.busy = True
-        lane.t_end = self.now + dt
+        lane.t_end = self.now + dt if len(rep.lanes) == 1 else self._pipe_submit(lane, B and not prefill)
         lane.version += 1
         self._push(lane.t_end, LANE_DONE, lane, lane.version)
+
+    # ------------------------------------------------------------------ pipeline parallelism: a flow shop
+    def _pipe_submit(self, lane: Lane, decode_run: bool) -> float:
+        """Submit ``lane``'s next micro-batch to its replica's pipeline (pp > 1) and return when its run ends.
+
+        The ``pp`` stages are shared: a micro-batch spends ``1/pp`` of its iteration time on each (the layers split
+        evenly, as the performance model's per-stage time) and enters stage i when it has left stage i - 1 and the
+        micro-batch submitted before it has left stage i (first come first served at every stage, as vLLM's
+        virtual engines feed the stage workers). So a lane waits for stages its neighbours hold, and a decode-only
+        micro-batch is paced by a neighbour carrying a prefill chunk.
+
+        A decode run of several steps keeps a closed form: a *leader*'s steps after its first are its own times
+        (nothing submitted before them is in their way); with pp == 2 a *follower* sits right behind the leader's
+        step on both stages (its step j ends the leader's aligned step end plus its own stage time), which is the
+        steady state of two decode-only micro-batches, the larger one pacing both. Only what is submitted can be
+        in a micro-batch's way, so each submission re-checks the one run whose later steps are provisional: when
+        this micro-batch delays that run's next step, the run is cut at its step boundary (its lane replans there,
+        as per-iteration stepping would). Same records as per-iteration stepping (``force_single_step``)."""
+        rep = lane.replica
+        lanes = rep.lanes
+        pp = len(lanes)
+        sf = rep.stage_free
+        now = self.now
+        lane.pipe = 0
+        lane.lead = None
+        # 1. what the other lanes have in the pipeline: the step in flight of a decode run (its first step was
+        # recorded at submission); a leader's later steps are provisional
+        prov = None
+        prov_n = 0
+        prov_T = 0.0
+        for o in lanes:
+            if o is lane or not o.pipe or not o.busy or o.idle_wait:
+                continue
+            n = o.steps_done(now) + 1
+            if n > o.run_k:
+                continue  # its run has ended (its end event is due now)
+            T = o.run_o + o.run_elapsed(n)
+            if n > 1:
+                x = (o.own_a + o.own_c * (n - 1)) / pp
+                if o.pipe == 1:  # a leader's step n holds each stage for x, back to back
+                    for i in range(pp):
+                        e = T - (pp - 1 - i) * x
+                        if e > sf[i]:
+                            sf[i] = e
+                else:  # a follower (pp == 2): stage 0 right after the leader's aligned step, stage 1 right after
+                    e = T - (o.lead_a + o.lead_c * (o.lead_n + n - 1)) / pp
+                    if e > sf[0]:
+                        sf[0] = e
+                    if T > sf[1]:
+                        sf[1] = T
+            if n < o.run_k:
+                if o.pipe == 1:
+                    prov, prov_n, prov_T = o, n, T
+                else:  # (a follower outliving its leader's run does not happen; stay exact if it did)
+                    self._cut_run(o)
+        # 2. this micro-batch through the stages
+        first = lane.run_a if decode_run else lane.run_time_s
+        x = first / pp
+        t = now
+        held = False  # it waited on the last stage for the micro-batch before it
+        for i in range(pp):
+            if sf[i] > t:
+                held = i == pp - 1 and abs(sf[i] - prov_T) <= 1e-9  # (prov's step n ends at prov_T, to rounding)
+                t = sf[i]
+            t += x
+            sf[i] = t
+        c1 = t  # when it leaves the last stage
+        # 3. the provisional run: cut it if this micro-batch is in the way of its next step
+        if prov is not None:
+            xn = (prov.own_a + prov.own_c * prov_n) / pp
+            for i in range(pp):
+                if sf[i] > prov_T + i * xn:
+                    self._cut_run(prov)
+                    prov = None
+                    break
+        if not decode_run:
+            lane.run_o = c1 - lane.run_a
+            return c1
+        # 4. a decode run: lead, follow the provisional run, or (pp > 2 behind one) take one step
+        a, c, k = lane.run_a, lane.run_c1B, lane.run_k
+        lane.own_a, lane.own_c = a, c
+        lane.pipe = 1
+        if prov is not None and k > 1:
+            if pp == 2 and held:  # it waited for prov's step on the last stage: it can follow
+                ay, cy = prov.own_a, prov.own_c
+                g1 = ay + cy * (prov_n - 1) - a  # own step j <= prov's aligned step (n + j - 1), j >= 2
+                kk = min(k, prov.run_k - prov_n + 1)
+                if g1 + (cy - c) >= 0.0 and kk > 1:
+                    if cy < c:
+                        kk = min(kk, 1 + int(g1 / (c - cy)))
+                    T0 = prov.run_o + prov.run_elapsed(prov_n - 1)
+                    lane.pipe = 2
+                    lane.lead, lane.lead_n, lane.lead_a, lane.lead_c = prov, prov_n - 1, ay, cy
+                    lane.run_k = kk
+                    lane.run_o = T0 + (a - c) / pp
+                    lane.run_a = ay + cy * (prov_n - 1) + c / pp
+                    lane.run_c1B = cy
+                    return lane.run_o + lane.run_elapsed(kk)
+            if pp == 2:
+                self._cut_run(prov)  # this lane leads from here; prov replans at its step boundary
+            else:
+                lane.run_k = k = 1
+        lane.run_o = c1 - a
+        return c1 if k == 1 else lane.run_o + lane.run_elapsed(k)
 
     def stall(self, replica: int, seconds: float) -> float:
         """Make ``replica`` load other weights for ``seconds`` (a model switch): from now until the reload ends
@@ -669,10 +777,18 @@ class Simulator:
         perf = rep.perf
         k, B = lane.run_k, lane.run_B
         pf_tokens = lane.run_pf_tokens
-        rep.busy_s += dt / pp
-        if self._bucket:
-            self._add_busy(rep, lane.t0, now, 1.0 / pp)
-        rep.energy_busy_j += perf.busy_power_w(pf_tokens, B) * dt / pp
+        if pp == 1:
+            busy = dt
+            rep.busy_s += dt
+            if self._bucket:
+                self._add_busy(rep, lane.t0, now, 1.0)
+        else:  # stage occupancy: its own compute, not the time it waited for stages other lanes held
+            busy = (k * lane.own_a + lane.own_c * (k * (k - 1) / 2.0)) if B and not lane.run_prefill \
+                else lane.run_time_s
+            rep.busy_s += busy / pp
+            if self._bucket:
+                self._add_busy(rep, max(lane.t0, now - busy), now, 1.0 / pp)
+        rep.energy_busy_j += perf.busy_power_w(pf_tokens, B) * busy / pp
         if B:
             K0 = lane.dec_kv
             if lane.run_prefill:
@@ -687,6 +803,8 @@ class Simulator:
                 sq = (k - 1) * k * (2 * k - 1) / 6.0
                 T0 = lane.kv_tokens
                 rep.kv_token_s += k * T0 * a + (T0 * c + B * a) * tri + c * B * sq
+                if lane.run_o != lane.t0:  # pp > 1: its first step also waited from t0 to the closed form's origin
+                    rep.kv_token_s += T0 * (lane.run_o - lane.t0)
             lane.used_blocks += lane.new_blocks(k)
             lane.kv_tokens += k * B
             lane.dec_kv += k * B
@@ -929,8 +1047,8 @@ class Simulator:
         pp = len(rep.lanes)
         for lane in rep.lanes:
             j = lane.steps_done(self.now) if lane.busy and lane.run_k and not lane.idle_wait else 0
-            if lane.busy and not lane.idle_wait:
-                rep.busy_s += (self.now - lane.t0) / pp  # the iteration in flight is lost, its GPU time is not
+            if lane.busy and not lane.idle_wait:  # the iteration in flight is lost, its GPU time is not
+                rep.busy_s += (self.now - lane.t0 if pp == 1 else min(self.now - lane.t0, lane.run_time_s)) / pp
             for rid in lane.running:
                 g = min(self.gen_join[rid] + lane.steps + j - self.join_step[rid], self.output[rid] - 1)
                 self.gen[rid] = g
@@ -943,7 +1061,8 @@ class Simulator:
             lane.phase_hist = [0] * lane.block_tokens
             lane.used_blocks = lane.kv_tokens = lane.dec_kv = 0
             lane.run_prefill = ()
-            lane.run_k = lane.run_B = lane.run_pf_tokens = 0
+            lane.run_k = lane.run_B = lane.run_pf_tokens = lane.pipe = 0
+            lane.lead = None
             lane.version += 1
             lane.busy = lane.awaiting = lane.idle_wait = False
         rep.waiting.clear()
