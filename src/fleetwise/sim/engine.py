@@ -50,6 +50,8 @@ class Lane:
     run_o: float = 0.0  # origin of the run's closed form: step j ends at run_o + run_elapsed(j) (= t0 when pp == 1)
     run_a: float = 0.0  # time of the first decode step of the run
     run_c1B: float = 0.0  # growth of step time per step (c1 * B)
+    run_w: float = 0.0  # pp > 1: steps from the second on end run_w later (a wait for a neighbour's micro-batch)
+    run_w_stages: list | None = None  # with run_w: when the second step leaves each stage
     # pp > 1: the lane's place in the pipeline (Simulator._pipe_submit)
     pipe: int = 0  # 0: a single iteration (its stage occupancy recorded at submission); 1: a decode run that leads
     # (its steps after the first are not delayed by other lanes); 2: a decode run that follows ``lead``'s run
@@ -77,7 +79,8 @@ class Lane:
 
     # --- closed forms for a decode run (step j takes a + c1B * j) ---------------------------------------
     def run_elapsed(self, k: int) -> float:
-        return k * self.run_a + self.run_c1B * (k * (k - 1) / 2.0)
+        e = k * self.run_a + self.run_c1B * (k * (k - 1) / 2.0)
+        return e + self.run_w if k > 1 else e
 
     def steps_done(self, now: float) -> int:
         """Decode steps of the current run that have completed by ``now``."""
@@ -87,12 +90,15 @@ class Lane:
         if dt <= 0.0:
             return 0
         a, c = self.run_a, self.run_c1B
+        if self.run_w and dt > a:
+            dt -= self.run_w  # (steps from the second on start run_w later; the loops below use the exact form)
         if c <= 0.0:
             j = int(dt / a)
         else:  # solve c/2 j^2 + (a - c/2) j - dt = 0
             b = a - c / 2.0
             j = int((-b + math.sqrt(b * b + 2.0 * c * dt)) / c)
         j = max(0, min(j, self.run_k))
+        dt = now - self.run_o
         while j > 0 and self.run_elapsed(j) > dt:
             j -= 1
         while j < self.run_k and self.run_elapsed(j + 1) <= dt:

@@ -103,8 +103,8 @@ class LoadIndex:
                 # arithmetic as Lane.steps_done
                 dt = now - lane.run_o
                 j0 = j = lane.ix_steps
-                k, a, c = lane.run_k, lane.run_a, lane.run_c1B
-                while j < k and (j + 1) * a + c * ((j + 1) * j / 2.0) <= dt:
+                k, a, c, w = lane.run_k, lane.run_a, lane.run_c1B, lane.run_w
+                while j < k and (j + 1) * a + c * ((j + 1) * j / 2.0) + (w if j else 0.0) <= dt:
                     j += 1
                 if j != j0:
                     lane.ix_steps = j
@@ -115,7 +115,8 @@ class LoadIndex:
                     if rep.routable:
                         push(heaps[rep.model_index], (x, i, v))
                 if j < k:
-                    later.append((lane.run_o + ((j + 1) * a + c * ((j + 1) * j / 2.0)) - EARLY_S, i, li, lv))
+                    later.append((lane.run_o + ((j + 1) * a + c * ((j + 1) * j / 2.0) + (w if j else 0.0)) - EARLY_S,
+                                  i, li, lv))
         for x in later:
             heapq.heappush(exp, x)
         if model >= len(self.heaps):

@@ -543,6 +543,7 @@ class Simulator:
         lane.run_pf_tokens = pf_tokens
         lane.run_B = B
         lane.t0 = lane.run_o = self.now
+        lane.run_w = 0.0
         perf = rep.perf
         if B and not prefill:
             c0, c1 = perf.decode_coeffs(B)
@@ -622,15 +623,19 @@ class Simulator:
         prov_n = 0
         prov_T = 0.0
         for o in lanes:
-            if o is lane or not o.pipe or not o.busy or o.idle_wait:
-                continue
+            if o is lane or not o.pipe or o.run_k == 1 or not o.busy or o.idle_wait:
+                continue  # (a run of one step was recorded when submitted)
             n = o.steps_done(now) + 1
             if n > o.run_k:
                 continue  # its run has ended (its end event is due now)
             T = o.run_o + o.run_elapsed(n)
             if n > 1:
                 x = (o.own_a + o.own_c * (n - 1)) / pp
-                if o.pipe == 1:  # a leader's step n holds each stage for x, back to back
+                if o.pipe == 1 and n == 2 and o.run_w:  # its second step waited (_retime recorded its stages)
+                    for i, e in enumerate(o.run_w_stages):
+                        if e > sf[i]:
+                            sf[i] = e
+                elif o.pipe == 1:  # a leader's step n holds each stage for x, back to back
                     for i in range(pp):
                         e = T - (pp - 1 - i) * x
                         if e > sf[i]:
@@ -658,13 +663,12 @@ class Simulator:
             t += x
             sf[i] = t
         c1 = t  # when it leaves the last stage
-        # 3. the provisional run: cut it if this micro-batch is in the way of its next step
+        # 3. the provisional run: if this micro-batch is in the way of its next step, that step waits (retimed)
         if prov is not None:
             xn = (prov.own_a + prov.own_c * prov_n) / pp
             for i in range(pp):
                 if sf[i] > prov_T + i * xn:
-                    self._cut_run(prov)
-                    prov = None
+                    self._retime(prov, prov_n, prov_T, xn)
                     break
         if not decode_run:
             lane.run_o = c1 - lane.run_a
@@ -681,7 +685,13 @@ class Simulator:
                 if g1 + (cy - c) >= 0.0 and kk > 1:
                     if cy < c:
                         kk = min(kk, 1 + int(g1 / (c - cy)))
+                    # prov's step prov_n - 1 + j ends at T0 + its closed form's quadratic part (a wait of prov's
+                    # second step, run_w, is in T0 when that step is behind, else also the follower's second step's)
                     T0 = prov.run_o + prov.run_elapsed(prov_n - 1)
+                    if prov_n == 2:
+                        T0 += prov.run_w
+                    elif prov_n == 1:
+                        lane.run_w = prov.run_w
                     lane.pipe = 2
                     lane.lead, lane.lead_n, lane.lead_a, lane.lead_c = prov, prov_n - 1, ay, cy
                     lane.run_k = kk
@@ -708,6 +718,69 @@ class Simulator:
             if lane.busy and not lane.idle_wait and lane.run_k > 1:
                 self._cut_run(lane)
         return t
+
+    def _retime(self, lane: Lane, n: int, T: float, x: float) -> None:
+        """A micro-batch submitted now is in the way of step n + 1 of ``lane``'s decode run (a leader; step n, in
+        flight, ends at ``T``; step n + 1 takes ``x`` per stage): that step waits for it, the later ones follow at
+        their own pace. The completed steps are booked first (``_rebase``), so that the wait is always before the
+        run's second step (``Lane.run_w``)."""
+        sf = lane.replica.stage_free
+        t = T
+        stages = []
+        for e in sf:
+            if e > t:
+                t = e
+            t += x
+            stages.append(t)
+        w = t - (T + x * len(sf))
+        if n > 1:
+            self._rebase(lane, n - 1)
+        lane.run_w = w  # (the whole wait of step n + 1: a wait set earlier for it is part of it)
+        lane.run_w_stages = stages
+        for o in lane.replica.lanes:  # a follower's later steps assumed the old pace
+            if o.pipe == 2 and o.lead is lane and o.busy and o.run_k > 1:
+                self._cut_run(o)
+        self._touch(lane.replica)
+        lane.t_end = lane.run_o + lane.run_elapsed(lane.run_k)
+        lane.version += 1
+        self._push(lane.t_end, LANE_DONE, lane, lane.version)
+
+    def _rebase(self, lane: Lane, m: int) -> None:
+        """Book the first ``m`` (completed) steps of ``lane``'s decode run as ``_finish`` would at its end, and let
+        the run go on as a run of the remaining steps that started when step m ended (no sequence finishes within
+        a run, so nothing completes here)."""
+        rep = lane.replica
+        perf = rep.perf
+        pp = len(rep.lanes)
+        B = lane.run_B
+        a, c, w = lane.run_a, lane.run_c1B, lane.run_w
+        tm = lane.run_o + lane.run_elapsed(m)
+        tri = m * (m - 1) / 2.0
+        busy = m * lane.own_a + lane.own_c * tri
+        rep.busy_s += busy / pp
+        if self._bucket:
+            self._add_busy(rep, max(lane.t0, tm - busy), tm, 1.0 / pp)
+        rep.energy_busy_j += perf.busy_power_w(0, B) * busy / pp
+        K0 = lane.dec_kv
+        f0 = perf.iteration_flops(0, 0.0, B, K0)
+        f1 = perf.iteration_flops(0, 0.0, B, K0 + B) - f0
+        rep.flops += m * f0 + f1 * tri
+        sq = (m - 1) * m * (2 * m - 1) / 6.0
+        T0 = lane.kv_tokens
+        rep.kv_token_s += (m * T0 * a + (T0 * c + B * a) * tri + c * B * sq + T0 * (lane.run_o - lane.t0)
+                           + ((T0 + B) * w if m > 1 else 0.0))
+        lane.used_blocks += lane.new_blocks(m)
+        lane.kv_tokens += m * B
+        lane.dec_kv += m * B
+        lane.steps += m
+        rep.pending_tokens -= m * B
+        rep.tokens_out += m * B
+        lane.t0 = tm
+        lane.run_o = tm + w if m == 1 else tm  # (with m >= 2 the wait is among the booked steps)
+        lane.run_w = 0.0
+        lane.run_a = a + c * m
+        lane.own_a += lane.own_c * m
+        lane.run_k -= m
 
     def _offload(self, rep: Replica, rid: int, to: int) -> None:
         """Move a waiting request to replica ``to``: it arrives there after half the round trip between the two
@@ -805,6 +878,8 @@ class Simulator:
                 rep.kv_token_s += k * T0 * a + (T0 * c + B * a) * tri + c * B * sq
                 if lane.run_o != lane.t0:  # pp > 1: its first step also waited from t0 to the closed form's origin
                     rep.kv_token_s += T0 * (lane.run_o - lane.t0)
+                if lane.run_w and k > 1:  # pp > 1: and its second step
+                    rep.kv_token_s += (T0 + B) * lane.run_w
             lane.used_blocks += lane.new_blocks(k)
             lane.kv_tokens += k * B
             lane.dec_kv += k * B
