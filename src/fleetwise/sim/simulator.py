@@ -469,10 +469,12 @@ class Simulator:
 
     def _ask(self, lane: Lane) -> None:
         lane.busy = False
-        if lane.awaiting or self.now < lane.replica.ready_s:
-            return  # (not ready: loading weights; its READY event wakes the lane)
-        if not lane.running and not lane.prefilling and not lane.replica.waiting:
-            return  # nothing to decide; woken by the next enqueue
+        if lane.awaiting:
+            return
+        if self.now < lane.replica.ready_s or not lane.running and not lane.prefilling and not lane.replica.waiting:
+            if lane.pipe:  # (not ready: loading weights, its READY event wakes the lane; or nothing to decide,
+                self._drop_followers(lane)  # woken by the next enqueue)
+            return
         lane.awaiting = True
         view = lane.view
         if view is None:
@@ -577,6 +579,8 @@ class Simulator:
             lane.run_B = 0
             lane.run_prefill = ()
             lane.run_pf_tokens = 0
+            if lane.pipe:
+                self._drop_followers(lane)
             if plan.wait_s > 0.0:
                 lane.busy = True
                 lane.idle_wait = True
@@ -603,13 +607,14 @@ class Simulator:
         virtual engines feed the stage workers). So a lane waits for stages its neighbours hold, and a decode-only
         micro-batch is paced by a neighbour carrying a prefill chunk.
 
-        A decode run of several steps keeps a closed form: a *leader*'s steps after its first are its own times
-        (nothing submitted before them is in their way); with pp == 2 a *follower* sits right behind the leader's
-        step on both stages (its step j ends the leader's aligned step end plus its own stage time), which is the
-        steady state of two decode-only micro-batches, the larger one pacing both. Only what is submitted can be
-        in a micro-batch's way, so each submission re-checks the one run whose later steps are provisional: when
-        this micro-batch delays that run's next step, the run is cut at its step boundary (its lane replans there,
-        as per-iteration stepping would). Same records as per-iteration stepping (``force_single_step``)."""
+        A decode run of several steps keeps a closed form: a *leader*'s steps after its first go at their own pace
+        (nothing submitted before them is in their way); with pp == 2 a *follower* sits right behind the
+        leader's steps on both stages (its step ends the leader's aligned step end plus its own stage time: the
+        steady state of two decode-only micro-batches, the larger one pacing both). Only what is submitted can be
+        in a micro-batch's way, so each submission settles the one run whose later steps are provisional: a
+        leader's next step that this micro-batch delays waits for it (``_retime``); a follower of this lane
+        follows its new run (``_follow``) or stops at its step boundary, where its lane replans as per-iteration
+        stepping would. Same records as per-iteration stepping (``force_single_step``)."""
         rep = lane.replica
         lanes = rep.lanes
         pp = len(lanes)
@@ -647,9 +652,9 @@ class Simulator:
                     if T > sf[1]:
                         sf[1] = T
             if n < o.run_k:
-                if o.pipe == 1:
-                    prov, prov_n, prov_T = o, n, T
-                else:  # (a follower outliving its leader's run does not happen; stay exact if it did)
+                if o.pipe == 1 or o.lead is lane:  # a leader, or this lane's follower (its steps assumed this
+                    prov, prov_n, prov_T = o, n, T  # lane's run went on; settled in step 5)
+                else:
                     self._cut_run(o)
         # 2. this micro-batch through the stages
         first = lane.run_a if decode_run else lane.run_time_s
@@ -663,26 +668,31 @@ class Simulator:
             t += x
             sf[i] = t
         c1 = t  # when it leaves the last stage
-        # 3. the provisional run: if this micro-batch is in the way of its next step, that step waits (retimed)
-        if prov is not None:
+        # 3. a leader's provisional run: if this micro-batch is in the way of its next step, that step waits
+        if prov is not None and prov.pipe == 1:
             xn = (prov.own_a + prov.own_c * prov_n) / pp
             for i in range(pp):
                 if sf[i] > prov_T + i * xn:
                     self._retime(prov, prov_n, prov_T, xn)
+                    prov_n = 1  # (its completed steps are booked: the step in flight is its run's first)
                     break
         if not decode_run:
             lane.run_o = c1 - lane.run_a
+            if prov is not None and prov.pipe == 2:
+                self._cut_run(prov)  # this lane's follower: its later steps assumed decode steps here
             return c1
         # 4. a decode run: lead, follow the provisional run, or (pp > 2 behind one) take one step
         a, c, k = lane.run_a, lane.run_c1B, lane.run_k
         lane.own_a, lane.own_c = a, c
         lane.pipe = 1
-        if prov is not None and k > 1:
-            if pp == 2 and held:  # it waited for prov's step on the last stage: it can follow
+        if prov is not None and prov.pipe == 1:
+            if k == 1:
+                prov = None  # (one step: prov keeps its run, retimed above if this step is in its way)
+            elif pp == 2 and held:  # it waited for prov's step on the last stage: it can follow
                 ay, cy = prov.own_a, prov.own_c
                 g1 = ay + cy * (prov_n - 1) - a  # own step j <= prov's aligned step (n + j - 1), j >= 2
-                kk = min(k, prov.run_k - prov_n + 1)
-                if g1 + (cy - c) >= 0.0 and kk > 1:
+                kk = k
+                if g1 + (cy - c) >= 0.0:
                     if cy < c:
                         kk = min(kk, 1 + int(g1 / (c - cy)))
                     # prov's step prov_n - 1 + j ends at T0 + its closed form's quadratic part (a wait of prov's
@@ -699,12 +709,54 @@ class Simulator:
                     lane.run_a = ay + cy * (prov_n - 1) + c / pp
                     lane.run_c1B = cy
                     return lane.run_o + lane.run_elapsed(kk)
-            if pp == 2:
-                self._cut_run(prov)  # this lane leads from here; prov replans at its step boundary
-            else:
+            elif pp > 2:
                 lane.run_k = k = 1
+                prov = None
         lane.run_o = c1 - a
-        return c1 if k == 1 else lane.run_o + lane.run_elapsed(k)
+        t_end = c1 if k == 1 else lane.run_o + lane.run_elapsed(k)
+        # 5. (pp == 2) this lane leads: the other lane's provisional steps now follow it, or stop at their boundary
+        if prov is not None:
+            self._follow(prov, lane, prov_n, prov_T)
+        return t_end
+
+    def _follow(self, y: Lane, x: Lane, n: int, T: float) -> None:
+        """pp == 2: ``x`` has just submitted the first step of a decode run it leads; ``y``'s decode run (step n in
+        flight, ending at ``T``) goes on behind it when its next step queues right behind x's first on the last
+        stage and its steps stay no longer than x's (so neither is in the other's way): y's step n + i then ends
+        at the end of x's step i plus y's own stage time. Otherwise y's run stops at its step boundary."""
+        sf = y.replica.stage_free  # x's first step: leaves stage 0 at sf[0], the last stage at sf[1]
+        cy = y.own_c
+        a1 = y.own_a + cy * (n - 1)  # y's own step n
+        e0 = (T if T > sf[0] else sf[0]) + (a1 + cy) / 2.0  # y's step n + 1 leaves stage 0
+        ax, cx = x.own_a, x.own_c
+        h0 = ax - cx - a1  # own x step i - own y step n + i = h0 + i (cx - cy): >= 0 for i >= 2
+        if e0 > sf[1] or a1 + cy > ax + cx:  # not behind x's first step, or its next step longer than x's second
+            self._cut_run(y)
+            return
+        if n > 1:
+            self._rebase(y, n - 1)  # y's step in flight is now its run's first
+        k = y.run_k
+        if h0 + 2.0 * (cx - cy) < 0.0:
+            k = min(k, 2)
+        elif cx < cy:
+            k = min(k, 1 + int(h0 / (cy - cx)))
+        y.pipe = 2
+        y.lead, y.lead_n, y.lead_a, y.lead_c = x, -1, ax, cx
+        y.run_k = k
+        y.run_a = ax - cx + cy / 2.0
+        y.run_c1B = cx
+        y.run_o = T - y.run_a
+        y.run_w = x.run_o - ax + cx + (a1 - cy) / 2.0 - y.run_o  # steps from the second on follow x's steps
+        self._touch(y.replica)
+        y.t_end = y.run_o + y.run_elapsed(k)
+        y.version += 1
+        self._push(y.t_end, LANE_DONE, y, y.version)
+
+    def _drop_followers(self, lane: Lane) -> None:
+        """``lane`` submits nothing now: runs that followed it stop at their step boundary."""
+        for o in lane.replica.lanes:
+            if o.pipe == 2 and o.lead is lane and o.busy and o.run_k > 1:
+                self._cut_run(o)
 
     def stall(self, replica: int, seconds: float) -> float:
         """Make ``replica`` load other weights for ``seconds`` (a model switch): from now until the reload ends
@@ -780,6 +832,7 @@ class Simulator:
         lane.run_w = 0.0
         lane.run_a = a + c * m
         lane.own_a += lane.own_c * m
+        lane.lead_n += m
         lane.run_k -= m
 
     def _offload(self, rep: Replica, rid: int, to: int) -> None:
