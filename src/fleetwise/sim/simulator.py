@@ -602,7 +602,8 @@ class Simulator:
         """Submit ``lane``'s next micro-batch to its replica's pipeline (pp > 1) and return when its run ends.
 
         The ``pp`` stages are shared: a micro-batch spends ``1/pp`` of its iteration time on each (the layers split
-        evenly, as the performance model's per-stage time) and enters stage i when it has left stage i - 1 and the
+        evenly; ``PerfModel.stage_time_s``, which charges every stage the per-iteration extras, is a few percent
+        more) and enters stage i when it has left stage i - 1 and the
         micro-batch submitted before it has left stage i (first come first served at every stage, as vLLM's
         virtual engines feed the stage workers). So a lane waits for stages its neighbours hold, and a decode-only
         micro-batch is paced by a neighbour carrying a prefill chunk.
