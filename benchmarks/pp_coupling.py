@@ -48,7 +48,7 @@ def main() -> None:
     seeds = [int(s) for s in a.seeds.split(",")]
     rates = [float(r) for r in a.rates.split(",")]
     lo, hi, step = (float(x) for x in a.scan.split(":"))
-    scan = [round(lo + i * step, 6) for i in range(int(round((hi - lo) / step)) + 1)]
+    scan = [round(lo + i * step, 6) for i in range(round((hi - lo) / step) + 1)]
     cache: dict[tuple[float, int], dict] = {}
 
     def get(r: float, s: int) -> dict:
@@ -80,7 +80,8 @@ def main() -> None:
     for r in rates:
         print(f"{r:g} | " + " | ".join(f"{table[r][m][0]:.4g} ± {table[r][m][1]:.2g}" for m in METRICS))
     m, ci = mean_ci(sat)
-    print(f"saturation (p99 scheduling delay <= {a.delay:g} s, scan {a.scan}): {m:.2f} ± {ci:.2f} req/s; per seed {sat}")
+    print(f"saturation (p99 scheduling delay <= {a.delay:g} s, scan {a.scan}): {m:.2f} ± {ci:.2f} req/s; "
+          f"per seed {sat}")
 
 
 if __name__ == "__main__":
