@@ -100,3 +100,13 @@ def test_pp1_has_no_pipeline_state():
     assert rec.completed.all()
     for r in sim.replicas:
         assert r.stage_free == [0.0] and all(l.pipe == 0 and l.run_o == l.t0 for l in r.lanes)
+
+
+def test_coupled_decode_runs_stay_coalesced_with_two_stages():
+    """With pp == 2 both lanes decode most of the time; leader and follower runs keep that to a fraction of the
+    per-iteration events, with the same records."""
+    w = poisson_workload(400, rate=6.0, seed=7)
+    fast, sf = run(w, pp=2, kv=20000, replicas=1)
+    slow, ss = run(w, pp=2, kv=20000, replicas=1, force=True)
+    assert fast.equals(slow) and fast.completed.all()
+    assert sf.events < 0.6 * ss.events
