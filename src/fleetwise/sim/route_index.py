@@ -18,7 +18,7 @@ replica index), in O(log replicas) per change:
   given load per replica does not grow with the number of replicas.
 
 Steps are counted with the same arithmetic as ``Lane.steps_done`` (the largest j with ``run_elapsed(j) <= now -
-t0``); an entry is taken a microsecond early and re-queued when its step has not completed yet, so floating-point
+run_o``); an entry is taken a microsecond early and re-queued when its step has not completed yet, so floating-point
 rounding of step times can only cost an extra look, never a stale value.
 """
 
@@ -72,7 +72,7 @@ class LoadIndex:
                     lane.ix_steps = j
                     val -= j * lane.run_B
                     if j < k:  # its next step boundary
-                        later.append((lane.t0 + lane.run_elapsed(j + 1) - EARLY_S, i, lane.index, lane.ix_ver))
+                        later.append((lane.run_o + lane.run_elapsed(j + 1) - EARLY_S, i, lane.index, lane.ix_ver))
         else:
             val = rep.outstanding
         self.val[i] = val
@@ -99,12 +99,12 @@ class LoadIndex:
                 lane = rep.lanes[li]
                 if lv != lane.ix_ver:
                     continue
-                # steps of the run completed by now: the largest j with run_elapsed(j) <= now - t0, the same
+                # steps of the run completed by now: the largest j with run_elapsed(j) <= now - run_o, the same
                 # arithmetic as Lane.steps_done
-                dt = now - lane.t0
+                dt = now - lane.run_o
                 j0 = j = lane.ix_steps
-                k, a, c = lane.run_k, lane.run_a, lane.run_c1B
-                while j < k and (j + 1) * a + c * ((j + 1) * j / 2.0) <= dt:
+                k, a, c, w = lane.run_k, lane.run_a, lane.run_c1B, lane.run_w
+                while j < k and (j + 1) * a + c * ((j + 1) * j / 2.0) + (w if j else 0.0) <= dt:
                     j += 1
                 if j != j0:
                     lane.ix_steps = j
@@ -115,7 +115,8 @@ class LoadIndex:
                     if rep.routable:
                         push(heaps[rep.model_index], (x, i, v))
                 if j < k:
-                    later.append((lane.t0 + ((j + 1) * a + c * ((j + 1) * j / 2.0)) - EARLY_S, i, li, lv))
+                    later.append((lane.run_o + ((j + 1) * a + c * ((j + 1) * j / 2.0) + (w if j else 0.0)) - EARLY_S,
+                                  i, li, lv))
         for x in later:
             heapq.heappush(exp, x)
         if model >= len(self.heaps):
