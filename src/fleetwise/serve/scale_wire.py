@@ -21,7 +21,7 @@ import typing
 from typing import Annotated, Any
 
 from fleetwise.control.protocols import GroupState, ScaleObs
-from fleetwise.serve.schemas import _BIGF, MAX_GROUPS, NAN_FIELDS
+from fleetwise.serve.schemas import MAX_FLOAT, MAX_GROUPS, NAN_FIELDS
 
 assert NAN_FIELDS == {"ttft_p90_s", "tpot_p90_s", "slo_ttft_s", "slo_tpot_s"}, "decode_scale: mirror NAN_FIELDS"
 
@@ -29,8 +29,8 @@ assert NAN_FIELDS == {"ttft_p90_s", "tpot_p90_s", "slo_ttft_s", "slo_tpot_s"}, "
 def _struct_types() -> tuple[Any, Any]:
     import msgspec
 
-    F = Annotated[float, msgspec.Meta(ge=0.0, le=_BIGF)]
-    Int = Annotated[int, msgspec.Meta(ge=0, le=int(_BIGF))]
+    F = Annotated[float, msgspec.Meta(ge=0.0, le=MAX_FLOAT)]
+    Int = Annotated[int, msgspec.Meta(ge=0, le=int(MAX_FLOAT))]
     Str = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
     hints = typing.get_type_hints(GroupState)
     fields: list[tuple] = []
@@ -55,7 +55,7 @@ def _struct_types() -> tuple[Any, Any]:
     fields = [(n, t) if d is msgspec.NODEFAULT else (n, t, d) for n, t, d in fields]
     Group = msgspec.defstruct("GroupStateWire", fields, forbid_unknown_fields=True, array_like=False)
     Req = msgspec.defstruct("ScaleRequestWire", [
-        ("time_s", F), ("epoch_s", Annotated[float, msgspec.Meta(gt=0.0, le=_BIGF)]),
+        ("time_s", F), ("epoch_s", Annotated[float, msgspec.Meta(gt=0.0, le=MAX_FLOAT)]),
         ("groups", Annotated[list[Group], msgspec.Meta(min_length=1, max_length=MAX_GROUPS)])],
         forbid_unknown_fields=True)
     return msgspec.json.Decoder(Req), msgspec
