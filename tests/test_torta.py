@@ -169,7 +169,7 @@ def test_zero_action_is_least_loaded_decision_for_decision():
 
 
 def test_tiny_training_on_the_recipe():
-    """A few hundred slots of PPO on the recipe: warm start at the rule (behaviour cloning), the cost constraint's
+    """A few hundred slots of PPO on the recipe: warm start at the rule (behaviour cloning, zero output layer), the cost constraint's
     multiplier logged, checkpoint choice on validation days, the gate against least_loaded; the learned planner
     beats one that piles all demand on one region."""
     from fleetwise.envs.torta import TortaConfig, TortaEnv
@@ -182,7 +182,8 @@ def test_tiny_training_on_the_recipe():
     model, curve, _ = train(lambda: TortaEnv(cfg), args, validation=True)
     log = model.fleetwise_log
     assert curve and log["bc_loss"][-1] < log["bc_loss"][0]
-    assert [s for s, _ in log["validation_curve"]] == [0, 120, 240]
+    assert [s for s, _ in log["validation_curve"]] == [0, 120, 240]  # after each update, the last after learn
+    assert log["validation_curve"][0][1] == 0.0  # the warm start is the rule itself (zero output layer)
     assert len(log["lagrangian"]) == 2 and log["cost_target"] > 0
     g = log["gate"]
     assert g["rule"] == "least_loaded" and g["windows"] == 2 and isinstance(g["passed"], bool)

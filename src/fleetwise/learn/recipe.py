@@ -168,10 +168,14 @@ class Validator:
 
 
 def sb3_callback(every_rollouts: int = 1, on_rollout: Callable[[Any, int], bool] | None = None,
-                 on_episode: Callable[[dict], None] | None = None):
+                 on_episode: Callable[[dict], None] | None = None,
+                 on_update: Callable[[Any, int], bool] | None = None):
     """A Stable-Baselines3 callback: ``on_episode(info)`` for every finished episode (``info["episode"]``),
-    ``on_rollout(model, timesteps)`` after every ``every_rollouts`` rollouts; training stops when it returns
-    False (early stopping)."""
+    ``on_rollout(model, timesteps)`` after every ``every_rollouts`` rollouts, and ``on_update(model, timesteps)``
+    after every ``every_rollouts`` updates; training stops when either returns False (early stopping). SB3 ends a
+    rollout *before* the update it feeds, so a validation belongs in ``on_update``: it is called when the next
+    rollout starts, with the parameters that update trained (the last update is the caller's to check after
+    ``learn``)."""
     from stable_baselines3.common.callbacks import BaseCallback
 
     class _CB(BaseCallback):
@@ -186,6 +190,10 @@ def sb3_callback(every_rollouts: int = 1, on_rollout: Callable[[Any, int], bool]
                     if info.get("episode") is not None:
                         on_episode(info)
             return self.keep_going
+
+        def _on_rollout_start(self) -> None:
+            if on_update is not None and self.rollouts and self.rollouts % every_rollouts == 0:
+                self.keep_going = self.keep_going and bool(on_update(self.model, self.num_timesteps))
 
         def _on_rollout_end(self) -> None:
             self.rollouts += 1

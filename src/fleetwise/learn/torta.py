@@ -2,12 +2,12 @@
 (``fleetwise.learn.recipe``, docs/torta.md):
 
 1. the residual environment (``kind="residual"``): a zero action is ``least_loaded`` + ``affinity_greedy``;
-2. warm start: behaviour cloning on the rule's demonstrations, then the policy's spread is reset to
-   ``init_std`` so PPO explores around the rule;
+2. warm start: behaviour cloning on the rule's demonstrations, then the output layer set to zero (the mean action
+   is exactly the rule's, 0) and the policy's spread reset to ``init_std`` so PPO explores around the rule;
 3. response time is the objective, the slot cost a constraint (no more than the rule's on validation days,
    ``Lagrangian``, dual ascent after every rollout);
 4. checkpoint choice and early stopping on validation days (training distribution, seeds disjoint from
-   training and test), against the rule paired by day (``Validator``);
+   training and test), against the rule paired by day (``Validator``), after every update;
 5. the gate (``gate``) on further validation days, written into the model card by the caller.
 
 ``train(make_env, args) -> (model, curve, wall_s)``; ``curve`` is (timestep, episode return) pairs; with
@@ -94,6 +94,10 @@ def train(make_env, args: TortaArgs, progress=None, validation: bool = False):
         log["bc_loss"] = behaviour_clone(model, obs, act, epochs=args.bc_epochs, seed=args.seed)
         with torch.no_grad():
             model.policy.log_std.fill_(math.log(args.init_std))
+            # the rule's action is 0 everywhere: cloning only brings the mean action *near* 0, and a small mean
+            # action is a bias that changes decisions; a zero output layer makes the warm start the rule itself
+            model.policy.action_net.weight.zero_()
+            model.policy.action_net.bias.zero_()
         if validation and args.val_days > 0:
             from fleetwise.policies.planners import ResidualPlanner
 
@@ -128,12 +132,14 @@ def train(make_env, args: TortaArgs, progress=None, validation: bool = False):
         if lag is not None and day_costs:
             lag.update(float(np.mean(day_costs)), steps)
             day_costs.clear()
-        if validator is not None:
-            return validator.check(m, steps)
         return True
 
-    model.learn(total_timesteps=args.total_timesteps,
-                callback=sb3_callback(every_rollouts=args.val_every, on_rollout=on_rollout, on_episode=on_episode))
+    # validation after each update (SB3's rollout end comes before the update it feeds), the last one after learn
+    cb = sb3_callback(every_rollouts=args.val_every, on_rollout=on_rollout, on_episode=on_episode,
+                      on_update=None if validator is None else validator.check)
+    model.learn(total_timesteps=args.total_timesteps, callback=cb)
+    if validator is not None and cb.keep_going and validator.curve[-1][0] != model.num_timesteps:
+        validator.check(model, model.num_timesteps)
     if validator is not None:
         validator.restore(model)
         log["validation_curve"] = validator.curve

@@ -54,11 +54,20 @@ def by_model(obs: ScaleObs) -> dict[str, list[GroupState]]:
 
 
 def _demand(groups: list[GroupState]) -> tuple[float, int, int]:
-    """(model arrivals/s over the last epoch, waiting requests, running requests) of one model."""
-    rps = max((g.arrivals_rps for g in groups if _finite(g.arrivals_rps)), default=0.0)
-    waiting = sum(max(0, int(g.waiting)) for g in groups)
-    running = sum(max(0, int(g.running)) for g in groups)
-    return max(0.0, rps), waiting, running
+    """(model arrivals/s over the last epoch, waiting requests, running requests) of one model: the largest
+    finite ``arrivals_rps`` of its groups (0 when none), and the sums of their non-negative counts. (One pass:
+    scalers call this per model at every epoch, over up to 10,000 groups in the service.)"""
+    rps, waiting, running, inf = 0.0, 0, 0, math.inf
+    for g in groups:
+        a = g.arrivals_rps
+        if a is not None and rps < a < inf:
+            rps = a
+        w, r = int(g.waiting), int(g.running)
+        if w > 0:
+            waiting += w
+        if r > 0:
+            running += r
+    return float(rps), waiting, running
 
 
 def _history(groups: list[GroupState]) -> list[float]:
@@ -92,102 +101,125 @@ def split_replicas(groups: list[GroupState], need_units: float, *, units: dict[s
     replica, capacity and replicas so far) are kept as running totals. (The capacity total is a running sum, so
     where a sum lands within float rounding of the 1e-9 tolerance the result may differ from re-summing.)
     """
-    unit = {g.key: 1.0 for g in groups}
-    if units is not None:  # (by group: ``units`` may hold the whole model's groups, and this runs per zone)
-        for g in groups:
-            u = units.get(g.key)
-            if u is not None and _finite(u) and u > 0:
-                unit[g.key] = float(u)
-    cap = {g.key: group_cap(g) for g in groups}
-    alloc = {g.key: min(max(0, int(g.min_replicas)), cap[g.key]) for g in groups}
+    keys, cap, unit, n, zone, cur, ppu, is_od = [], [], [], [], [], [], [], []
+    for g in groups:  # one pass (this runs per zone, per model, per epoch: 10,000 groups in the service)
+        k = g.key
+        c = int(g.max_replicas)
+        c = c if c > 0 else 0
+        if g.available is not None:  # group_cap, inline
+            a = int(g.available)
+            c = min(c, a if a > 0 else 0)
+        u = units.get(k) if units is not None else None
+        u = float(u) if u is not None and 0 < u < math.inf else 1.0
+        m, r, st, p = int(g.min_replicas), int(g.ready), int(g.starting), g.price_usd_per_hour
+        keys.append(k)
+        cap.append(c)
+        unit.append(u)
+        n.append(min(m if m > 0 else 0, c))
+        zone.append(g.zone)
+        cur.append((r if r > 0 else 0) + (st if st > 0 else 0))  # current_replicas, inline
+        ppu.append((p if p > 0.0 else 0.0) / u)
+        is_od.append(g.pool != "spot")
+    alloc = dict(zip(keys, n))
     if need_units <= 0 and min_total <= 0:
         return alloc
-    st = _Split(groups, alloc, cap, unit, min(max(0, int(min_zones)), len({g.zone for g in groups if cap[g.key] > 0})))
-    od = [i for i, g in enumerate(groups) if g.pool != "spot"]
-    st.add(od, lambda i: on_demand_floor - st.od_total)
-
-    def short(i: int) -> int:
-        gap = need_units - st.total_units
-        by_units = math.ceil(gap / st.unit[i] - 1e-9) if gap > 1e-9 else 0
-        return max(by_units, min_total - st.total_count)
-
-    st.add(list(range(len(groups))), short)
+    usable = {z for z, c in zip(zone, cap) if c > 0}
+    split = _Split(alloc, keys, cap, unit, n, zone, cur, ppu, is_od, min(max(0, int(min_zones)), len(usable)))
+    split.add([i for i, od in enumerate(is_od) if od], floor=on_demand_floor)
+    split.add(list(range(len(groups))), need_units=need_units, min_total=min_total)
     return alloc
 
 
 class _Split:
     """The state of one ``split_replicas`` call, by group index, with the running totals its steps test."""
 
-    def __init__(self, groups: list[GroupState], alloc: dict[str, int], cap: dict[str, int], unit: dict[str, float],
-                 want_zones: int):
-        self.groups, self.alloc = groups, alloc
-        self.keys = [g.key for g in groups]
-        self.cap = [cap[k] for k in self.keys]
-        self.unit = [unit[k] for k in self.keys]
-        self.cur = [current_replicas(g) for g in groups]
-        self.ppu = [max(0.0, g.price_usd_per_hour) / self.unit[i] for i, g in enumerate(groups)]
-        self.n = [alloc[k] for k in self.keys]
-        self.total_units = sum(alloc[k] * unit[k] for k in alloc)
-        self.total_count = sum(alloc.values())
-        self.is_od = [g.pool != "spot" for g in groups]
-        self.od_total = sum(self.n[i] for i in range(len(groups)) if self.is_od[i])
-        self.covered = {g.zone for i, g in enumerate(groups) if self.n[i] > 0}
+    def __init__(self, alloc: dict[str, int], keys: list[str], cap: list[int], unit: list[float], n: list[int],
+                 zone: list[str], cur: list[int], ppu: list[float], is_od: list[bool], want_zones: int):
+        self.alloc, self.keys, self.cap, self.unit, self.n, self.zone = alloc, keys, cap, unit, n, zone
+        self.cur, self.ppu, self.is_od = cur, ppu, is_od
+        self.total_units = sum(k * u for k, u in zip(n, unit))
+        self.total_count = sum(n)
+        self.od_total = sum(k for k, od in zip(n, is_od) if od)
+        self.covered = {z for z, k in zip(zone, n) if k > 0}
         self.want_zones = want_zones
-
-    def grow(self, i: int, k: int) -> None:
-        self.n[i] += k
-        self.alloc[self.keys[i]] = self.n[i]
-        self.total_units += k * self.unit[i]
-        self.total_count += k
-        if self.is_od[i]:
-            self.od_total += k
-        self.covered.add(self.groups[i].zone)
 
     def key(self, i: int) -> tuple[float, bool, int]:
         return self.ppu[i], self.n[i] >= self.cur[i], i
 
-    def add(self, cands: list[int], missing) -> None:
-        """Add replicas to ``cands`` (indices, in order) while ``missing(first free candidate) > 0``."""
-        n, cap, zone = self.n, self.cap, [g.zone for g in self.groups]
+    def add(self, cands: list[int], floor: int | None = None, need_units: float = 0.0, min_total: int = 0) -> None:
+        """Add replicas to ``cands`` (indices, in order) while ``missing(first free candidate) > 0``: replicas
+        still missing to the on-demand ``floor`` (when given), else to ``need_units`` of capacity (counted in the
+        candidate's replicas) and ``min_total`` replicas. (The hot loop of /v1/scale at 10,000 groups: the totals
+        live in locals while it runs.)"""
+        n, cap, zone, unit, alloc, keys = self.n, self.cap, self.zone, self.unit, self.alloc, self.keys
+        is_od, covered, ceil = self.is_od, self.covered, math.ceil
+        total_units, total_count, od_total = self.total_units, self.total_count, self.od_total
+
+        def missing(i: int) -> int:
+            if floor is not None:
+                return floor - od_total
+            gap = need_units - total_units
+            m = ceil(gap / unit[i] - 1e-9) if gap > 1e-9 else 0
+            return m if m >= min_total - total_count else min_total - total_count
+
+        def grow(i: int, k: int) -> None:
+            nonlocal total_units, total_count, od_total
+            n[i] += k
+            alloc[keys[i]] = n[i]
+            total_units += k * unit[i]
+            total_count += k
+            if is_od[i]:
+                od_total += k
+            covered.add(zone[i])
+
+        try:
+            self._add(cands, missing, grow)
+        finally:
+            self.total_units, self.total_count, self.od_total = total_units, total_count, od_total
+
+    def _add(self, cands: list[int], missing, grow) -> None:
+        n, cap, zone, cur = self.n, self.cap, self.zone, self.cur
         free = [i for i in cands if n[i] < cap[i]]
+        nf = len(free)
         first = 0  # free[first]: the first candidate below its cap (caps are only ever reached)
-        per_zone: dict[str, int] = {}  # free candidates per zone
-        for i in free:
-            per_zone[zone[i]] = per_zone.get(zone[i], 0) + 1
-        uncovered = sum(1 for z in per_zone if z not in self.covered)  # zones with a free candidate, no replica
         # phase 1, while fewer than want_zones zones have a replica and a free candidate lies in another zone:
         # one replica at a time to the best candidate of an uncovered zone (all at 0 replicas: the key is static)
-        heap = [self.key(i) for i in free]
-        heapq.heapify(heap)
+        heap = None
+        uncovered = 0
         while True:
-            while first < len(free) and n[free[first]] >= cap[free[first]]:
+            while first < nf and n[free[first]] >= cap[free[first]]:
                 first += 1
-            if first == len(free) or missing(free[first]) <= 0:
+            if first == nf or missing(free[first]) <= 0:
                 return
-            if not (len(self.covered) < self.want_zones and uncovered > 0):
+            if len(self.covered) >= self.want_zones:
+                break
+            if heap is None:
+                # zones with a free candidate and no replica (a replica only ever goes to a zone it covers)
+                uncovered = len({zone[i] for i in free} - self.covered)
+                heap = [self.key(i) for i in free]
+                heapq.heapify(heap)
+            if uncovered <= 0:
                 break
             while zone[heap[0][2]] in self.covered:  # a candidate in an uncovered zone exists: the loop ends
                 heapq.heappop(heap)
-            i = heapq.heappop(heap)[2]
-            self.grow(i, 1)  # its zone is covered now
+            grow(heapq.heappop(heap)[2], 1)  # its zone is covered now
             uncovered -= 1
-            if n[i] >= cap[i]:
-                per_zone[zone[i]] -= 1
         # phase 2: the spread is done for good; the best free candidate, several replicas at once
-        heap = [self.key(i) for i in free[first:] if n[i] < cap[i]]
+        ppu = self.ppu
+        heap = [(ppu[i], n[i] >= cur[i], i) for i in free[first:] if n[i] < cap[i]]
         heapq.heapify(heap)
         while True:
             i = heap[0][2]
-            cur = self.cur[i]
-            k = min(cap[i] - n[i], missing(i), cur - n[i] if n[i] < cur else cap[i])
-            self.grow(i, max(1, k))
-            if n[i] < cap[i]:
-                heapq.heapreplace(heap, self.key(i))
+            ni, ci = n[i], cap[i]
+            k = min(ci - ni, missing(i), cur[i] - ni if ni < cur[i] else ci)
+            grow(i, k if k > 1 else 1)
+            if n[i] < ci:
+                heapq.heapreplace(heap, (ppu[i], n[i] >= cur[i], i))
             else:
                 heapq.heappop(heap)
-            while first < len(free) and n[free[first]] >= cap[free[first]]:
+            while first < nf and n[free[first]] >= cap[free[first]]:
                 first += 1
-            if first == len(free) or missing(free[first]) <= 0:
+            if first == nf or missing(free[first]) <= 0:
                 return
 
 
@@ -379,9 +411,10 @@ class _CapacityScaler:
         """Requests/s one replica of each group sustains: ``capacity_rps``; for a group without one (0 or
         NaN) the mean of its model's other groups, else the observed rate per fully busy ready replica
         (arrivals / sum of ready * busy, remembered per model). None when nothing is known."""
-        known = [g.capacity_rps for g in groups if _finite(g.capacity_rps) and g.capacity_rps > 0]
+        caps = [c if c is not None and 0 < c < math.inf else None for c in (g.capacity_rps for g in groups)]
+        known = [c for c in caps if c is not None]
         if len(known) == len(groups):
-            return {g.key: float(g.capacity_rps) for g in groups}
+            return {g.key: float(c) for g, c in zip(groups, known)}
         if known:
             ref = sum(known) / len(known)
         else:
@@ -392,8 +425,7 @@ class _CapacityScaler:
             ref = self._cap_est.get(model)
             if ref is None:
                 return None
-        return {g.key: float(g.capacity_rps) if _finite(g.capacity_rps) and g.capacity_rps > 0 else ref
-                for g in groups}
+        return {g.key: float(c) if c is not None else ref for g, c in zip(groups, caps)}
 
     def demand_rps(self, model: str, groups: list[GroupState], obs: ScaleObs) -> float:  # pragma: no cover
         raise NotImplementedError
@@ -413,7 +445,8 @@ class _CapacityScaler:
         for model, groups in by_model(obs).items():
             rps, waiting, running = _demand(groups)
             active = rps > 0 or waiting > 0 or running > 0
-            idle = self._idle.idle_for(model, now, active, sum(current_replicas(g) for g in groups))
+            cr = [current_replicas(g) for g in groups]
+            idle = self._idle.idle_for(model, now, active, sum(cr))
             win = self._win.setdefault(model, _Window(self.downscale_window_s))
             split = {"on_demand_floor": self.on_demand_floor, "min_zones": self.min_zones}
             if self.scale_to_zero and idle >= self.idle_s and self.keep_zero(model, groups, obs):
@@ -423,10 +456,10 @@ class _CapacityScaler:
             units = self.units(model, groups)
             if units is None:  # no capacity known or observed: hold, one more while requests wait
                 units = {g.key: 1.0 for g in groups}
-                current = float(sum(current_replicas(g) for g in groups))
+                current = float(sum(cr))
                 need = current + (1.0 if waiting > 0 else 0.0)
             else:
-                current = float(sum(current_replicas(g) * units[g.key] for g in groups))
+                current = float(sum(c * units[g.key] for c, g in zip(cr, groups)))
                 need = self.need_rps(model, groups, obs, units)
             need = win.stabilize(now, need, current)
             if not self.zone_redundant or self.min_zones < 2:
@@ -441,17 +474,20 @@ class _CapacityScaler:
         losing any one zone leaves the need (Z = 1: the need, in that zone). Within a zone, ``split_replicas``
         (cheapest per unit first); at least one replica per zone; the on-demand floor over the whole model."""
         zones: dict[str, list[GroupState]] = {}
+        alloc: dict[str, int] = {}
+        caps: dict[str, int] = {}
         for g in groups:
-            if group_cap(g) > 0:
+            c = caps[g.key] = group_cap(g)
+            alloc[g.key] = min(max(0, int(g.min_replicas)), c)
+            if c > 0:
                 zones.setdefault(g.zone, []).append(g)
-        alloc = {g.key: min(max(0, int(g.min_replicas)), group_cap(g)) for g in groups}
         if not zones:
             return alloc
         nz = len(zones)
         share = need / (nz - 1) if nz >= 2 else need
         for zg in zones.values():
             alloc.update(split_replicas(zg, share, units=units, min_total=1, on_demand_floor=0, min_zones=1))
-        od = [g for g in groups if g.pool != "spot" and group_cap(g) > 0]
+        od = [g for g in groups if g.pool != "spot" and caps[g.key] > 0]
         floor = split.get("on_demand_floor", 1)
         if od and sum(alloc[g.key] for g in od) < floor:
             g = min(od, key=lambda g: (max(0.0, g.price_usd_per_hour) / units[g.key], g.key))
@@ -491,11 +527,13 @@ class SLOAware(_CapacityScaler):
     def _update_correction(self, model: str, groups: list[GroupState], units: dict[str, float]) -> float:
         c = self.correction.get(model, 1.0)
         q = math.nan
-        for g in groups:
+        inf = math.inf
+        for g in groups:  # (flat: this runs over every group of the model each epoch)
             for obs_s, slo_s in ((g.ttft_p90_s, g.slo_ttft_s), (g.tpot_p90_s, g.slo_tpot_s)):
-                if _finite(obs_s) and _finite(slo_s) and slo_s > 0:
+                # both finite (NaN fails every comparison), the SLO > 0
+                if obs_s is not None and slo_s is not None and -inf < obs_s < inf and 0 < slo_s < inf:
                     r = obs_s / slo_s
-                    q = r if math.isnan(q) or r > q else q
+                    q = r if q != q or r > q else q
         if math.isnan(q):
             return c
         if q > 1.0:

@@ -90,7 +90,7 @@ def _train_job(job: tuple) -> tuple:
     export_sb3(model, Path(path).with_suffix(".npz"), level="planner", policy=name, rule="least_loaded",
                training={"topology": topo, "timesteps": int(steps), "seed": int(seed), "wall_s": round(wall, 1),
                          "days": "training days (first 70% of the traces and ServeGen days)",
-                         "warm_start": f"behaviour cloning, {args.bc_episodes} days of the rule",
+                         "warm_start": f"behaviour cloning, {args.bc_episodes} days of the rule; output layer zero",
                          "objective": "response time", "constraint": f"slot cost <= the rule's (Lagrangian, "
                          f"target {log.get('cost_target', float('nan')):.4f} of all-servers cost)",
                          "best_step": log.get("best_step")},

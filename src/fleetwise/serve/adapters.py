@@ -68,7 +68,10 @@ class ScalePolicy:
                     d[k] = nan
             d["history_rps"] = tuple(d["history_rps"])
             groups.append(GroupState(**d))
-        obs = ScaleObs(time_s=body.time_s, epoch_s=body.epoch_s, groups=groups)
+        return self.decide(ScaleObs(time_s=body.time_s, epoch_s=body.epoch_s, groups=groups))
+
+    def decide(self, obs: ScaleObs) -> dict[str, int]:
+        """The scaler's targets for a validated observation (``serve.scale_wire`` decodes one straight from JSON)."""
         with self._lock:
             out = self.scaler.scale(obs)
         if not isinstance(out, dict):

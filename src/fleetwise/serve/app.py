@@ -61,6 +61,7 @@ from fleetwise.serve.edge import (  # noqa: F401  (is_loopback, check_token, res
 )
 from fleetwise.serve.edge import run as run_server
 from fleetwise.serve.policy import RoutePolicy, RouteRequest, load_route_policy
+from fleetwise.serve.scale_wire import decode_scale
 from fleetwise.serve.schemas import (  # noqa: F401  (the examples: public, used by tests and docs)
     PLAN_EXAMPLE,
     SCALE_EXAMPLE,
@@ -123,11 +124,18 @@ def _err(status: int, detail: str) -> JSONResponse:
     return JSONResponse({"detail": detail.replace("\n", " ")}, status_code=status)
 
 
-def _parse_fast(model: Any, scope: dict, body: bytes) -> Any:
-    """``model`` validated from the JSON bytes, or the (422, body) answer the FastAPI endpoint would give."""
+def _json_content(scope: dict) -> bool:
+    """False when the request names a Content-Type that is not JSON (none named: JSON, as FastAPI reads it)."""
     for k, v in scope["headers"]:
         if k == b"content-type" and b"json" not in v.lower():
-            return 422, error_bytes("body: expected Content-Type: application/json")
+            return False
+    return True
+
+
+def _parse_fast(model: Any, scope: dict, body: bytes) -> Any:
+    """``model`` validated from the JSON bytes, or the (422, body) answer the FastAPI endpoint would give."""
+    if not _json_content(scope):
+        return 422, error_bytes("body: expected Content-Type: application/json")
     try:
         return model.model_validate_json(body)
     except ValidationError as e:
@@ -176,13 +184,15 @@ class Service:
         return await run_in_threadpool(self._scale_fast, scope, body)
 
     def _scale_fast(self, scope: dict, body: bytes) -> tuple[int, bytes]:
-        req = _parse_fast(ScaleRequest, scope, body)
+        obs = decode_scale(body) if _json_content(scope) else None  # msgspec: the fast path (serve/scale_wire.py)
+        req = _parse_fast(ScaleRequest, scope, body) if obs is None else None  # pydantic: the answer otherwise
         if isinstance(req, tuple):
             return req
         pol = self.policies.scale
         if pol is None:
             return 409, error_bytes(NO_SCALER)
-        res = self.decide("scale", "scaler", pol, "observation", lambda: pol.scale(req))
+        call = (lambda: pol.scale(req)) if obs is None else (lambda: pol.decide(obs))
+        res = self.decide("scale", "scaler", pol, "observation", call)
         if isinstance(res, JSONResponse):
             return res.status_code, bytes(res.body)
         return 200, json.dumps({"targets": res, "policy": pol.name}, separators=(",", ":")).encode()

@@ -24,7 +24,7 @@ MAX_REPLICAS = 10_000
 MAX_GROUPS = 10_000
 MAX_REGIONS = 256
 _BIG = 10**15  # bound on counts: keeps every estimate a finite float
-_BIGF = 1e15
+MAX_FLOAT = 1e15  # bound on every float of the wire schemas (and serve/scale_wire.py)
 
 
 # --------------------------------------------------------------------------------------------- /v1/route
@@ -112,17 +112,17 @@ def _mirror(dc: type, name: str, doc: str, overrides: dict[str, Any] | None = No
         if overrides and f.name in overrides:
             fields[f.name] = overrides[f.name]
         elif t is float and isinstance(default, float) and math.isnan(default):
-            fields[f.name] = (float | None, Field(None, ge=0.0, le=_BIGF, description="null: unknown"))
+            fields[f.name] = (float | None, Field(None, ge=0.0, le=MAX_FLOAT, description="null: unknown"))
         elif t is float:
-            fields[f.name] = (float, Field(default, ge=0.0, le=_BIGF))
+            fields[f.name] = (float, Field(default, ge=0.0, le=MAX_FLOAT))
         elif t is int:
-            fields[f.name] = (int, Field(default, ge=0, le=int(_BIGF)))
+            fields[f.name] = (int, Field(default, ge=0, le=int(MAX_FLOAT)))
         elif t == (int | None):
-            fields[f.name] = (int | None, Field(default, ge=0, le=int(_BIGF)))
+            fields[f.name] = (int | None, Field(default, ge=0, le=int(MAX_FLOAT)))
         elif t is str:
             fields[f.name] = (str, Field(default, min_length=1, max_length=256))
         elif t == tuple[float, ...]:
-            fields[f.name] = (list[Annotated[float, Field(ge=0.0, le=_BIGF)]],
+            fields[f.name] = (list[Annotated[float, Field(ge=0.0, le=MAX_FLOAT)]],
                               Field(list(default) if default is not ... else ..., max_length=10_000))
         else:
             fields[f.name] = (t, default)
@@ -167,7 +167,7 @@ class _ScaleBase(BaseModel):
 
 ScaleRequest = create_model(
     "ScaleRequest", __base__=_ScaleBase, __doc__="A scaling epoch's observation (control.protocols.ScaleObs).",
-    time_s=(float, Field(ge=0.0, le=_BIGF)), epoch_s=(float, Field(gt=0.0, le=_BIGF)),
+    time_s=(float, Field(ge=0.0, le=MAX_FLOAT)), epoch_s=(float, Field(gt=0.0, le=MAX_FLOAT)),
     groups=(list[GroupStateModel], Field(min_length=1, max_length=MAX_GROUPS)))
 NAN_FIELDS = frozenset(f.name for f in dataclasses.fields(GroupState)
                         if isinstance(f.default, float) and math.isnan(f.default))
@@ -182,14 +182,14 @@ class RegionState(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: str = Field(min_length=1, max_length=256)
-    capacity_rps: float = Field(gt=0.0, le=_BIGF, description="requests/s the region's servers sustain")
+    capacity_rps: float = Field(gt=0.0, le=MAX_FLOAT, description="requests/s the region's servers sustain")
     util: float = Field(0.0, ge=0.0, le=1.0, description="GPU-busy fraction over the last slot")
-    backlog_s: float = Field(0.0, ge=0.0, le=_BIGF, description="outstanding work, seconds of service")
+    backlog_s: float = Field(0.0, ge=0.0, le=MAX_FLOAT, description="outstanding work, seconds of service")
     free_frac: float | None = Field(None, ge=0.0, le=1.0,
                                     description="fraction of servers with nothing outstanding (null: 1 - util)")
 
 
-Matrix = list[list[Annotated[float, Field(ge=0.0, le=_BIGF)]]]
+Matrix = list[list[Annotated[float, Field(ge=0.0, le=MAX_FLOAT)]]]
 
 
 class PlanRequest(BaseModel):
@@ -198,9 +198,9 @@ class PlanRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, json_schema_extra={"examples": [PLAN_EXAMPLE]})
 
     origins: list[Annotated[str, Field(min_length=1, max_length=256)]] = Field(min_length=1, max_length=MAX_REGIONS)
-    demand_rps: list[Annotated[float, Field(ge=0.0, le=_BIGF)]] = Field(
+    demand_rps: list[Annotated[float, Field(ge=0.0, le=MAX_FLOAT)]] = Field(
         description="requests/s that originated at each origin over the last slot")
-    demand_history: list[list[Annotated[float, Field(ge=0.0, le=_BIGF)]]] = Field(
+    demand_history: list[list[Annotated[float, Field(ge=0.0, le=MAX_FLOAT)]]] = Field(
         default_factory=list, max_length=64, description="earlier slots' demand_rps, newest first")
     regions: list[RegionState] = Field(min_length=1, max_length=MAX_REGIONS)
     rtt_s: Matrix = Field(description="origins x regions network round trip, seconds")

@@ -1,9 +1,11 @@
 """Replica engine state: continuous batching over a paged KV cache.
 
 State is data (slotted dataclasses); behaviour lives in the simulator's functions. A replica has ``pp`` lanes:
-with pipeline parallelism several micro-batches are in flight, and each lane is one of them, with its own
-running batch and an equal share of the replica's KV blocks; all lanes take work from the replica's one
-waiting queue. With pp == 1 there is one lane and the model is exact vLLM/Sarathi continuous batching.
+with pipeline parallelism several micro-batches are in flight, and each lane is one of them (vLLM's virtual
+engine), with its own running batch and an equal share of the replica's KV blocks; all lanes take work from the
+replica's one waiting queue. The lanes share the ``pp`` stages: a micro-batch passes stage i when it has left
+stage i - 1 and the micro-batch submitted before it has left stage i (``Simulator._pipe_submit``). With pp == 1
+there is one lane and the model is exact vLLM/Sarathi continuous batching.
 
 Per-request decode progress is never updated token by token. A lane counts its decode steps (``steps``); a
 sequence that joined decoding at lane step s0 with g0 tokens generated has ``g0 + steps - s0`` now. Completions
@@ -45,8 +47,20 @@ class Lane:
     t_end: float = 0.0
     run_k: int = 0  # decode steps in the run (0: the iteration has no decode part)
     run_B: int = 0
+    run_o: float = 0.0  # origin of the run's closed form: step j ends at run_o + run_elapsed(j) (= t0 when pp == 1)
     run_a: float = 0.0  # time of the first decode step of the run
     run_c1B: float = 0.0  # growth of step time per step (c1 * B)
+    run_w: float = 0.0  # pp > 1: steps from the second on end run_w later (a wait for a neighbour's micro-batch)
+    run_w_stages: list | None = None  # with run_w: when the second step leaves each stage
+    # pp > 1: the lane's place in the pipeline (Simulator._pipe_submit)
+    pipe: int = 0  # 0: a single iteration (its stage occupancy recorded at submission); 1: a decode run that leads
+    # (its steps after the first are not delayed by other lanes); 2: a decode run that follows ``lead``'s run
+    own_a: float = 0.0  # the lane's own decode step time: own_a + own_c * (j - 1) for step j (compute, no waiting)
+    own_c: float = 0.0
+    lead: "Lane | None" = None  # a follower's leader; its step j sits behind the leader's step lead_n + j
+    lead_n: int = 0
+    lead_a: float = 0.0  # the leader's own step coefficients when the follower started
+    lead_c: float = 0.0
     run_prefill: list | tuple = ()  # (request id, chunk tokens) of the iteration in flight
     run_pf_tokens: int = 0
     run_time_s: float = 0.0
@@ -62,22 +76,26 @@ class Lane:
 
     # --- closed forms for a decode run (step j takes a + c1B * j) ---------------------------------------
     def run_elapsed(self, k: int) -> float:
-        return k * self.run_a + self.run_c1B * (k * (k - 1) / 2.0)
+        e = k * self.run_a + self.run_c1B * (k * (k - 1) / 2.0)
+        return e + self.run_w if k > 1 else e
 
     def steps_done(self, now: float) -> int:
         """Decode steps of the current run that have completed by ``now``."""
         if not self.busy or self.run_k == 0:
             return 0
-        dt = now - self.t0
+        dt = now - self.run_o
         if dt <= 0.0:
             return 0
         a, c = self.run_a, self.run_c1B
+        if self.run_w and dt > a:
+            dt -= self.run_w  # (steps from the second on start run_w later; the loops below use the exact form)
         if c <= 0.0:
             j = int(dt / a)
         else:  # solve c/2 j^2 + (a - c/2) j - dt = 0
             b = a - c / 2.0
             j = int((-b + math.sqrt(b * b + 2.0 * c * dt)) / c)
         j = max(0, min(j, self.run_k))
+        dt = now - self.run_o
         while j > 0 and self.run_elapsed(j) > dt:
             j -= 1
         while j < self.run_k and self.run_elapsed(j + 1) <= dt:
@@ -123,6 +141,8 @@ class Replica:
     draining: bool = False  # takes no new requests; stops when its outstanding requests are done
     failed: bool = False  # died (fault or spot preemption); requests sent to it fail and are retried
     waiting: deque = field(default_factory=deque)
+    stage_free: list = field(default_factory=list)  # pp > 1: when each stage is free of the micro-batches submitted
+    # so far (a decode run's steps after its first are added when another lane submits)
     prefix_cache: OrderedDict | None = None  # block id -> None, LRU order
     prefix_cap_blocks: int = 0
     pending_tokens: int = 0  # prefill + decode tokens still to do for requests here (at last event)
@@ -201,5 +221,6 @@ class Replica:
 
 def make_lanes(replica: Replica, kv_capacity_tokens: int, pp: int, block_tokens: int) -> list[Lane]:
     per_lane = kv_capacity_tokens // block_tokens // pp
+    replica.stage_free = [0.0] * pp
     return [Lane(replica=replica, index=i, cap_blocks=per_lane, block_tokens=block_tokens,
                  phase_hist=[0] * block_tokens) for i in range(pp)]

@@ -67,7 +67,7 @@ class LoadIndex:
         runs = None
         for lane in rep.lanes:
             if lane.busy and lane.run_k:
-                j = lane.steps_done(now) if now > lane.t0 else 0  # (a run that starts now: none done)
+                j = lane.steps_done(now) if now > lane.run_o else 0  # (a run not begun: none done)
                 val -= j * lane.run_B
                 if j < lane.run_k:
                     if runs is None:
@@ -104,7 +104,7 @@ class LoadIndex:
                 r = lane.run_k - j  # steps left in the run
                 if h < r:
                     key -= h * lane.run_B
-                    t = lane.t0 + lane.run_elapsed(j + h + 1) - EARLY_S
+                    t = lane.run_o + lane.run_elapsed(j + h + 1) - EARLY_S
                     if t < t_exp:
                         t_exp = t
                 else:  # the run ends first (and its end touches the replica)

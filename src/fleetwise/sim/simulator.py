@@ -465,23 +465,29 @@ class Simulator:
 
     def _cut_run(self, lane: Lane) -> None:
         """End the decode run in flight at its next step boundary (where per-iteration stepping would replan)."""
-        dt = self.now - lane.t0
-        j = lane.steps_done(self.now) + 1  # smallest j with t0 + elapsed(j) > now
+        dt = self.now - lane.run_o
+        j = lane.steps_done(self.now) + 1  # smallest j with run_o + elapsed(j) > now
         while j > 1 and lane.run_elapsed(j - 1) > dt:
             j -= 1
         if j < lane.run_k:
             self._touch(lane.replica)
             lane.run_k = j
-            lane.t_end = lane.t0 + lane.run_elapsed(j)
+            lane.t_end = lane.run_o + lane.run_elapsed(j)
             lane.version += 1
             self._push(lane.t_end, LANE_DONE, lane, lane.version)
+            if lane.pipe == 1:  # its followers' later steps assumed its steps went on
+                for o in lane.replica.lanes:
+                    if o.pipe == 2 and o.lead is lane and o.busy and o.run_k > 1:
+                        self._cut_run(o)
 
     def _ask(self, lane: Lane) -> None:
         lane.busy = False
-        if lane.awaiting or self.now < lane.replica.ready_s:
-            return  # (not ready: loading weights; its READY event wakes the lane)
-        if not lane.running and not lane.prefilling and not lane.replica.waiting:
-            return  # nothing to decide; woken by the next enqueue
+        if lane.awaiting:
+            return
+        if self.now < lane.replica.ready_s or not lane.running and not lane.prefilling and not lane.replica.waiting:
+            if lane.pipe:  # (not ready: loading weights, its READY event wakes the lane; or nothing to decide,
+                self._drop_followers(lane)  # woken by the next enqueue)
+            return
         lane.awaiting = True
         view = lane.view
         if view is None:
@@ -551,7 +557,8 @@ class Simulator:
         lane.run_prefill = prefill
         lane.run_pf_tokens = pf_tokens
         lane.run_B = B
-        lane.t0 = self.now
+        lane.t0 = lane.run_o = self.now
+        lane.run_w = 0.0
         perf = rep.perf
         if B and not prefill:
             c0, c1 = perf.decode_coeffs(B)
@@ -585,6 +592,8 @@ class Simulator:
             lane.run_B = 0
             lane.run_prefill = ()
             lane.run_pf_tokens = 0
+            if lane.pipe:
+                self._drop_followers(lane)
             if plan.wait_s > 0.0:
                 lane.busy = True
                 lane.idle_wait = True
@@ -597,9 +606,171 @@ class Simulator:
             return
         lane.run_time_s = dt
         lane.busy = True
-        lane.t_end = self.now + dt
+        lane.t_end = self.now + dt if len(rep.lanes) == 1 else self._pipe_submit(lane, B and not prefill)
         lane.version += 1
         self._push(lane.t_end, LANE_DONE, lane, lane.version)
+
+    # ------------------------------------------------------------------ pipeline parallelism: a flow shop
+    def _pipe_submit(self, lane: Lane, decode_run: bool) -> float:
+        """Submit ``lane``'s next micro-batch to its replica's pipeline (pp > 1) and return when its run ends.
+
+        The ``pp`` stages are shared: a micro-batch spends ``1/pp`` of its iteration time on each (the layers split
+        evenly; ``PerfModel.stage_time_s``, which charges every stage the per-iteration extras, is a few percent
+        more) and enters stage i when it has left stage i - 1 and the
+        micro-batch submitted before it has left stage i (first come first served at every stage, as vLLM's
+        virtual engines feed the stage workers). So a lane waits for stages its neighbours hold, and a decode-only
+        micro-batch is paced by a neighbour carrying a prefill chunk.
+
+        A decode run of several steps keeps a closed form: a *leader*'s steps after its first go at their own pace
+        (nothing submitted before them is in their way); with pp == 2 a *follower* sits right behind the
+        leader's steps on both stages (its step ends the leader's aligned step end plus its own stage time: the
+        steady state of two decode-only micro-batches, the larger one pacing both). Only what is submitted can be
+        in a micro-batch's way, so each submission settles the one run whose later steps are provisional: a
+        leader's next step that this micro-batch delays waits for it (``_retime``); a follower of this lane
+        follows its new run (``_follow``) or stops at its step boundary, where its lane replans as per-iteration
+        stepping would. Same records as per-iteration stepping (``force_single_step``)."""
+        rep = lane.replica
+        lanes = rep.lanes
+        pp = len(lanes)
+        sf = rep.stage_free
+        now = self.now
+        lane.pipe = 0
+        lane.lead = None
+        # 1. what the other lanes have in the pipeline: the step in flight of a decode run (its first step was
+        # recorded at submission); a leader's later steps are provisional
+        prov = None
+        prov_n = 0
+        prov_T = 0.0
+        for o in lanes:
+            if o is lane or not o.pipe or o.run_k == 1 or not o.busy or o.idle_wait:
+                continue  # (a run of one step was recorded when submitted)
+            n = o.steps_done(now) + 1
+            if n > o.run_k:
+                continue  # its run has ended (its end event is due now)
+            T = o.run_o + o.run_elapsed(n)
+            if n > 1:
+                x = (o.own_a + o.own_c * (n - 1)) / pp
+                if o.pipe == 1 and n == 2 and o.run_w:  # its second step waited (_retime recorded its stages)
+                    for i, e in enumerate(o.run_w_stages):
+                        if e > sf[i]:
+                            sf[i] = e
+                elif o.pipe == 1:  # a leader's step n holds each stage for x, back to back
+                    for i in range(pp):
+                        e = T - (pp - 1 - i) * x
+                        if e > sf[i]:
+                            sf[i] = e
+                else:  # a follower (pp == 2): stage 0 right after the leader's aligned step, stage 1 right after
+                    e = T - (o.lead_a + o.lead_c * (o.lead_n + n - 1)) / pp
+                    if e > sf[0]:
+                        sf[0] = e
+                    if T > sf[1]:
+                        sf[1] = T
+            if n < o.run_k:
+                if o.pipe == 1 or o.lead is lane:  # a leader, or this lane's follower (its steps assumed this
+                    prov, prov_n, prov_T = o, n, T  # lane's run went on; settled in step 5)
+                else:
+                    self._cut_run(o)
+        # 2. this micro-batch through the stages
+        first = lane.run_a if decode_run else lane.run_time_s
+        x = first / pp
+        t = now
+        held = False  # it waited on the last stage for the micro-batch before it
+        for i in range(pp):
+            if sf[i] > t:
+                held = i == pp - 1 and abs(sf[i] - prov_T) <= 1e-9  # (prov's step n ends at prov_T, to rounding)
+                t = sf[i]
+            t += x
+            sf[i] = t
+        c1 = t  # when it leaves the last stage
+        # 3. a leader's provisional run: if this micro-batch is in the way of its next step, that step waits
+        if prov is not None and prov.pipe == 1:
+            xn = (prov.own_a + prov.own_c * prov_n) / pp
+            for i in range(pp):
+                if sf[i] > prov_T + i * xn:
+                    self._retime(prov, prov_n, prov_T, xn)
+                    prov_n = 1  # (its completed steps are booked: the step in flight is its run's first)
+                    break
+        if not decode_run:
+            lane.run_o = c1 - lane.run_a
+            if prov is not None and prov.pipe == 2:
+                self._cut_run(prov)  # this lane's follower: its later steps assumed decode steps here
+            return c1
+        # 4. a decode run: lead, follow the provisional run, or (pp > 2 behind one) take one step
+        a, c, k = lane.run_a, lane.run_c1B, lane.run_k
+        lane.own_a, lane.own_c = a, c
+        lane.pipe = 1
+        if prov is not None and prov.pipe == 1:
+            if k == 1:
+                prov = None  # (one step: prov keeps its run, retimed above if this step is in its way)
+            elif pp == 2 and held:  # it waited for prov's step on the last stage: it can follow
+                ay, cy = prov.own_a, prov.own_c
+                g1 = ay + cy * (prov_n - 1) - a  # own step j <= prov's aligned step (n + j - 1), j >= 2
+                kk = k
+                if g1 + (cy - c) >= 0.0:
+                    if cy < c:
+                        kk = min(kk, 1 + int(g1 / (c - cy)))
+                    # prov's step prov_n - 1 + j ends at T0 + its closed form's quadratic part (a wait of prov's
+                    # second step, run_w, is in T0 when that step is behind, else also the follower's second step's)
+                    T0 = prov.run_o + prov.run_elapsed(prov_n - 1)
+                    if prov_n == 2:
+                        T0 += prov.run_w
+                    elif prov_n == 1:
+                        lane.run_w = prov.run_w
+                    lane.pipe = 2
+                    lane.lead, lane.lead_n, lane.lead_a, lane.lead_c = prov, prov_n - 1, ay, cy
+                    lane.run_k = kk
+                    lane.run_o = T0 + (a - c) / pp
+                    lane.run_a = ay + cy * (prov_n - 1) + c / pp
+                    lane.run_c1B = cy
+                    return lane.run_o + lane.run_elapsed(kk)
+            elif pp > 2:
+                lane.run_k = k = 1
+                prov = None
+        lane.run_o = c1 - a
+        t_end = c1 if k == 1 else lane.run_o + lane.run_elapsed(k)
+        # 5. (pp == 2) this lane leads: the other lane's provisional steps now follow it, or stop at their boundary
+        if prov is not None:
+            self._follow(prov, lane, prov_n, prov_T)
+        return t_end
+
+    def _follow(self, y: Lane, x: Lane, n: int, T: float) -> None:
+        """pp == 2: ``x`` has just submitted the first step of a decode run it leads; ``y``'s decode run (step n in
+        flight, ending at ``T``) goes on behind it when its next step queues right behind x's first on the last
+        stage and its steps stay no longer than x's (so neither is in the other's way): y's step n + i then ends
+        at the end of x's step i plus y's own stage time. Otherwise y's run stops at its step boundary."""
+        sf = y.replica.stage_free  # x's first step: leaves stage 0 at sf[0], the last stage at sf[1]
+        cy = y.own_c
+        a1 = y.own_a + cy * (n - 1)  # y's own step n
+        e0 = (T if T > sf[0] else sf[0]) + (a1 + cy) / 2.0  # y's step n + 1 leaves stage 0
+        ax, cx = x.own_a, x.own_c
+        h0 = ax - cx - a1  # own x step i - own y step n + i = h0 + i (cx - cy): >= 0 for i >= 2
+        if e0 > sf[1] or a1 + cy > ax + cx:  # not behind x's first step, or its next step longer than x's second
+            self._cut_run(y)
+            return
+        if n > 1:
+            self._rebase(y, n - 1)  # y's step in flight is now its run's first
+        k = y.run_k
+        if h0 + 2.0 * (cx - cy) < 0.0:
+            k = min(k, 2)
+        elif cx < cy:
+            k = min(k, 1 + int(h0 / (cy - cx)))
+        y.pipe = 2
+        y.lead, y.lead_n, y.lead_a, y.lead_c = x, -1, ax, cx
+        y.run_k = k
+        y.run_a = ax - cx + cy / 2.0
+        y.run_c1B = cx
+        y.run_o = T - y.run_a
+        y.run_w = x.run_o - ax + cx + (a1 - cy) / 2.0 - y.run_o  # steps from the second on follow x's steps
+        self._touch(y.replica)
+        y.t_end = y.run_o + y.run_elapsed(k)
+        y.version += 1
+        self._push(y.t_end, LANE_DONE, y, y.version)
+
+    def _drop_followers(self, lane: Lane) -> None:
+        """``lane`` submits nothing now: runs that followed it stop at their step boundary."""
+        for o in lane.replica.lanes:
+            if o.pipe == 2 and o.lead is lane and o.busy and o.run_k > 1:
+                self._cut_run(o)
 
     def stall(self, replica: int, seconds: float) -> float:
         """Make ``replica`` load other weights for ``seconds`` (a model switch): from now until the reload ends
@@ -613,6 +784,70 @@ class Simulator:
             if lane.busy and not lane.idle_wait and lane.run_k > 1:
                 self._cut_run(lane)
         return t
+
+    def _retime(self, lane: Lane, n: int, T: float, x: float) -> None:
+        """A micro-batch submitted now is in the way of step n + 1 of ``lane``'s decode run (a leader; step n, in
+        flight, ends at ``T``; step n + 1 takes ``x`` per stage): that step waits for it, the later ones follow at
+        their own pace. The completed steps are booked first (``_rebase``), so that the wait is always before the
+        run's second step (``Lane.run_w``)."""
+        sf = lane.replica.stage_free
+        t = T
+        stages = []
+        for e in sf:
+            if e > t:
+                t = e
+            t += x
+            stages.append(t)
+        w = t - (T + x * len(sf))
+        if n > 1:
+            self._rebase(lane, n - 1)
+        lane.run_w = w  # (the whole wait of step n + 1: a wait set earlier for it is part of it)
+        lane.run_w_stages = stages
+        for o in lane.replica.lanes:  # a follower's later steps assumed the old pace
+            if o.pipe == 2 and o.lead is lane and o.busy and o.run_k > 1:
+                self._cut_run(o)
+        self._touch(lane.replica)
+        lane.t_end = lane.run_o + lane.run_elapsed(lane.run_k)
+        lane.version += 1
+        self._push(lane.t_end, LANE_DONE, lane, lane.version)
+
+    def _rebase(self, lane: Lane, m: int) -> None:
+        """Book the first ``m`` (completed) steps of ``lane``'s decode run as ``_finish`` would at its end, and let
+        the run go on as a run of the remaining steps that started when step m ended (no sequence finishes within
+        a run, so nothing completes here)."""
+        rep = lane.replica
+        perf = rep.perf
+        pp = len(rep.lanes)
+        B = lane.run_B
+        a, c, w = lane.run_a, lane.run_c1B, lane.run_w
+        tm = lane.run_o + lane.run_elapsed(m)
+        tri = m * (m - 1) / 2.0
+        busy = m * lane.own_a + lane.own_c * tri
+        rep.busy_s += busy / pp
+        if self._bucket:
+            self._add_busy(rep, max(lane.t0, tm - busy), tm, 1.0 / pp)
+        rep.energy_busy_j += perf.busy_power_w(0, B) * busy / pp
+        K0 = lane.dec_kv
+        f0 = perf.iteration_flops(0, 0.0, B, K0)
+        f1 = perf.iteration_flops(0, 0.0, B, K0 + B) - f0
+        rep.flops += m * f0 + f1 * tri
+        sq = (m - 1) * m * (2 * m - 1) / 6.0
+        T0 = lane.kv_tokens
+        rep.kv_token_s += (m * T0 * a + (T0 * c + B * a) * tri + c * B * sq + T0 * (lane.run_o - lane.t0)
+                           + ((T0 + B) * w if m > 1 else 0.0))
+        lane.used_blocks += lane.new_blocks(m)
+        lane.kv_tokens += m * B
+        lane.dec_kv += m * B
+        lane.steps += m
+        rep.pending_tokens -= m * B
+        rep.tokens_out += m * B
+        lane.t0 = tm
+        lane.run_o = tm + w if m == 1 else tm  # (with m >= 2 the wait is among the booked steps)
+        lane.run_w = 0.0
+        lane.run_a = a + c * m
+        lane.own_a += lane.own_c * m
+        lane.lead_n += m
+        lane.run_k -= m
 
     def _offload(self, rep: Replica, rid: int, to: int) -> None:
         """Move a waiting request to replica ``to``: it arrives there after half the round trip between the two
@@ -682,10 +917,18 @@ class Simulator:
         perf = rep.perf
         k, B = lane.run_k, lane.run_B
         pf_tokens = lane.run_pf_tokens
-        rep.busy_s += dt / pp
-        if self._bucket:
-            self._add_busy(rep, lane.t0, now, 1.0 / pp)
-        rep.energy_busy_j += perf.busy_power_w(pf_tokens, B) * dt / pp
+        if pp == 1:
+            busy = dt
+            rep.busy_s += dt
+            if self._bucket:
+                self._add_busy(rep, lane.t0, now, 1.0)
+        else:  # stage occupancy: its own compute, not the time it waited for stages other lanes held
+            busy = (k * lane.own_a + lane.own_c * (k * (k - 1) / 2.0)) if B and not lane.run_prefill \
+                else lane.run_time_s
+            rep.busy_s += busy / pp
+            if self._bucket:
+                self._add_busy(rep, max(lane.t0, now - busy), now, 1.0 / pp)
+        rep.energy_busy_j += perf.busy_power_w(pf_tokens, B) * busy / pp
         if B:
             K0 = lane.dec_kv
             if lane.run_prefill:
@@ -700,6 +943,10 @@ class Simulator:
                 sq = (k - 1) * k * (2 * k - 1) / 6.0
                 T0 = lane.kv_tokens
                 rep.kv_token_s += k * T0 * a + (T0 * c + B * a) * tri + c * B * sq
+                if lane.run_o != lane.t0:  # pp > 1: its first step also waited from t0 to the closed form's origin
+                    rep.kv_token_s += T0 * (lane.run_o - lane.t0)
+                if lane.run_w and k > 1:  # pp > 1: and its second step
+                    rep.kv_token_s += (T0 + B) * lane.run_w
             lane.used_blocks += lane.new_blocks(k)
             lane.kv_tokens += k * B
             lane.dec_kv += k * B
@@ -948,8 +1195,8 @@ class Simulator:
         pp = len(rep.lanes)
         for lane in rep.lanes:
             j = lane.steps_done(self.now) if lane.busy and lane.run_k and not lane.idle_wait else 0
-            if lane.busy and not lane.idle_wait:
-                rep.busy_s += (self.now - lane.t0) / pp  # the iteration in flight is lost, its GPU time is not
+            if lane.busy and not lane.idle_wait:  # the iteration in flight is lost, its GPU time is not
+                rep.busy_s += (self.now - lane.t0 if pp == 1 else min(self.now - lane.t0, lane.run_time_s)) / pp
             for rid in lane.running:
                 g = min(self.gen_join[rid] + lane.steps + j - self.join_step[rid], self.output[rid] - 1)
                 self.gen[rid] = g
@@ -962,7 +1209,8 @@ class Simulator:
             lane.phase_hist = [0] * lane.block_tokens
             lane.used_blocks = lane.kv_tokens = lane.dec_kv = 0
             lane.run_prefill = ()
-            lane.run_k = lane.run_B = lane.run_pf_tokens = 0
+            lane.run_k = lane.run_B = lane.run_pf_tokens = lane.pipe = 0
+            lane.lead = None
             lane.version += 1
             lane.busy = lane.awaiting = lane.idle_wait = False
         rep.waiting.clear()
