@@ -41,7 +41,9 @@ class Lane:
     busy: bool = False
     awaiting: bool = False  # a batch decision for this lane is pending
     idle_wait: bool = False  # idling for a plan's wait_s (a wake-up event is scheduled)
-    version: int = 0  # bumps when the scheduled end event is replaced
+    version: int = 0  # bumps when the lane's entry in the event heap is replaced (Simulator._schedule)
+    ev_t: float = math.inf  # time of that entry (inf: none); earlier than the event (t_end) when it was rescheduled
+    ev_seq: int = 0  # the event's sequence number (the entry's, unless the entry is an earlier one)
     # the iteration or decode run in flight
     t0: float = 0.0
     t_end: float = 0.0
@@ -61,6 +63,7 @@ class Lane:
     lead_n: int = 0
     lead_a: float = 0.0  # the leader's own step coefficients when the follower started
     lead_c: float = 0.0
+    cut: bool = False  # the run's last step is in flight: a cut changes nothing until the next iteration starts
     run_prefill: list | tuple = ()  # (request id, chunk tokens) of the iteration in flight
     run_pf_tokens: int = 0
     run_time_s: float = 0.0
@@ -102,6 +105,42 @@ class Lane:
             j += 1
         return j
 
+    def in_flight(self, now: float) -> tuple[int, float]:
+        """(n, T) for a busy lane's decode run: step n = ``steps_done(now) + 1`` is in flight at ``now`` and ends at
+        T = ``run_o + run_elapsed(n)`` (n = run_k + 1 and T undefined when the run is over). The same numbers as
+        those two calls, in one."""
+        k = self.run_k
+        o = self.run_o
+        a, c, w = self.run_a, self.run_c1B, self.run_w
+        dt = now - o
+        if dt <= 0.0:
+            return 1, o + (a + c * 0.0)
+        d = dt - w if w and dt > a else dt
+        if c <= 0.0:
+            j = int(d / a)
+        else:
+            b = a - c / 2.0
+            j = int((-b + math.sqrt(b * b + 2.0 * c * d)) / c)
+        if j > k:
+            j = k
+        if j < 0:
+            j = 0
+        while j > 0:  # (run_elapsed inlined: j a + c j (j - 1) / 2, plus w from the second step on)
+            e = j * a + c * (j * (j - 1) / 2.0)
+            if j > 1:
+                e = e + w
+            if e <= dt:
+                break
+            j -= 1
+        while j < k:
+            j += 1
+            e = j * a + c * (j * (j - 1) / 2.0)
+            if j > 1:
+                e = e + w
+            if e > dt:
+                return j, o + e
+        return k + 1, 0.0
+
     def new_blocks(self, k: int) -> int:
         """KV blocks the running sequences need for their next k decode steps (exact)."""
         bs = self.block_tokens
@@ -111,9 +150,15 @@ class Lane:
         n = full * len(self.running)
         hist = self.phase_hist
         s = self.steps
-        for j in range(rem):
-            n += hist[(-(s + j)) % bs]
-        return n
+        if rem <= 2:
+            for j in range(rem):
+                n += hist[(-(s + j)) % bs]
+            return n
+        i0 = (-s) % bs  # classes (-(s + j)) % bs for j < rem: i0, i0 - 1, ... (mod bs), a slice or two
+        lo = i0 - rem + 1
+        if lo >= 0:
+            return n + sum(hist[lo:i0 + 1])
+        return n + sum(hist[:i0 + 1]) + sum(hist[bs + lo:])
 
 
 @dataclass(slots=True)

@@ -124,6 +124,7 @@ class Simulator:
         self._heap: list = []
         self._compact_at = 4096  # heap size at which stale lane events are dropped (_compact)
         self._seq = 0
+        self._ghost_t = -INF  # the latest lane event scheduled without a push of its own (_schedule)
         self._next = 0  # next arrival
         self._pending: list[DecisionPoint] = []
         self._dp: DecisionPoint | None = None
@@ -166,6 +167,31 @@ class Simulator:
         heap[:] = [e for e in heap if e[1] != LANE_DONE or e[4] == e[3].version]
         heapq.heapify(heap)
         self._compact_at = max(4096, 2 * len(heap))
+
+    def _schedule(self, lane: Lane) -> None:
+        """(Re)schedule ``lane``'s end event at ``lane.t_end``, replacing the one scheduled before.
+
+        The event is ordered as a fresh push would be (its sequence number is taken now), but when the lane's
+        entry in the heap is earlier than ``t_end`` (a run retimed later, or cut back to a step boundary after
+        it), that entry is kept: when it surfaces, ``advance`` pushes it again at ``t_end`` with the event's
+        sequence number. So a run retimed many times costs one heap entry, not one per retime, with the same
+        event order. As a replaced event would have been popped (and set the clock) when it came due, the clock
+        ends at the latest event not pushed if that is later (``_ghost_t``, ``advance``)."""
+        self._seq = s = self._seq + 1
+        t = lane.t_end
+        lane.ev_seq = s
+        if lane.ev_t < t:
+            if t > self._ghost_t:
+                self._ghost_t = t
+        else:
+            lane.version = v = lane.version + 1
+            lane.ev_t = t
+            heapq.heappush(self._heap, (t, LANE_DONE, s, lane, v))
+
+    def _unschedule(self, lane: Lane) -> None:
+        """Cancel ``lane``'s end event (if any)."""
+        lane.version += 1
+        lane.ev_t = INF
 
     def _touch(self, rep: Replica) -> None:
         """Something a load index reads of ``rep`` changed (its counters, a lane's run, its candidacy)."""
@@ -216,11 +242,16 @@ class Simulator:
                 self._stop_at_horizon()
                 return None
             if heap and heap[0][0] <= t_arr:
-                t, kind, _, x, y = heapq.heappop(heap)
+                t, kind, s, x, y = heapq.heappop(heap)
                 self.now = t
                 self.events += 1
                 if kind == LANE_DONE:
                     if y == x.version:
+                        if s != x.ev_seq:  # an early entry of an event rescheduled later (_schedule)
+                            x.ev_t = t = x.t_end
+                            heapq.heappush(heap, (t, LANE_DONE, x.ev_seq, x, y))
+                            continue
+                        x.ev_t = INF
                         if x.idle_wait:
                             x.idle_wait = False
                         else:
@@ -250,6 +281,8 @@ class Simulator:
                     self._check()
                 continue
             if t_arr == INF:
+                if self._ghost_t > self.now:  # (the clock ends at the latest event, _schedule)
+                    self.now = self._ghost_t
                 self._dp = None
                 return None
             rid = self._next
@@ -457,7 +490,7 @@ class Simulator:
         if lane.idle_wait:  # cut the wait short: the queue changed
             lane.idle_wait = False
             lane.busy = False
-            lane.version += 1
+            self._unschedule(lane)
         if not lane.busy:
             self._ask(lane)
         elif lane.run_k > 1:
@@ -465,16 +498,15 @@ class Simulator:
 
     def _cut_run(self, lane: Lane) -> None:
         """End the decode run in flight at its next step boundary (where per-iteration stepping would replan)."""
-        dt = self.now - lane.run_o
-        j = lane.steps_done(self.now) + 1  # smallest j with run_o + elapsed(j) > now
-        while j > 1 and lane.run_elapsed(j - 1) > dt:
-            j -= 1
+        if lane.cut:
+            return
+        lane.cut = True  # (from now on its last step is in flight: nothing retimes it, a cut changes nothing)
+        j, t = lane.in_flight(self.now)  # smallest j with run_o + elapsed(j) > now, and that time
         if j < lane.run_k:
             self._touch(lane.replica)
             lane.run_k = j
-            lane.t_end = lane.run_o + lane.run_elapsed(j)
-            lane.version += 1
-            self._push(lane.t_end, LANE_DONE, lane, lane.version)
+            lane.t_end = t
+            self._schedule(lane)
             if lane.pipe == 1:  # its followers' later steps assumed its steps went on
                 for o in lane.replica.lanes:
                     if o.pipe == 2 and o.lead is lane and o.busy and o.run_k > 1:
@@ -556,6 +588,7 @@ class Simulator:
         B = len(lane.running) if plan.decode else 0
         lane.run_prefill = prefill
         lane.run_pf_tokens = pf_tokens
+        lane.cut = False
         lane.run_B = B
         lane.t0 = lane.run_o = self.now
         lane.run_w = 0.0
@@ -599,16 +632,14 @@ class Simulator:
                 lane.idle_wait = True
                 lane.t0 = self.now
                 lane.t_end = self.now + plan.wait_s
-                lane.version += 1
-                self._push(lane.t_end, LANE_DONE, lane, lane.version)
+                self._schedule(lane)
             else:
                 lane.busy = False
             return
         lane.run_time_s = dt
         lane.busy = True
         lane.t_end = self.now + dt if len(rep.lanes) == 1 else self._pipe_submit(lane, B and not prefill)
-        lane.version += 1
-        self._push(lane.t_end, LANE_DONE, lane, lane.version)
+        self._schedule(lane)
 
     # ------------------------------------------------------------------ pipeline parallelism: a flow shop
     def _pipe_submit(self, lane: Lane, decode_run: bool) -> float:
@@ -631,6 +662,127 @@ class Simulator:
         stepping would. Same records as per-iteration stepping (``force_single_step``)."""
         rep = lane.replica
         lanes = rep.lanes
+        if len(lanes) != 2:
+            return self._pipe_submit_n(lane, decode_run)
+        # pp == 2, the common case, without loops: one other lane, two stages; the same steps, comparisons and
+        # arithmetic as the general form (_pipe_submit_n), so the same numbers
+        o = lanes[1] if lanes[0] is lane else lanes[0]
+        sf = rep.stage_free
+        lane.pipe = 0
+        lane.lead = None
+        # 1. the other lane's step in flight, if it is in a decode run of several steps
+        prov = None
+        prov_n = 0
+        prov_T = 0.0
+        if o.pipe and o.run_k != 1 and o.busy and not o.idle_wait:
+            n, T = o.in_flight(self.now)
+            k = o.run_k
+            if n <= k:
+                if n > 1:
+                    if o.pipe == 1:
+                        if n == 2 and o.run_w:
+                            st = o.run_w_stages
+                            if st[0] > sf[0]:
+                                sf[0] = st[0]
+                            if st[1] > sf[1]:
+                                sf[1] = st[1]
+                        else:
+                            e = T - (o.own_a + o.own_c * (n - 1)) / 2
+                            if e > sf[0]:
+                                sf[0] = e
+                            if T > sf[1]:
+                                sf[1] = T
+                    else:
+                        e = T - (o.lead_a + o.lead_c * (o.lead_n + n - 1)) / 2
+                        if e > sf[0]:
+                            sf[0] = e
+                        if T > sf[1]:
+                            sf[1] = T
+                if n < k:
+                    if o.pipe == 1 or o.lead is lane:
+                        prov, prov_n, prov_T = o, n, T
+                    else:
+                        self._cut_run(o)
+        # 2. this micro-batch through the two stages
+        x = (lane.run_a if decode_run else lane.run_time_s) / 2
+        t = self.now
+        e = sf[0]
+        if e > t:
+            t = e
+        t += x
+        sf[0] = t
+        held = False
+        e = sf[1]
+        if e > t:
+            held = abs(e - prov_T) <= 1e-9
+            t = e
+        t += x
+        sf[1] = t
+        # 3. a leader's next step it is in the way of waits for it
+        if prov is not None and prov.pipe == 1:
+            xn = (prov.own_a + prov.own_c * prov_n) / 2
+            if sf[0] > prov_T or sf[1] > prov_T + xn:  # _retime(prov, prov_n, prov_T, xn) with two stages
+                t2 = prov_T
+                e = sf[0]
+                if e > t2:
+                    t2 = e
+                t2 += xn
+                s0 = t2
+                e = sf[1]
+                if e > t2:
+                    t2 = e
+                t2 += xn
+                w = t2 - (prov_T + xn * 2)
+                if prov_n > 1:
+                    self._rebase(prov, prov_n - 1)
+                prov.run_w = w
+                prov.run_w_stages = [s0, t2]
+                self._touch(rep)
+                prov.t_end = prov.run_o + prov.run_elapsed(prov.run_k)
+                self._schedule(prov)
+                prov_n = 1
+        if not decode_run:
+            lane.run_o = t - lane.run_a
+            if prov is not None and prov.pipe == 2:
+                self._cut_run(prov)
+            return t
+        # 4. a decode run: follow the other lane's run, or lead
+        a, c, k = lane.run_a, lane.run_c1B, lane.run_k
+        lane.own_a, lane.own_c = a, c
+        lane.pipe = 1
+        if prov is not None and prov.pipe == 1:
+            if k == 1:
+                prov = None
+            elif held:
+                ay, cy = prov.own_a, prov.own_c
+                g1 = ay + cy * (prov_n - 1) - a
+                kk = k
+                if g1 + (cy - c) >= 0.0:
+                    if cy < c:
+                        kk = min(kk, 1 + int(g1 / (c - cy)))
+                    T0 = prov.run_o + prov.run_elapsed(prov_n - 1)
+                    if prov_n == 2:
+                        T0 += prov.run_w
+                    elif prov_n == 1:
+                        lane.run_w = prov.run_w
+                    lane.pipe = 2
+                    lane.lead, lane.lead_n, lane.lead_a, lane.lead_c = prov, prov_n - 1, ay, cy
+                    lane.run_k = kk
+                    lane.run_o = T0 + (a - c) / 2
+                    lane.run_a = ay + cy * (prov_n - 1) + c / 2
+                    lane.run_c1B = cy
+                    return lane.run_o + lane.run_elapsed(kk)
+        lane.run_o = t - a
+        t_end = t if k == 1 else lane.run_o + lane.run_elapsed(k)
+        # 5. this lane leads: the other lane's provisional steps now follow it, or stop at their boundary
+        if prov is not None:
+            self._follow(prov, lane, prov_n, prov_T)
+        return t_end
+
+    def _pipe_submit_n(self, lane: Lane, decode_run: bool) -> float:
+        """``_pipe_submit`` for any pp (``_pipe_submit`` runs pp == 2 without the loops)."""
+        rep = lane.replica
+        lanes = rep.lanes
         pp = len(lanes)
         sf = rep.stage_free
         now = self.now
@@ -644,10 +796,9 @@ class Simulator:
         for o in lanes:
             if o is lane or not o.pipe or o.run_k == 1 or not o.busy or o.idle_wait:
                 continue  # (a run of one step was recorded when submitted)
-            n = o.steps_done(now) + 1
+            n, T = o.in_flight(now)
             if n > o.run_k:
                 continue  # its run has ended (its end event is due now)
-            T = o.run_o + o.run_elapsed(n)
             if n > 1:
                 x = (o.own_a + o.own_c * (n - 1)) / pp
                 if o.pipe == 1 and n == 2 and o.run_w:  # its second step waited (_retime recorded its stages)
@@ -763,8 +914,7 @@ class Simulator:
         y.run_w = x.run_o - ax + cx + (a1 - cy) / 2.0 - y.run_o  # steps from the second on follow x's steps
         self._touch(y.replica)
         y.t_end = y.run_o + y.run_elapsed(k)
-        y.version += 1
-        self._push(y.t_end, LANE_DONE, y, y.version)
+        self._schedule(y)
 
     def _drop_followers(self, lane: Lane) -> None:
         """``lane`` submits nothing now: runs that followed it stop at their step boundary."""
@@ -803,13 +953,10 @@ class Simulator:
             self._rebase(lane, n - 1)
         lane.run_w = w  # (the whole wait of step n + 1: a wait set earlier for it is part of it)
         lane.run_w_stages = stages
-        for o in lane.replica.lanes:  # a follower's later steps assumed the old pace
-            if o.pipe == 2 and o.lead is lane and o.busy and o.run_k > 1:
-                self._cut_run(o)
+        # (no run follows this one: runs follow only with pp == 2, and the other lane is the one submitting)
         self._touch(lane.replica)
         lane.t_end = lane.run_o + lane.run_elapsed(lane.run_k)
-        lane.version += 1
-        self._push(lane.t_end, LANE_DONE, lane, lane.version)
+        self._schedule(lane)
 
     def _rebase(self, lane: Lane, m: int) -> None:
         """Book the first ``m`` (completed) steps of ``lane``'s decode run as ``_finish`` would at its end, and let
@@ -1146,7 +1293,7 @@ class Simulator:
         rep.routable = False
         self._touch(rep)
         for lane in rep.lanes:
-            lane.version += 1
+            self._unschedule(lane)
             lane.busy = lane.awaiting = lane.idle_wait = False
         self._pending = [d for d in self._pending if d.lane is None or d.lane.replica is not rep]
 
@@ -1211,7 +1358,7 @@ class Simulator:
             lane.run_prefill = ()
             lane.run_k = lane.run_B = lane.run_pf_tokens = lane.pipe = 0
             lane.lead = None
-            lane.version += 1
+            self._unschedule(lane)
             lane.busy = lane.awaiting = lane.idle_wait = False
         rep.waiting.clear()
         rep.outstanding = 0
@@ -1252,6 +1399,7 @@ class Simulator:
         """End of the simulated horizon: whatever has not finished ends as rejected with reason "horizon"."""
         self.now = self.options.max_time_s
         self._heap.clear()
+        self._ghost_t = -INF
         self._next = self.n
         for h in self.held:
             h.clear()
