@@ -164,7 +164,12 @@ class Simulator:
         run leaves its old end event in the heap, and in a large fleet those would be half of it. The order of
         the others is unchanged (it is total: time, kind, sequence number)."""
         heap = self._heap
-        heap[:] = [e for e in heap if e[1] != LANE_DONE or e[4] == e[3].version]
+        keep = [e for e in heap if e[1] != LANE_DONE or e[4] == e[3].version]
+        if len(keep) < len(heap):  # a dropped event would have set the clock when popped (``_ghost_t``)
+            t = max(e[0] for e in heap if e[1] == LANE_DONE and e[4] != e[3].version)
+            if t > self._ghost_t:
+                self._ghost_t = t
+        heap[:] = keep
         heapq.heapify(heap)
         self._compact_at = max(4096, 2 * len(heap))
 
