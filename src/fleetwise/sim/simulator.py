@@ -759,24 +759,9 @@ class Simulator:
             if k == 1:
                 prov = None
             elif held:
-                ay, cy = prov.own_a, prov.own_c
-                g1 = ay + cy * (prov_n - 1) - a
-                kk = k
-                if g1 + (cy - c) >= 0.0:
-                    if cy < c:
-                        kk = min(kk, 1 + int(g1 / (c - cy)))
-                    T0 = prov.run_o + prov.run_elapsed(prov_n - 1)
-                    if prov_n == 2:
-                        T0 += prov.run_w
-                    elif prov_n == 1:
-                        lane.run_w = prov.run_w
-                    lane.pipe = 2
-                    lane.lead, lane.lead_n, lane.lead_a, lane.lead_c = prov, prov_n - 1, ay, cy
-                    lane.run_k = kk
-                    lane.run_o = T0 + (a - c) / 2
-                    lane.run_a = ay + cy * (prov_n - 1) + c / 2
-                    lane.run_c1B = cy
-                    return lane.run_o + lane.run_elapsed(kk)
+                t_end = self._behind(lane, prov, prov_n, a, c, k)
+                if t_end is not None:
+                    return t_end
         lane.run_o = t - a
         t_end = t if k == 1 else lane.run_o + lane.run_elapsed(k)
         # 5. this lane leads: the other lane's provisional steps now follow it, or stop at their boundary
@@ -859,26 +844,9 @@ class Simulator:
             if k == 1:
                 prov = None  # (one step: prov keeps its run, retimed above if this step is in its way)
             elif pp == 2 and held:  # it waited for prov's step on the last stage: it can follow
-                ay, cy = prov.own_a, prov.own_c
-                g1 = ay + cy * (prov_n - 1) - a  # own step j <= prov's aligned step (n + j - 1), j >= 2
-                kk = k
-                if g1 + (cy - c) >= 0.0:
-                    if cy < c:
-                        kk = min(kk, 1 + int(g1 / (c - cy)))
-                    # prov's step prov_n - 1 + j ends at T0 + its closed form's quadratic part (a wait of prov's
-                    # second step, run_w, is in T0 when that step is behind, else also the follower's second step's)
-                    T0 = prov.run_o + prov.run_elapsed(prov_n - 1)
-                    if prov_n == 2:
-                        T0 += prov.run_w
-                    elif prov_n == 1:
-                        lane.run_w = prov.run_w
-                    lane.pipe = 2
-                    lane.lead, lane.lead_n, lane.lead_a, lane.lead_c = prov, prov_n - 1, ay, cy
-                    lane.run_k = kk
-                    lane.run_o = T0 + (a - c) / pp
-                    lane.run_a = ay + cy * (prov_n - 1) + c / pp
-                    lane.run_c1B = cy
-                    return lane.run_o + lane.run_elapsed(kk)
+                t_end = self._behind(lane, prov, prov_n, a, c, k)
+                if t_end is not None:
+                    return t_end
             elif pp > 2:
                 lane.run_k = k = 1
                 prov = None
@@ -888,6 +856,32 @@ class Simulator:
         if prov is not None:
             self._follow(prov, lane, prov_n, prov_T)
         return t_end
+
+    def _behind(self, lane: Lane, prov: Lane, prov_n: int, a: float, c: float, k: int) -> float | None:
+        """pp == 2: ``lane``'s decode run (first step ``a``, growth ``c``, ``k`` steps) waited for leader ``prov``'s
+        step ``prov_n`` on the last stage; it follows prov's run while its steps are no longer than prov's aligned
+        ones (own step j <= prov's step n + j - 1, j >= 2). Returns its run's end, or None: it cannot follow."""
+        ay, cy = prov.own_a, prov.own_c
+        g1 = ay + cy * (prov_n - 1) - a
+        if g1 + (cy - c) < 0.0:
+            return None
+        kk = k
+        if cy < c:
+            kk = min(kk, 1 + int(g1 / (c - cy)))
+        # prov's step prov_n - 1 + j ends at T0 + its closed form's quadratic part (a wait of prov's second step,
+        # run_w, is in T0 when that step is behind, else also the follower's second step's)
+        T0 = prov.run_o + prov.run_elapsed(prov_n - 1)
+        if prov_n == 2:
+            T0 += prov.run_w
+        elif prov_n == 1:
+            lane.run_w = prov.run_w
+        lane.pipe = 2
+        lane.lead, lane.lead_n, lane.lead_a, lane.lead_c = prov, prov_n - 1, ay, cy
+        lane.run_k = kk
+        lane.run_o = T0 + (a - c) / 2
+        lane.run_a = ay + cy * (prov_n - 1) + c / 2
+        lane.run_c1B = cy
+        return lane.run_o + lane.run_elapsed(kk)
 
     def _follow(self, y: Lane, x: Lane, n: int, T: float) -> None:
         """pp == 2: ``x`` has just submitted the first step of a decode run it leads; ``y``'s decode run (step n in
