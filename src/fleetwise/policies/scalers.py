@@ -15,10 +15,13 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from fleetwise.control.registry import register_scaler
 from fleetwise.perf.capacity import capacity_rps  # noqa: F401  (re-exported: scalers' capacity estimate)
+from fleetwise.policies.scale_columns import NP_MIN_GROUPS, GroupCols, pysum, split_cols
 
 if TYPE_CHECKING:  # pragma: no cover
     from fleetwise.control.protocols import GroupState, ScaleObs
@@ -101,6 +104,11 @@ def split_replicas(groups: list[GroupState], need_units: float, *, units: dict[s
     replica, capacity and replicas so far) are kept as running totals. (The capacity total is a running sum, so
     where a sum lands within float rounding of the 1e-9 tolerance the result may differ from re-summing.)
     """
+    if len(groups) >= NP_MIN_GROUPS:  # many groups: the same greedy over numpy columns (policies/scale_columns.py)
+        cols = GroupCols(groups)
+        res = _split_cols(cols, None, need_units, _unit_array(cols, units), min_total, on_demand_floor, min_zones)
+        if res is not None:
+            return res
     keys, cap, unit, n, zone, cur, ppu, is_od = [], [], [], [], [], [], [], []
     for g in groups:  # one pass (this runs per zone, per model, per epoch: 10,000 groups in the service)
         k = g.key
@@ -128,6 +136,27 @@ def split_replicas(groups: list[GroupState], need_units: float, *, units: dict[s
     split.add([i for i, od in enumerate(is_od) if od], floor=on_demand_floor)
     split.add(list(range(len(groups))), need_units=need_units, min_total=min_total)
     return alloc
+
+
+def _unit_array(cols: GroupCols, units: dict[str, float] | None) -> np.ndarray | None:
+    """``units`` as ``split_replicas`` reads them (1 where missing, not finite or <= 0), aligned with the columns."""
+    if units is None:
+        return None
+    u = np.array([units.get(k, math.nan) for k in cols.keys], dtype=np.float64)
+    return np.where((u > 0.0) & (u < math.inf), u, 1.0)
+
+
+def _split_cols(cols: GroupCols, idx: np.ndarray | None, need_units: float, unit: np.ndarray | None, min_total: int,
+                on_demand_floor: int, min_zones: int) -> dict[str, int] | None:
+    """``split_replicas`` of ``cols`` (``idx``: of those groups, in that order; ``unit`` aligned with them) as a
+    dict, or None: an input left to the per-group code."""
+    sel = np.arange(cols.n) if idx is None else idx
+    res = split_cols(cols, sel, need_units, unit, min_total=min_total, on_demand_floor=on_demand_floor,
+                     min_zones=min_zones)
+    if res is None:
+        return None
+    keys = cols.keys if idx is None else [cols.keys[i] for i in idx.tolist()]
+    return dict(zip(keys, res.tolist()))
 
 
 class _Split:
@@ -325,12 +354,16 @@ class HPA:
         self._win: dict[str, _Window] = {}
         self._idle = _Idle()
 
-    def recommend(self, groups: list[GroupState]) -> int:
+    def recommend(self, groups: list[GroupState], cols: GroupCols | None = None) -> int:
         """HPA's raw recommendation for one model (before stabilization, rate limit and the model minimum),
-        as the Kubernetes replica calculator computes it."""
-        current = sum(current_replicas(g) for g in groups)
-        starting = sum(max(0, int(g.starting)) for g in groups)
-        rps, waiting, _ = _demand(groups)
+        as the Kubernetes replica calculator computes it. (``cols``: the same groups as columns.)"""
+        if cols is not None:
+            current, starting = int(cols.current().sum()), int(cols.ints("starting").sum())
+            rps, waiting, _ = cols.demand()
+        else:
+            current = sum(current_replicas(g) for g in groups)
+            starting = sum(max(0, int(g.starting)) for g in groups)
+            rps, waiting, _ = _demand(groups)
         t, tol = self.target, self.tolerance
         if current == 0:  # scale from zero (KEDA-style activation)
             if waiting > 0 or rps > 0:
@@ -338,7 +371,15 @@ class HPA:
             return 0
         total, n, missing = 0.0, 0, 0  # metric summed over ready replicas that report it; those that do not
         if self.metric == "queue":  # all waiting requests (also those held for a replica) over ready replicas
-            total, n = float(waiting), sum(max(0, int(g.ready)) for g in groups)
+            total = float(waiting)
+            n = int(cols.ints("ready").sum()) if cols is not None else sum(max(0, int(g.ready)) for g in groups)
+        elif cols is not None:
+            r = cols.ints("ready")
+            v = cols.col("busy" if self.metric == "busy" else "kv_used")
+            has = (r > 0) & np.isfinite(v)
+            vh = v[has]
+            total = float(pysum(r[has] * np.where(vh > 0.0, vh, 0.0)))
+            n, missing = int(r[has].sum()), int(r[~has].sum())
         else:
             for g in groups:
                 r = max(0, int(g.ready))
@@ -366,21 +407,28 @@ class HPA:
         out: dict[str, int] = {}
         now = obs.time_s
         for model, groups in by_model(obs).items():
-            current = sum(current_replicas(g) for g in groups)
-            rps, waiting, running = _demand(groups)
+            cols = GroupCols(groups) if len(groups) >= NP_MIN_GROUPS else None  # many groups: numpy columns
+            if cols is not None:
+                current, model_max = int(cols.current().sum()), int(cols.cap().sum())
+                rps, waiting, running = cols.demand()
+            else:
+                current = sum(current_replicas(g) for g in groups)
+                model_max = sum(group_cap(g) for g in groups)
+                rps, waiting, running = _demand(groups)
             idle = self._idle.idle_for(model, now, rps > 0 or waiting > 0 or running > 0, current)
             win = self._win.setdefault(model, _Window(self.downscale_window_s))
-            model_max = sum(group_cap(g) for g in groups)
             if self.scale_to_zero and idle >= self.idle_s:
                 desired = 0
                 win.reset()
             else:
-                rec = min(max(self.recommend(groups), 1), model_max)  # zero only when idle
+                rec = min(max(self.recommend(groups, cols), 1), model_max)  # zero only when idle
                 desired = int(win.stabilize(now, rec, current))
                 limit = max(math.floor(current * self.scale_up_factor), current + self.scale_up_pods)
                 desired = min(desired, limit) if desired > current else desired
-            out.update(split_replicas(groups, desired, min_total=desired, on_demand_floor=self.on_demand_floor,
-                                      min_zones=self.min_zones))
+            res = None if cols is None else _split_cols(cols, None, desired, None, desired, self.on_demand_floor,
+                                                        self.min_zones)
+            out.update(res if res is not None else split_replicas(
+                groups, desired, min_total=desired, on_demand_floor=self.on_demand_floor, min_zones=self.min_zones))
         return out
 
 
@@ -427,6 +475,26 @@ class _CapacityScaler:
                 return None
         return {g.key: float(c) if c is not None else ref for g, c in zip(groups, caps)}
 
+    def units_cols(self, model: str, cols: GroupCols) -> np.ndarray | None:
+        """``units`` over columns: aligned with the groups."""
+        c = cols.col("capacity_rps")
+        known = (c > 0.0) & (c < math.inf)
+        if known.all():
+            return c
+        if known.any():
+            ref = pysum(c[known]) / int(np.count_nonzero(known))
+        else:
+            rps = cols.demand()[0]
+            b = cols.col("busy")
+            has = np.isfinite(b) & (b > 0.0)
+            busy = pysum(cols.ints("ready")[has] * b[has])
+            if rps > 0 and busy > 0:
+                self._cap_est[model] = rps / busy
+            ref = self._cap_est.get(model)
+            if ref is None:
+                return None
+        return np.where(known, c, ref)
+
     def demand_rps(self, model: str, groups: list[GroupState], obs: ScaleObs) -> float:  # pragma: no cover
         raise NotImplementedError
 
@@ -434,6 +502,11 @@ class _CapacityScaler:
         """Capacity the model needs: demand * (1 + headroom) + backlog / drain_s."""
         waiting = _demand(groups)[1]
         return self.demand_rps(model, groups, obs) * (1.0 + self.headroom) + waiting / self.drain_s
+
+    def need_cols(self, model: str, groups: list[GroupState], obs: ScaleObs, cols: GroupCols, unit: np.ndarray,
+                  demand: tuple[float, int, int]) -> float:
+        """``need_rps`` with the model's groups as columns, and its ``_demand`` known."""
+        return self.demand_rps(model, groups, obs) * (1.0 + self.headroom) + demand[1] / self.drain_s
 
     def keep_zero(self, model: str, groups: list[GroupState], obs: ScaleObs) -> bool:
         """Whether an idle model may go to zero now (the predictive scaler checks its forecast)."""
@@ -443,6 +516,9 @@ class _CapacityScaler:
         out: dict[str, int] = {}
         now = obs.time_s
         for model, groups in by_model(obs).items():
+            if len(groups) >= NP_MIN_GROUPS:  # many groups: the same decision over numpy columns
+                out.update(self._scale_cols(model, groups, obs))
+                continue
             rps, waiting, running = _demand(groups)
             active = rps > 0 or waiting > 0 or running > 0
             cr = [current_replicas(g) for g in groups]
@@ -467,6 +543,82 @@ class _CapacityScaler:
                 continue
             out.update(self._zone_redundant(groups, need, units, split))
         return out
+
+    def _scale_cols(self, model: str, groups: list[GroupState], obs: ScaleObs) -> dict[str, int]:
+        """``scale`` for one model with many groups, over numpy columns: the same targets."""
+        cols = GroupCols(groups)
+        now = obs.time_s
+        demand = cols.demand()
+        rps, waiting, running = demand
+        cur = cols.current()
+        idle = self._idle.idle_for(model, now, rps > 0 or waiting > 0 or running > 0, int(cur.sum()))
+        win = self._win.setdefault(model, _Window(self.downscale_window_s))
+        if self.scale_to_zero and idle >= self.idle_s and self.keep_zero(model, groups, obs):
+            win.reset()
+            return _split_cols(cols, None, 0.0, None, 0, self.on_demand_floor, self.min_zones) or {}
+        unit = self.units_cols(model, cols)
+        if unit is None:  # no capacity known or observed: hold, one more while requests wait
+            current = float(int(cur.sum()))
+            need = current + (1.0 if waiting > 0 else 0.0)
+        else:
+            current = float(pysum(cur * unit))
+            need = self.need_cols(model, groups, obs, cols, unit, demand)
+        need = win.stabilize(now, need, current)
+        if not self.zone_redundant or self.min_zones < 2:
+            su = None if unit is None else np.where((unit > 0.0) & (unit < math.inf), unit, 1.0)
+            res = _split_cols(cols, None, need, su, 1, self.on_demand_floor, self.min_zones)
+            if res is not None:
+                return res
+            return split_replicas(groups, need, units=self._unit_dict(cols, unit), min_total=1,
+                                  on_demand_floor=self.on_demand_floor, min_zones=self.min_zones)
+        return self._zone_redundant_cols(groups, cols, need, unit)
+
+    @staticmethod
+    def _unit_dict(cols: GroupCols, unit: np.ndarray | None, idx: np.ndarray | None = None) -> dict[str, float]:
+        sel = range(cols.n) if idx is None else idx.tolist()
+        if unit is None:
+            return {cols.keys[i]: 1.0 for i in sel}
+        return {cols.keys[i]: float(unit[i]) for i in sel}
+
+    def _zone_redundant_cols(self, groups: list[GroupState], cols: GroupCols, need: float, unit: np.ndarray | None
+                             ) -> dict[str, int]:
+        """``_zone_redundant`` over columns (zones with ``NP_MIN_GROUPS`` groups or more split by numpy too)."""
+        cap = cols.cap()
+        alloc = np.minimum(cols.ints("min_replicas"), cap)
+        zid, _ = cols.zones()
+        usable = np.flatnonzero(cap > 0)
+        if not len(usable):
+            return dict(zip(cols.keys, alloc.tolist()))
+        by_zone = usable[np.argsort(zid[usable], kind="stable")]  # each zone's groups in the groups' order
+        zs = zid[by_zone]
+        cuts = np.flatnonzero(np.diff(zs)) + 1
+        parts = np.split(by_zone, cuts)
+        nz = len(parts)
+        share = need / (nz - 1) if nz >= 2 else need
+        u = np.ones(cols.n) if unit is None else unit
+        su = np.where((u > 0.0) & (u < math.inf), u, 1.0)
+        for idx in parts:
+            res = None
+            if len(idx) >= NP_MIN_GROUPS:
+                res = split_cols(cols, idx, share, su[idx], min_total=1, on_demand_floor=0, min_zones=1)
+            if res is None:
+                d = split_replicas([groups[i] for i in idx.tolist()], share, units=self._unit_dict(cols, u, idx),
+                                   min_total=1, on_demand_floor=0, min_zones=1)
+                res = np.array(list(d.values()), dtype=np.int64)
+            alloc[idx] = res
+        od = cols.is_od() & (cap > 0)
+        floor = self.on_demand_floor
+        if od.any() and int(alloc[od].sum()) < floor:
+            price = cols.col("price_usd_per_hour")
+            ppu = np.where(price > 0.0, price, 0.0) / u
+            cand = np.flatnonzero(od)
+            if np.isnan(ppu[cand]).any():  # (NaN keys: Python's min decides, as the per-group code)
+                best = min(cand.tolist(), key=lambda i: (float(ppu[i]), cols.keys[i]))
+            else:
+                lo = ppu[cand].min()
+                best = min((i for i in cand[ppu[cand] == lo].tolist()), key=lambda i: cols.keys[i])
+            alloc[best] = min(int(cap[best]), int(alloc[best]) + floor - int(alloc[od].sum()))
+        return dict(zip(cols.keys, alloc.tolist()))
 
     def _zone_redundant(self, groups: list[GroupState], need: float, units: dict[str, float], split: dict
                         ) -> dict[str, int]:
@@ -525,7 +677,6 @@ class SLOAware(_CapacityScaler):
         self.correction: dict[str, float] = {}
 
     def _update_correction(self, model: str, groups: list[GroupState], units: dict[str, float]) -> float:
-        c = self.correction.get(model, 1.0)
         q = math.nan
         inf = math.inf
         for g in groups:  # (flat: this runs over every group of the model each epoch)
@@ -534,11 +685,17 @@ class SLOAware(_CapacityScaler):
                 if obs_s is not None and slo_s is not None and -inf < obs_s < inf and 0 < slo_s < inf:
                     r = obs_s / slo_s
                     q = r if q != q or r > q else q
+        return self._correct(model, q, lambda: sum(max(0, int(g.ready)) * units[g.key] for g in groups),
+                             lambda: _demand(groups)[0])
+
+    def _correct(self, model: str, q: float, ready_cap: Any, rps: Any) -> float:
+        """The correction after an epoch whose worst p90 / SLO ratio was ``q`` (NaN: none known);
+        ``ready_cap()``: the ready replicas' capacity, ``rps()``: the model's arrivals/s."""
+        c = self.correction.get(model, 1.0)
         if math.isnan(q):
             return c
         if q > 1.0:
-            ready_cap = sum(max(0, int(g.ready)) * units[g.key] for g in groups)
-            if _demand(groups)[0] > ready_cap:  # a shortage explains the violation: keep the estimate
+            if rps() > ready_cap():  # a shortage explains the violation: keep the estimate
                 return c
             goal = c * q
         else:
@@ -555,6 +712,19 @@ class SLOAware(_CapacityScaler):
         c = self._update_correction(model, groups, units)
         waiting = _demand(groups)[1]
         return self.demand_rps(model, groups, obs) * (1.0 + self.headroom) * c + waiting / self.drain_s
+
+    def need_cols(self, model, groups, obs, cols, unit, demand):
+        rps, waiting, _ = demand
+        q = math.nan
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+            for o, slo in (("ttft_p90_s", "slo_ttft_s"), ("tpot_p90_s", "slo_tpot_s")):
+                ov, sv = cols.col(o), cols.col(slo)
+                ok = np.isfinite(ov) & (sv > 0.0) & (sv < math.inf)
+                if ok.any():
+                    r = float((ov[ok] / sv[ok]).max())
+                    q = r if q != q or r > q else q
+        c = self._correct(model, q, lambda: pysum(cols.ints("ready") * unit), lambda: rps)
+        return rps * (1.0 + self.headroom) * c + waiting / self.drain_s
 
 
 def holt_forecast(series: list[float], steps: float, alpha: float = 0.5, beta: float = 0.2) -> float:

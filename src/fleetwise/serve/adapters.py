@@ -76,6 +76,8 @@ class ScalePolicy:
             out = self.scaler.scale(obs)
         if not isinstance(out, dict):
             raise PolicyFailed(f"scaler {self.name!r} returned {type(out).__name__}, expected {{group key: replicas}}")
+        if set(map(type, out)) <= {str} and set(map(type, out.values())) <= {int}:  # as a rule (one C-level pass)
+            return out
         try:
             return {str(k): int(v) for k, v in out.items()}
         except (TypeError, ValueError, OverflowError) as e:

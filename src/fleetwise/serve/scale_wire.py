@@ -16,8 +16,10 @@ becomes a ``GroupState`` from the struct's values in one call: scalers get the p
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import typing
+from itertools import starmap
 from typing import Annotated, Any
 
 from fleetwise.control.protocols import GroupState, ScaleObs
@@ -53,11 +55,13 @@ def _struct_types() -> tuple[Any, Any]:
         else:  # pragma: no cover - a new GroupState field type must be mirrored here and in schemas._mirror
             raise TypeError(f"GroupState.{f.name}: no msgspec mirror for {t}")
     fields = [(n, t) if d is msgspec.NODEFAULT else (n, t, d) for n, t, d in fields]
-    Group = msgspec.defstruct("GroupStateWire", fields, forbid_unknown_fields=True, array_like=False)
+    # gc=False: the structs hold only numbers, strings and tuples of floats (no cycles possible), so the cyclic
+    # collector need not track 10,000 of them (msgspec's documented option for such structs)
+    Group = msgspec.defstruct("GroupStateWire", fields, forbid_unknown_fields=True, array_like=False, gc=False)
     Req = msgspec.defstruct("ScaleRequestWire", [
         ("time_s", F), ("epoch_s", Annotated[float, msgspec.Meta(gt=0.0, le=MAX_FLOAT)]),
         ("groups", Annotated[list[Group], msgspec.Meta(min_length=1, max_length=MAX_GROUPS)])],
-        forbid_unknown_fields=True)
+        forbid_unknown_fields=True, gc=False)
     return msgspec.json.Decoder(Req), msgspec
 
 
@@ -96,5 +100,14 @@ def decode_scale(body: bytes) -> ScaleObs | None:
         keys.add(g.key)
     if len(keys) != len(groups):
         return None
-    astuple = msgspec.structs.astuple  # the struct's fields are GroupState's, in its order
-    return ScaleObs(time_s=req.time_s, epoch_s=req.epoch_s, groups=[GroupState(*astuple(g)) for g in groups])
+    # the struct's fields are GroupState's, in its order
+    return ScaleObs(time_s=req.time_s, epoch_s=req.epoch_s,
+                    groups=list(starmap(GroupState, map(msgspec.structs.astuple, groups))))
+
+
+def encode_targets(targets: dict[str, int], policy: str) -> bytes:
+    """The ``/v1/scale`` answer, ``{"targets": {...}, "policy": ...}`` (msgspec's encoder when it is installed: a
+    tenth of the standard library's time for 10,000 targets)."""
+    if _DECODER:
+        return _DECODER[1].json.encode({"targets": targets, "policy": policy})
+    return json.dumps({"targets": targets, "policy": policy}, separators=(",", ":")).encode()
