@@ -4,6 +4,7 @@ once with none."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -93,3 +94,23 @@ def test_columns_on_a_large_model(monkeypatch) -> None:
         slow = make("scaler", name, {}).scale(obs)
         monkeypatch.undo()
         assert fast == slow and sum(fast.values()) > 0
+
+
+def _with_columns(obs: ScaleObs, leave_out: tuple[str, ...] = ()) -> ScaleObs:
+    names = [f.name for f in dataclasses.fields(GroupState) if f.name not in leave_out]
+    cols = {n: [getattr(g, n) for g in obs.groups] for n in names}
+    return ScaleObs(time_s=obs.time_s, epoch_s=obs.epoch_s, groups=obs.groups, columns=cols)
+
+
+@pytest.mark.parametrize("name", ["slo_aware", "hpa", "predictive"])
+def test_columns_carried_by_the_observation_give_the_same_targets(name: str, monkeypatch) -> None:
+    """ScaleObs.columns (the service's columnar body) read for each model's groups (several models, some fields
+    left out and read from the groups instead) give the targets of the groups themselves."""
+    monkeypatch.setattr(scalers, "NP_MIN_GROUPS", 1)
+    for seed in range(4):
+        epochs = _epochs(77 + seed)
+        plain = make("scaler", name, {})
+        carried = make("scaler", name, {})
+        for k, obs in enumerate(epochs):
+            leave = ("available", "busy") if k % 2 else ()
+            assert carried.scale(_with_columns(obs, leave)) == plain.scale(obs), (name, seed, k)

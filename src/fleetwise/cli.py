@@ -1230,6 +1230,7 @@ def bench_scale(
     groups: str = typer.Option("250,1000,10000", help="comma-separated numbers of scaling groups"),
     scaler: str = typer.Option("slo_aware", help="the scaler loaded in the service"),
     repeat: int = typer.Option(5, min=1, max=100, help="runs per size (the median is printed)"),
+    columns: bool = typer.Option(False, "--columns", help="post the groups as columns (field -> list of values)"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """How POST /v1/scale grows with the number of scaling groups: request wall time on loopback, and the CPU time
@@ -1242,7 +1243,7 @@ def bench_scale(
         raise InputError(f"--groups {groups!r}: expected comma-separated positive integers") from None
     if not sizes or any(n < 1 or n > 10_000 for n in sizes):
         raise InputError(f"--groups {groups!r}: each size must be 1..10000 (the service's limit)")
-    rows = mod.run(sizes, scaler=scaler, repeat=repeat)
+    rows = mod.run(sizes, scaler=scaler, repeat=repeat, columns=columns)
     if as_json:
         out.print_json(json.dumps(rows))
     else:

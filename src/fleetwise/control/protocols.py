@@ -90,6 +90,10 @@ class ScaleObs:
     time_s: float
     epoch_s: float
     groups: list[GroupState]
+    # optional: the same groups' fields as columns (field name -> one value per group, in the order of ``groups``;
+    # a field left out is read from the groups), when the producer has them (the decision service's columnar
+    # body): scalers read models with many groups from them instead of every group's attributes
+    columns: dict[str, Any] | None = None
 
 
 @runtime_checkable

@@ -32,22 +32,41 @@ NP_MIN_GROUPS = 128  # from this many groups in one call, the columns are cheape
 
 
 class GroupCols:
-    """One model's groups as columns (read once; ``groups`` are ``GroupState``s or anything with its fields)."""
+    """One model's groups as columns, read once: from the groups (``GroupState``s or anything with its fields),
+    or from ``columns`` (``ScaleObs.columns``: field -> one value per group of the observation) at ``idx`` (the
+    model's groups among them; None: all)."""
 
-    __slots__ = ("groups", "keys", "n", "_c", "zone_ids", "nzones")
+    __slots__ = ("groups", "keys", "n", "_c", "zone_ids", "nzones", "src", "idx")
 
-    def __init__(self, groups: list[Any]):
+    def __init__(self, groups: list[Any], columns: dict[str, Any] | None = None, idx: np.ndarray | None = None):
         self.groups = groups
-        self.keys: list[str] = list(map(operator.attrgetter("key"), groups))
+        self.src, self.idx = columns, idx
         self.n = len(groups)
         self._c: dict[str, np.ndarray] = {}
         self.zone_ids: np.ndarray | None = None
         self.nzones = 0
+        self.keys: list[str] = self.values("key")
+
+    def values(self, name: str) -> list:
+        """The field's values as a list, in the groups' order."""
+        v = None if self.src is None else self.src.get(name)
+        if v is None:
+            return list(map(operator.attrgetter(name), self.groups))
+        if self.idx is None:
+            return v if isinstance(v, list) else list(v)
+        return [v[i] for i in self.idx.tolist()]
 
     def col(self, name: str, dtype: Any = np.float64) -> np.ndarray:
         a = self._c.get(name)
         if a is None:
-            a = self._c[name] = np.fromiter(map(operator.attrgetter(name), self.groups), dtype, self.n)
+            v = None if self.src is None else self.src.get(name)
+            if v is None:
+                a = np.fromiter(map(operator.attrgetter(name), self.groups), dtype, self.n)
+            else:  # (None in a float column: NaN, unknown, as the groups have it)
+                a = np.array(v, dtype=dtype)
+                if self.idx is not None:
+                    a = a[self.idx]
+            self._c[name] = a
         return a
 
     def ints(self, name: str) -> np.ndarray:
@@ -60,7 +79,7 @@ class GroupCols:
     def zones(self) -> tuple[np.ndarray, int]:
         """Zone ids (0, 1, ... in order of first appearance) and how many zones."""
         if self.zone_ids is None:
-            zones = list(map(operator.attrgetter("zone"), self.groups))
+            zones = self.values("zone")
             ids = {z: i for i, z in enumerate(dict.fromkeys(zones))}
             self.zone_ids = np.fromiter(map(ids.__getitem__, zones), np.int64, self.n)
             self.nzones = len(ids)
@@ -71,7 +90,7 @@ class GroupCols:
         a = self._c.get("=cap")
         if a is None:
             a = self.ints("max_replicas")
-            av = list(map(operator.attrgetter("available"), self.groups))
+            av = self.values("available")
             if av.count(None) != len(av):
                 given = np.array([x is not None for x in av])
                 vals = np.maximum(np.array([0 if x is None else x for x in av], dtype=np.int64), 0)
@@ -97,25 +116,12 @@ class GroupCols:
     def is_od(self) -> np.ndarray:
         a = self._c.get("=od")
         if a is None:
-            a = self._c["=od"] = np.array([p != "spot" for p in map(operator.attrgetter("pool"), self.groups)])
+            a = self._c["=od"] = np.array([p != "spot" for p in self.values("pool")], dtype=bool)
         return a
-
-    def subset(self, idx: np.ndarray) -> "SplitInput":
-        return SplitInput(self, idx)
-
 
 def pysum(a: np.ndarray) -> float:
     """Python's ``sum`` of the values, in order (the rounding of the per-group code)."""
     return sum(a.tolist())
-
-
-class SplitInput:
-    """The groups of one ``split_replicas`` call: indices into a ``GroupCols``, in the call's order."""
-
-    __slots__ = ("cols", "idx")
-
-    def __init__(self, cols: GroupCols, idx: np.ndarray):
-        self.cols, self.idx = cols, idx
 
 
 def split_cols(cols: GroupCols, idx: np.ndarray, need_units: float, unit: np.ndarray | None, *, min_total: int = 0,
@@ -177,6 +183,8 @@ class _Split:
             self.ncovered += 1
 
     def add(self, cands: np.ndarray, floor: int | None = None, need_units: float = 0.0, min_total: int = 0) -> None:
+        if floor is not None and floor - self.od_total <= 0:  # (what the first stop() below would say)
+            return
         n, cap, zid, cur, ppu = self.n, self.cap, self.zid, self.cur, self.ppu
         free = cands[n[cands] < cap[cands]]
         nf = len(free)
@@ -263,3 +271,20 @@ class _Split:
             ni = int(n[i])
             if ni >= ci or (not flag[p] and ni >= cu):  # the segment is done: the next top is the next segment
                 p += 1
+
+
+def model_columns(obs: Any, models: dict[str, list[Any]], min_groups: int) -> dict[str, GroupCols]:
+    """``GroupCols`` of the models of ``obs`` (``models``: their groups, ``by_model``) with at least ``min_groups``
+    groups, read from ``obs.columns`` when the observation has them."""
+    big = {m: g for m, g in models.items() if len(g) >= min_groups}
+    if not big:
+        return {}
+    columns = getattr(obs, "columns", None)
+    if columns is None or columns.get("model") is None:
+        return {m: GroupCols(g) for m, g in big.items()}
+    if len(models) == 1:
+        return {m: GroupCols(g, columns) for m, g in big.items()}
+    names = columns["model"]
+    ids = {m: k for k, m in enumerate(models)}
+    mid = np.fromiter(map(ids.__getitem__, names), np.int64, len(names))
+    return {m: GroupCols(g, columns, np.flatnonzero(mid == ids[m])) for m, g in big.items()}

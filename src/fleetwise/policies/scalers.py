@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from operator import attrgetter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +22,7 @@ import numpy as np
 
 from fleetwise.control.registry import register_scaler
 from fleetwise.perf.capacity import capacity_rps  # noqa: F401  (re-exported: scalers' capacity estimate)
-from fleetwise.policies.scale_columns import NP_MIN_GROUPS, GroupCols, pysum, split_cols
+from fleetwise.policies.scale_columns import NP_MIN_GROUPS, GroupCols, model_columns, pysum, split_cols
 
 if TYPE_CHECKING:  # pragma: no cover
     from fleetwise.control.protocols import GroupState, ScaleObs
@@ -50,6 +51,12 @@ def group_cap(g: GroupState) -> int:
 
 def by_model(obs: ScaleObs) -> dict[str, list[GroupState]]:
     """The groups of each model, models in order of first appearance (deterministic)."""
+    cols = getattr(obs, "columns", None)
+    models = cols.get("model") if cols is not None else None
+    if models is None:
+        models = list(map(attrgetter("model"), obs.groups))
+    if len(models) and len(set(models)) == 1:  # one model (as a rule in the service: no pass over the groups)
+        return {models[0]: list(obs.groups)}
     out: dict[str, list[GroupState]] = {}
     for g in obs.groups:
         out.setdefault(g.model, []).append(g)
@@ -406,8 +413,10 @@ class HPA:
     def scale(self, obs: ScaleObs) -> dict[str, int]:
         out: dict[str, int] = {}
         now = obs.time_s
-        for model, groups in by_model(obs).items():
-            cols = GroupCols(groups) if len(groups) >= NP_MIN_GROUPS else None  # many groups: numpy columns
+        models = by_model(obs)
+        many = model_columns(obs, models, NP_MIN_GROUPS)  # models with many groups: over numpy columns
+        for model, groups in models.items():
+            cols = many.get(model)
             if cols is not None:
                 current, model_max = int(cols.current().sum()), int(cols.cap().sum())
                 rps, waiting, running = cols.demand()
@@ -515,9 +524,11 @@ class _CapacityScaler:
     def scale(self, obs: ScaleObs) -> dict[str, int]:
         out: dict[str, int] = {}
         now = obs.time_s
-        for model, groups in by_model(obs).items():
-            if len(groups) >= NP_MIN_GROUPS:  # many groups: the same decision over numpy columns
-                out.update(self._scale_cols(model, groups, obs))
+        models = by_model(obs)
+        many = model_columns(obs, models, NP_MIN_GROUPS)
+        for model, groups in models.items():
+            if model in many:  # many groups: the same decision over numpy columns
+                out.update(self._scale_cols(model, groups, obs, many[model]))
                 continue
             rps, waiting, running = _demand(groups)
             active = rps > 0 or waiting > 0 or running > 0
@@ -544,9 +555,8 @@ class _CapacityScaler:
             out.update(self._zone_redundant(groups, need, units, split))
         return out
 
-    def _scale_cols(self, model: str, groups: list[GroupState], obs: ScaleObs) -> dict[str, int]:
+    def _scale_cols(self, model: str, groups: list[GroupState], obs: ScaleObs, cols: GroupCols) -> dict[str, int]:
         """``scale`` for one model with many groups, over numpy columns: the same targets."""
-        cols = GroupCols(groups)
         now = obs.time_s
         demand = cols.demand()
         rps, waiting, running = demand

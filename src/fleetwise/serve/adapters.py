@@ -16,7 +16,7 @@ from fleetwise.control.checkpoint import require_gate, resolve_inside
 from fleetwise.control.protocols import GroupState, ScaleObs
 from fleetwise.errors import InputError
 from fleetwise.serve.policy import RoutePolicy, parse_spec
-from fleetwise.serve.schemas import NAN_FIELDS, PlanRequest, RegionState
+from fleetwise.serve.schemas import NAN_FIELDS, PlanRequest, RegionState, column_groups
 
 DEFAULT_ROUTER = "least_outstanding_tokens"
 DEFAULT_PLANNER = "ot_capacity"
@@ -61,8 +61,8 @@ class ScalePolicy:
     def scale(self, body: BaseModel) -> dict[str, int]:
         groups = []
         nan = float("nan")
-        for g in body.groups:
-            d = dict(g.__dict__)  # the validated fields (no serialisation pass: 10,000 groups are common)
+        rows = (dict(g.__dict__) for g in body.groups) if body.groups is not None else column_groups(body.columns)
+        for d in rows:  # the validated fields (no serialisation pass: 10,000 groups are common)
             for k in NAN_FIELDS:
                 if d[k] is None:  # null: unknown (NaN)
                     d[k] = nan

@@ -31,6 +31,13 @@ def scale_body(n: int, zones: int = 50) -> dict:
     return {"time_s": 3600.0, "epoch_s": 60.0, "groups": groups}
 
 
+def as_columns(body: dict) -> dict:
+    """The same body with its groups as columns (field -> one value per group)."""
+    groups = body["groups"]
+    return {"time_s": body["time_s"], "epoch_s": body["epoch_s"],
+            "columns": {k: [g[k] for g in groups] for k in groups[0]}}
+
+
 def _cpu_ms(f, repeat: int) -> float:
     ts = []
     for _ in range(repeat):
@@ -64,7 +71,7 @@ def _service(port: int, scaler: str, token: str):
     raise RuntimeError("fleetwise serve did not become ready in 60 s")
 
 
-def run(groups: list[int], scaler: str = "slo_aware", repeat: int = 5) -> list[dict]:
+def run(groups: list[int], scaler: str = "slo_aware", repeat: int = 5, columns: bool = False) -> list[dict]:
     import httpx
 
     from fleetwise.serve.adapters import load_scale_policy
@@ -80,7 +87,8 @@ def run(groups: list[int], scaler: str = "slo_aware", repeat: int = 5) -> list[d
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=600,
                           headers={"authorization": f"Bearer {token}", "content-type": "application/json"}) as h:
             for n in groups:
-                raw = json.dumps(scale_body(n)).encode()
+                body = scale_body(n)
+                raw = json.dumps(as_columns(body) if columns else body).encode()
                 walls = []
                 for _ in range(repeat):
                     t0 = time.perf_counter()
@@ -95,6 +103,7 @@ def run(groups: list[int], scaler: str = "slo_aware", repeat: int = 5) -> list[d
                              "pydantic_parse_cpu_ms": _cpu_ms(lambda: ScaleRequest.model_validate_json(raw), repeat),
                              "decide_cpu_ms": _cpu_ms(lambda: pol.decide(obs), repeat),
                              "replicas": sum(r.json()["targets"].values()), "scaler": scaler,
+                             "body": "columns" if columns else "groups",
                              "load_avg": os.getloadavg()[0], "cpus": os.cpu_count()})
     finally:
         proc.terminate()
@@ -103,7 +112,8 @@ def run(groups: list[int], scaler: str = "slo_aware", repeat: int = 5) -> list[d
 
 
 def render(rows: list[dict]) -> str:
-    lines = [f"POST /v1/scale, scaler {rows[0]['scaler']} (median of runs; CPU ms: this process's CPU time; "
+    lines = [f"POST /v1/scale, scaler {rows[0]['scaler']}, groups as {rows[0]['body']} (median of runs; CPU ms: "
+             f"this process's CPU time; "
              f"load average {rows[-1]['load_avg']:.1f} on {rows[-1]['cpus']} CPUs)",
              "| groups | body MB | request ms (wall) | parse + validate ms (CPU; pydantic) | decision ms (CPU) |",
              "|---|---|---|---|---|"]

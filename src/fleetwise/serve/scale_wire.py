@@ -58,9 +58,16 @@ def _struct_types() -> tuple[Any, Any]:
     # gc=False: the structs hold only numbers, strings and tuples of floats (no cycles possible), so the cyclic
     # collector need not track 10,000 of them (msgspec's documented option for such structs)
     Group = msgspec.defstruct("GroupStateWire", fields, forbid_unknown_fields=True, array_like=False, gc=False)
+    # the columnar body: each field a list of the same values (a field with a default may be left out)
+    col_fields = []
+    for f in fields:
+        lst = Annotated[list[f[1]], msgspec.Meta(min_length=1, max_length=MAX_GROUPS)]  # type: ignore[valid-type]
+        col_fields.append((f[0], lst) if len(f) == 2 else (f[0], lst | None, None))
+    Columns = msgspec.defstruct("ScaleColumnsWire", col_fields, forbid_unknown_fields=True, gc=False)
     Req = msgspec.defstruct("ScaleRequestWire", [
         ("time_s", F), ("epoch_s", Annotated[float, msgspec.Meta(gt=0.0, le=MAX_FLOAT)]),
-        ("groups", Annotated[list[Group], msgspec.Meta(min_length=1, max_length=MAX_GROUPS)])],
+        ("groups", Annotated[list[Group], msgspec.Meta(min_length=1, max_length=MAX_GROUPS)] | None, None),
+        ("columns", Columns | None, None)],
         forbid_unknown_fields=True, gc=False)
     return msgspec.json.Decoder(Req), msgspec
 
@@ -83,6 +90,10 @@ def decode_scale(body: bytes) -> ScaleObs | None:
         req = decoder.decode(body)
     except (msgspec.ValidationError, msgspec.DecodeError):
         return None
+    if (req.groups is None) == (req.columns is None):
+        return None
+    if req.columns is not None:
+        return _from_columns(req, msgspec)
     nan = math.nan
     groups = req.groups
     keys: set[str] = set()
@@ -103,6 +114,33 @@ def decode_scale(body: bytes) -> ScaleObs | None:
     # the struct's fields are GroupState's, in its order
     return ScaleObs(time_s=req.time_s, epoch_s=req.epoch_s,
                     groups=list(starmap(GroupState, map(msgspec.structs.astuple, groups))))
+
+
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(GroupState) if f.default is not dataclasses.MISSING}
+
+
+def _from_columns(req: Any, msgspec: Any) -> ScaleObs | None:
+    """The ``ScaleObs`` of a columnar body (``GroupState``s made from the columns, which it also carries), or None
+    when a cross-field rule fails (pydantic answers)."""
+    c = req.columns
+    names = [f.name for f in dataclasses.fields(GroupState)]
+    cols = {name: getattr(c, name) for name in names}
+    n = len(cols["key"])
+    if any(v is not None and len(v) != n for v in cols.values()):
+        return None
+    if len(set(cols["key"])) != n:
+        return None
+    if any(lo > hi for lo, hi in zip(cols["min_replicas"], cols["max_replicas"])):
+        return None
+    nan = math.nan
+    for name in NAN_FIELDS:  # null -> NaN (unknown), as GroupState has it
+        v = cols[name]
+        if v is not None and None in v:
+            cols[name] = [nan if x is None else x for x in v]
+    vals = [v if v is not None else [_DEFAULTS[name]] * n for name, v in cols.items()]
+    groups = list(starmap(GroupState, zip(*vals)))
+    return ScaleObs(time_s=req.time_s, epoch_s=req.epoch_s, groups=groups,
+                    columns={k: v for k, v in cols.items() if v is not None})
 
 
 def encode_targets(targets: dict[str, int], policy: str) -> bytes:

@@ -150,27 +150,78 @@ PLAN_EXAMPLE = {
 }
 
 
+NAN_FIELDS = frozenset(f.name for f in dataclasses.fields(GroupState)
+                        if isinstance(f.default, float) and math.isnan(f.default))
+
+
+def _columns_model() -> type[BaseModel]:
+    """The groups as columns: each field of ``GroupStateModel`` a list with one value per group (the same bounds
+    per value); a field with a default may be left out (the default for every group)."""
+    fields: dict[str, Any] = {}
+    for name, f in GroupStateModel.model_fields.items():
+        item = Annotated[f.annotation, *f.metadata]  # type: ignore[valid-type]
+        col = Annotated[list[item], Field(min_length=1, max_length=MAX_GROUPS)]  # type: ignore[valid-type]
+        fields[name] = (col, ...) if f.is_required() else (col | None, None)
+    return create_model("ScaleColumns", __config__=ConfigDict(extra="forbid", allow_inf_nan=False),
+                        __doc__="The scaling groups as columns: field -> one value per group, in one order (no field "
+                                "name repeated per group: a smaller body for large fleets).", **fields)
+
+
+ScaleColumns = _columns_model()
+COLUMN_DEFAULTS = {name: f.get_default(call_default_factory=True)
+                   for name, f in GroupStateModel.model_fields.items() if not f.is_required()}
+
+
+def column_groups(cols: Any) -> list[dict[str, Any]]:
+    """The groups of a ``ScaleColumns`` as dicts (left-out columns: the defaults); raises ValueError when the
+    columns' lengths differ."""
+    d = {name: getattr(cols, name) for name in GroupStateModel.model_fields}
+    n = len(d["key"])
+    for name, v in d.items():
+        if v is not None and len(v) != n:
+            raise ValueError(f"columns.{name} has {len(v)} values for {n} groups (columns.key)")
+    names = list(d)
+    vals = [v if v is not None else [COLUMN_DEFAULTS[k]] * n for k, v in d.items()]
+    return [dict(zip(names, row)) for row in zip(*vals)]
+
+
+def check_groups(groups: Any, key: Any = lambda g: g.key, lo: Any = lambda g: g.min_replicas,
+                 hi: Any = lambda g: g.max_replicas) -> None:
+    """The cross-field rules of a scaling body: unique group keys, ``min_replicas <= max_replicas``."""
+    seen: set[str] = set()
+    for g in groups:
+        k = key(g)
+        if k in seen:
+            raise ValueError(f"group keys must be unique; {k!r} appears more than once")
+        seen.add(k)
+        if lo(g) > hi(g):
+            raise ValueError(f"group {k!r}: min_replicas {lo(g)} > max_replicas {hi(g)}")
+
+
 class _ScaleBase(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, json_schema_extra={"examples": [SCALE_EXAMPLE]})
 
     @model_validator(mode="after")
-    def _unique_keys(self):
-        seen: set[str] = set()
-        for g in self.groups:
-            if g.key in seen:
-                raise ValueError(f"group keys must be unique; {g.key!r} appears more than once")
-            seen.add(g.key)
-            if g.min_replicas > g.max_replicas:
-                raise ValueError(f"group {g.key!r}: min_replicas {g.min_replicas} > max_replicas {g.max_replicas}")
+    def _groups_or_columns(self):
+        if (self.groups is None) == (self.columns is None):
+            raise ValueError("give the scaling groups either as groups (a list of objects) or as columns "
+                             "(field -> list of values), not both" if self.groups is not None else
+                             "give the scaling groups as groups (a list of objects) or as columns "
+                             "(field -> list of values)")
+        if self.groups is not None:
+            check_groups(self.groups)
+        else:
+            rows = column_groups(self.columns)
+            check_groups(rows, key=lambda g: g["key"], lo=lambda g: g["min_replicas"], hi=lambda g: g["max_replicas"])
         return self
 
 
 ScaleRequest = create_model(
-    "ScaleRequest", __base__=_ScaleBase, __doc__="A scaling epoch's observation (control.protocols.ScaleObs).",
+    "ScaleRequest", __base__=_ScaleBase, __doc__="A scaling epoch's observation (control.protocols.ScaleObs): the "
+    "groups as a list of objects (``groups``) or as columns (``columns``), one of the two.",
     time_s=(float, Field(ge=0.0, le=MAX_FLOAT)), epoch_s=(float, Field(gt=0.0, le=MAX_FLOAT)),
-    groups=(list[GroupStateModel], Field(min_length=1, max_length=MAX_GROUPS)))
-NAN_FIELDS = frozenset(f.name for f in dataclasses.fields(GroupState)
-                        if isinstance(f.default, float) and math.isnan(f.default))
+    groups=(list[GroupStateModel] | None, Field(None, min_length=1, max_length=MAX_GROUPS)),
+    columns=(ScaleColumns | None, None))
 
 
 class ScaleResponse(BaseModel):
