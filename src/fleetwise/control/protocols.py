@@ -9,6 +9,7 @@ beside the simulator that consumes them (``fleetwise.sim.actions``) and re-expor
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from fleetwise.control.views import LaneView, PlanView, RouteView
@@ -89,7 +90,7 @@ class GroupState:
 class ScaleObs:
     time_s: float
     epoch_s: float
-    groups: list[GroupState]
+    groups: Sequence[GroupState]  # a list, or (the service's columnar body) a sequence that makes each when read
     # optional: the same groups' fields as columns (field name -> one value per group, in the order of ``groups``;
     # a field left out is read from the groups), when the producer has them (the decision service's columnar
     # body): scalers read models with many groups from them instead of every group's attributes

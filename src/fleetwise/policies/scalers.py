@@ -56,7 +56,8 @@ def by_model(obs: ScaleObs) -> dict[str, list[GroupState]]:
     if models is None:
         models = list(map(attrgetter("model"), obs.groups))
     if len(models) and len(set(models)) == 1:  # one model (as a rule in the service: no pass over the groups)
-        return {models[0]: list(obs.groups)}
+        groups = obs.groups
+        return {models[0]: groups if isinstance(groups, list) or cols is not None else list(groups)}
     out: dict[str, list[GroupState]] = {}
     for g in obs.groups:
         out.setdefault(g.model, []).append(g)
