@@ -102,7 +102,7 @@ def _with_columns(obs: ScaleObs, leave_out: tuple[str, ...] = ()) -> ScaleObs:
     return ScaleObs(time_s=obs.time_s, epoch_s=obs.epoch_s, groups=obs.groups, columns=cols)
 
 
-@pytest.mark.parametrize("name", ["slo_aware", "hpa", "predictive"])
+@pytest.mark.parametrize("name", ["slo_aware", "hpa", "predictive", "static"])
 def test_columns_carried_by_the_observation_give_the_same_targets(name: str, monkeypatch) -> None:
     """ScaleObs.columns (the service's columnar body) read for each model's groups (several models, some fields
     left out and read from the groups instead) give the targets of the groups themselves."""

@@ -315,6 +315,15 @@ class Static:
         self.target: dict[str, int] = {}
 
     def scale(self, obs: ScaleObs) -> dict[str, int]:
+        cols = getattr(obs, "columns", None)
+        need = ("key", "ready", "starting", "min_replicas")
+        if cols is not None and all(cols.get(k) is not None for k in need):  # the groups as columns: read those
+            keys = cols["key"]
+            for k, r, st, m in zip(keys, cols["ready"], cols["starting"], cols["min_replicas"]):
+                if k not in self.target:
+                    n = self.replicas if self.replicas is not None else max(0, int(r)) + max(0, int(st))
+                    self.target[k] = max(int(n), max(0, int(m)))
+            return {k: self.target[k] for k in keys}
         for g in obs.groups:
             if g.key not in self.target:
                 n = self.replicas if self.replicas is not None else current_replicas(g)
