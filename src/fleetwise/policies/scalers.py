@@ -617,12 +617,15 @@ class _CapacityScaler:
         share = need / (nz - 1) if nz >= 2 else need
         u = np.ones(cols.n) if unit is None else unit
         su = np.where((u > 0.0) & (u < math.inf), u, 1.0)
+        glist = None  # the groups as a list, made once if a zone goes to the per-group code
         for idx in parts:
             res = None
             if len(idx) >= NP_MIN_GROUPS:
                 res = split_cols(cols, idx, share, su[idx], min_total=1, on_demand_floor=0, min_zones=1)
             if res is None:
-                d = split_replicas([groups[i] for i in idx.tolist()], share, units=self._unit_dict(cols, u, idx),
+                if glist is None:
+                    glist = groups if isinstance(groups, list) else list(groups)
+                d = split_replicas([glist[i] for i in idx.tolist()], share, units=self._unit_dict(cols, u, idx),
                                    min_total=1, on_demand_floor=0, min_zones=1)
                 res = np.array(list(d.values()), dtype=np.int64)
             alloc[idx] = res
