@@ -601,7 +601,10 @@ class Simulator:
         if B and not prefill:
             c0, c1 = perf.decode_coeffs(B)
             k = 1
-            if self.batcher_stationary and not self.options.force_single_step:
+            # (after a preemption the next iteration's plan need not be this one: the batcher planned before the
+            # KV was freed, and an admission put off may go ahead; so such a run is one step. E.g. with
+            # kv_offload the queue's head is not the request just preempted, still swapping out, and may fit)
+            if self.batcher_stationary and not self.options.force_single_step and not (preempted or plan.preempt):
                 fin = lane.finish_heap
                 while fin and fin[0][2] != self.epoch[fin[0][1]]:
                     heapq.heappop(fin)
