@@ -114,3 +114,20 @@ def test_columns_carried_by_the_observation_give_the_same_targets(name: str, mon
         for k, obs in enumerate(epochs):
             leave = ("available", "busy") if k % 2 else ()
             assert carried.scale(_with_columns(obs, leave)) == plain.scale(obs), (name, seed, k)
+
+
+def test_an_overflowing_need_fails_alike_on_both_paths(monkeypatch) -> None:
+    """Capacities so small that the replicas needed overflow: the per-group code's ``math.ceil`` raises, and so
+    does the columns path (its first check of what is missing is the same arithmetic), not a silent answer."""
+    rng = np.random.default_rng(5)
+    groups = [dataclasses.replace(_group(rng, "m", i, ["z0", "z1"], 1.0), capacity_rps=1e-307, arrivals_rps=50.0)
+              for i in range(200)]
+    obs = ScaleObs(time_s=60.0, epoch_s=60.0, groups=groups)
+    outcomes = []
+    for threshold in (10 ** 9, 1):
+        monkeypatch.setattr(scalers, "NP_MIN_GROUPS", threshold)
+        try:
+            outcomes.append(make("scaler", "slo_aware", {"zone_redundant": False}).scale(obs))
+        except OverflowError as e:
+            outcomes.append(type(e))
+    assert outcomes[0] == outcomes[1]

@@ -8,8 +8,8 @@ beside the simulator that consumes them (``fleetwise.sim.actions``) and re-expor
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from fleetwise.control.views import LaneView, PlanView, RouteView

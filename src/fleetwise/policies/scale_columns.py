@@ -16,8 +16,9 @@ other on random fleets, and ``split_replicas`` against the quadratic original):
   would take whole without stopping are applied at once, and the loop itself runs from the first one that it
   might split or stop in (one or two steps, as a rule).
 
-Anything unusual (a non-finite price or capacity, which the Python path handles by raising or by its
-``1e-9`` tolerances) goes back to the Python path, which gives the answer.
+A call with a non-finite price per unit of capacity goes back to the Python path, which gives the answer; a need
+that overflows raises the per-group code's ``OverflowError`` here too (the first check of what is missing is the
+same ``math.ceil``).
 """
 
 from __future__ import annotations
@@ -118,6 +119,7 @@ class GroupCols:
         if a is None:
             a = self._c["=od"] = np.array([p != "spot" for p in self.values("pool")], dtype=bool)
         return a
+
 
 def pysum(a: np.ndarray) -> float:
     """Python's ``sum`` of the values, in order (the rounding of the per-group code)."""

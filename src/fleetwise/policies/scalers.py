@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import heapq
 import math
-from operator import attrgetter
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -315,20 +315,19 @@ class Static:
         self.target: dict[str, int] = {}
 
     def scale(self, obs: ScaleObs) -> dict[str, int]:
+        fields = ("key", "ready", "starting", "min_replicas")
         cols = getattr(obs, "columns", None)
-        need = ("key", "ready", "starting", "min_replicas")
-        if cols is not None and all(cols.get(k) is not None for k in need):  # the groups as columns: read those
-            keys = cols["key"]
-            for k, r, st, m in zip(keys, cols["ready"], cols["starting"], cols["min_replicas"]):
-                if k not in self.target:
-                    n = self.replicas if self.replicas is not None else max(0, int(r)) + max(0, int(st))
-                    self.target[k] = max(int(n), max(0, int(m)))
-            return {k: self.target[k] for k in keys}
-        for g in obs.groups:
-            if g.key not in self.target:
-                n = self.replicas if self.replicas is not None else current_replicas(g)
-                self.target[g.key] = max(int(n), max(0, int(g.min_replicas)))
-        return {g.key: self.target[g.key] for g in obs.groups}
+        if cols is not None and all(cols.get(f) is not None for f in fields):  # the groups as columns: read those
+            rows = zip(*(cols[f] for f in fields))
+        else:
+            rows = map(attrgetter(*fields), obs.groups)
+        out = {}
+        for k, r, st, m in rows:
+            if k not in self.target:
+                n = self.replicas if self.replicas is not None else max(0, int(r)) + max(0, int(st))
+                self.target[k] = max(int(n), max(0, int(m)))
+            out[k] = self.target[k]
+        return out
 
 
 # --------------------------------------------------------------------------------------------- HPA
@@ -575,7 +574,7 @@ class _CapacityScaler:
         win = self._win.setdefault(model, _Window(self.downscale_window_s))
         if self.scale_to_zero and idle >= self.idle_s and self.keep_zero(model, groups, obs):
             win.reset()
-            return _split_cols(cols, None, 0.0, None, 0, self.on_demand_floor, self.min_zones) or {}
+            return _split_cols(cols, None, 0.0, None, 0, self.on_demand_floor, self.min_zones)  # type: ignore[return-value]
         unit = self.units_cols(model, cols)
         if unit is None:  # no capacity known or observed: hold, one more while requests wait
             current = float(int(cur.sum()))

@@ -118,14 +118,14 @@ def decode_scale(body: bytes) -> ScaleObs | None:
 
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(GroupState) if f.default is not dataclasses.MISSING}
+_DEFAULTS_ORDER = [f.name for f in dataclasses.fields(GroupState)]  # GroupState's fields, in its order
 
 
 def _from_columns(req: Any, msgspec: Any) -> ScaleObs | None:
     """The ``ScaleObs`` of a columnar body (``GroupState``s made from the columns, which it also carries), or None
     when a cross-field rule fails (pydantic answers)."""
     c = req.columns
-    names = [f.name for f in dataclasses.fields(GroupState)]
-    cols = {name: getattr(c, name) for name in names}
+    cols = {name: getattr(c, name) for name in _DEFAULTS_ORDER}
     n = len(cols["key"])
     if any(v is not None and len(v) != n for v in cols.values()):
         return None
