@@ -84,7 +84,6 @@ Info
 
 from __future__ import annotations
 
-import contextlib
 import math
 from dataclasses import dataclass, field
 
@@ -93,6 +92,7 @@ import numpy as np
 from gymnasium import spaces
 
 from fleetwise.errors import InputError
+from fleetwise.workload.readers import cached_servegen  # noqa: F401  (re-exported)
 from fleetwise.policies.scaler_features import (  # noqa: F401  (re-exported: the env's observation and action)
     N_GLOBAL_FEATURES,
     N_GROUP_FEATURES,
@@ -167,34 +167,6 @@ def resolve_scenario(scenario):
     if isinstance(scenario, str):
         return load_scenario(scenario)
     raise InputError(f"scenario: expected a Scenario, a built-in name or a mapping, got {type(scenario).__name__}")
-
-
-_SERVEGEN: dict = {}
-
-
-@contextlib.contextmanager
-def cached_servegen():
-    """Within the block, ServeGen rate files are read once per process: ``read_servegen`` parses the 160
-    CSV files of a model (~6 s) on every ``build``. The rates are only read, so the workload is the same."""
-    from fleetwise.workload import readers
-
-    orig = readers.read_servegen
-    if getattr(orig, "fleetwise_cached", False):
-        yield
-        return
-
-    def cached(folder_or_model_dir, model=None, limit=None):
-        key = (str(folder_or_model_dir), model, limit)
-        if key not in _SERVEGEN:
-            _SERVEGEN[key] = orig(folder_or_model_dir, model=model, limit=limit)
-        return _SERVEGEN[key]
-
-    cached.fleetwise_cached = True  # type: ignore[attr-defined]
-    readers.read_servegen = cached
-    try:
-        yield
-    finally:
-        readers.read_servegen = orig
 
 
 def build_cached(scenario, seed: int):

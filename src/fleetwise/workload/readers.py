@@ -16,6 +16,7 @@ Supported formats
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import gzip
 import io
@@ -660,3 +661,31 @@ def servegen_workload(
         arrival_s=t, prompt_tokens=prompt, output_tokens=output, tenant=c.astype(np.int16),
         tenants=list(rates.clients), name=f"servegen-{rates.model}",
     )
+
+
+_SERVEGEN: dict = {}
+
+
+@contextlib.contextmanager
+def cached_servegen():
+    """Within the block, ServeGen rate files are read once per process: ``read_servegen`` parses the 160
+    CSV files of a model (~6 s) on every ``build``. The rates are only read, so the workload is the same."""
+    import fleetwise.workload.readers as readers
+
+    orig = readers.read_servegen
+    if getattr(orig, "fleetwise_cached", False):
+        yield
+        return
+
+    def cached(folder_or_model_dir, model=None, limit=None):
+        key = (str(folder_or_model_dir), model, limit)
+        if key not in _SERVEGEN:
+            _SERVEGEN[key] = orig(folder_or_model_dir, model=model, limit=limit)
+        return _SERVEGEN[key]
+
+    cached.fleetwise_cached = True  # type: ignore[attr-defined]
+    readers.read_servegen = cached
+    try:
+        yield
+    finally:
+        readers.read_servegen = orig
