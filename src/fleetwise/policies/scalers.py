@@ -526,6 +526,11 @@ class _CapacityScaler:
         """``need_rps`` with the model's groups as columns, and its ``_demand`` known."""
         return self.demand_rps(model, groups, obs) * (1.0 + self.headroom) + demand[1] / self.drain_s
 
+    def redundant(self, model: str, now: float) -> bool:
+        """Whether ``model``'s capacity is spread N+1 across zones this epoch (``zone_redundant`` with
+        ``min_zones >= 2``; the learned correction of ``scalers_rl`` may lift it per model and epoch)."""
+        return self.zone_redundant and self.min_zones >= 2
+
     def keep_zero(self, model: str, groups: list[GroupState], obs: ScaleObs) -> bool:
         """Whether an idle model may go to zero now (the predictive scaler checks its forecast)."""
         return True
@@ -558,7 +563,7 @@ class _CapacityScaler:
                 current = float(sum(c * units[g.key] for c, g in zip(cr, groups)))
                 need = self.need_rps(model, groups, obs, units)
             need = win.stabilize(now, need, current)
-            if not self.zone_redundant or self.min_zones < 2:
+            if not self.redundant(model, now):
                 out.update(split_replicas(groups, need, units=units, min_total=1, **split))
                 continue
             out.update(self._zone_redundant(groups, need, units, split))
@@ -583,7 +588,7 @@ class _CapacityScaler:
             current = float(pysum(cur * unit))
             need = self.need_cols(model, groups, obs, cols, unit, demand)
         need = win.stabilize(now, need, current)
-        if not self.zone_redundant or self.min_zones < 2:
+        if not self.redundant(model, now):
             su = None if unit is None else np.where((unit > 0.0) & (unit < math.inf), unit, 1.0)
             res = _split_cols(cols, None, need, su, 1, self.on_demand_floor, self.min_zones)
             if res is not None:

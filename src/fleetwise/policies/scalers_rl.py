@@ -1,9 +1,14 @@
 """The learned scaler ``rl``: a PPO policy trained on ``fleetwise/Autoscaling-v0`` (fleetwise.learn.autoscaling),
 deployed through the same ``Scaler`` protocol as the heuristics. docs/autoscaling.md, "RL scaler"; docs/learning.md.
 
-It contains its rule: each epoch ``slo_aware`` (with the parameters the model card names) answers first, and the
-policy's action corrects its target per group by a bounded number of replicas; the centre action reproduces
-``slo_aware`` decision for decision.
+It contains its rule, in one of two ways (the model card's ``training.action``):
+
+* ``residual`` (PPO on ``fleetwise/Autoscaling-v0``): each epoch ``slo_aware`` (with the parameters the model card
+  names) answers first, and the policy's action corrects its target per group by a bounded number of replicas;
+  the centre action reproduces ``slo_aware`` decision for decision;
+* ``model_correction`` (CEM, ``fleetwise.learn.scaler_cem``): per model and epoch a linear policy adjusts two of
+  ``slo_aware``'s parameters, its need and its zone redundancy (``policies/scaler_correction.py``); zero
+  parameters reproduce ``slo_aware`` decision for decision.
 
 The policy is a fleetwise policy checkpoint (``NAME.npz`` + ``NAME.card.json``, fleetwise.control.checkpoint) run
 in numpy: loading it runs no code from the file and needs neither torch nor Stable-Baselines3. Training writes
@@ -15,9 +20,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from fleetwise.control.checkpoint import SUFFIX, CheckpointError, load_policy
 from fleetwise.control.registry import register_scaler
 from fleetwise.errors import InputError
+from fleetwise.policies.scaler_correction import ACTION_KIND as CORRECTION
 from fleetwise.policies.scaler_features import (
     N_GLOBAL_FEATURES,
     N_GROUP_FEATURES,
@@ -59,6 +67,10 @@ class RLScaler:
         self.model = load_policy(path, level="scaler")
         card = self.model.card
         training = card.training if card is not None else {}
+        if card is not None and card.rule == RULE and training.get("action") == CORRECTION:
+            self._init_correction(path, training)
+            return
+        self.correction = None
         if card is None or card.rule != RULE or training.get("action") != "residual":
             raise CheckpointError(f"scaler 'rl': {str(path)!r} is an RL scaler of the old action (replica changes "
                                   f"without a rule; its card names rule {None if card is None else card.rule!r}): "
@@ -84,7 +96,34 @@ class RLScaler:
         self.on_demand_floor = int(on_demand_floor)
         self.checkpoint = str(path)
 
+    def _init_correction(self, path: Path, training: dict) -> None:
+        """A model-level correction of ``slo_aware`` (policies/scaler_correction.py, trained by CEM)."""
+        from fleetwise.policies.scaler_correction import N_FEATURES, N_OUTPUTS, CorrectedSLOAware
+
+        m = self.model
+        if (m.action.kind != "box" or tuple(m.action.shape) != (N_OUTPUTS,) or tuple(m.obs_shape) != (N_FEATURES,)
+                or len(m.layers) != 1):
+            raise InputError(f"scaler 'rl': {str(path)!r} is not a model-correction policy (observation "
+                             f"{m.obs_shape}, action {m.action.to_json()}, {len(m.layers)} layers)")
+        rule_params = training.get("rule_params") or {}
+        if not isinstance(rule_params, dict):
+            raise CheckpointError(f"scaler 'rl': {str(path)!r}: model card training.rule_params must be an object")
+        lo, hi = m.act_low, m.act_high
+
+        def act(x):
+            return np.clip(m.forward(x.reshape(1, -1))[0], lo, hi)
+
+        from fleetwise.policies import make
+
+        make("scaler", RULE, dict(rule_params), where=f"scaler 'rl' ({path.name}) rule: ")  # the same checks
+        self.correction = CorrectedSLOAware(act, **rule_params)
+        self.rule = self.correction
+        self.checkpoint = str(path)
+        self.deterministic = True
+
     def scale(self, obs: ScaleObs) -> dict[str, int]:
+        if self.correction is not None:
+            return self.correction.scale(obs)
         rule = {str(k): int(v) for k, v in self.rule.scale(obs).items()}
         x = features(obs, self.max_groups, rule)
         action, _ = self.model.predict(x)

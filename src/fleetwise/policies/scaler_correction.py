@@ -1,0 +1,134 @@
+"""The RL scaler's model-level correction of ``slo_aware`` (the ``rl`` scaler with a checkpoint whose model card
+says ``training.action: "model_correction"``; trained by ``fleetwise.learn.scaler_cem``). docs/autoscaling.md.
+
+It contains its rule. Per model and scaling epoch, a linear policy maps ``N_FEATURES`` features of what the
+rule sees (:func:`model_features`) to two numbers in [-1, 1], which adjust two of ``slo_aware``'s parameters for
+that model in that epoch:
+
+* ``a[0]``, the capacity: the rule's need (``predicted x (1 + headroom) x correction + waiting / drain_s``) is
+  multiplied by ``exp(NEED_SCALE x a[0])`` (a factor in [0.74, 1.35]), before the rule's scale-down window;
+* ``a[1]``, the zone redundancy: while ``a[1] > 0`` has held for the rule's ``downscale_window_s`` (the same
+  wait as any scale-down), the model's capacity is not spread N+1 across zones this epoch (one split over its
+  groups, cheapest first); it is spread again at once when ``a[1] <= 0``.
+
+Zero parameters give ``a = 0``: factor 1 and the redundancy kept, i.e. ``slo_aware`` decision for decision
+(``tests/test_scaler_correction.py``). What it can learn is when the rule's insurance (headroom, N+1 across zones)
+buys no service level: a model whose demand is a small fraction of one replica, at ease with its SLO, pays for a
+second zone's replica that a burst would fill only after a cold start anyway. The features carry no time of day
+and no model identity, so a policy cannot learn a scenario's fault schedule or its model names.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from fleetwise.policies.scalers import SLOAware, _demand
+
+N_FEATURES = 7  # bias + 6 (model_features)
+N_OUTPUTS = 2
+NEED_SCALE = 0.3  # a[0] = +-1: the need x exp(+-0.3)
+ACTION_KIND = "model_correction"  # the model card's training["action"]
+
+
+def model_features(need: float, unit: float, rps: float, history: tuple, ready: np.ndarray, starting: np.ndarray,
+                   waiting: int, busy: np.ndarray, ratios: np.ndarray) -> np.ndarray:
+    """What the policy sees of one model in one epoch, ``N_FEATURES`` values:
+
+    0. 1 (bias);
+    1. the rule's need in replicas of the model's largest unit (``need / unit``), /4, at most 2;
+    2. the worst p90 / SLO ratio of TTFT and TPOT over its groups (0 when nothing finished), at most 3;
+    3. ``log1p(waiting per ready replica) / log1p(100)``;
+    4. the mean GPU-busy fraction of its ready replicas (weighted by ready; 0 with none);
+    5. the demand trend: (arrivals/s - the mean of the last 4 epochs') per unit, in [-2, 2];
+    6. the share of its replicas still starting (cold starts in flight).
+    """
+    u = unit if unit > 0 and math.isfinite(unit) else 1.0
+    nready = int(ready.sum())
+    nstart = int(starting.sum())
+    q = float(np.max(ratios)) if len(ratios) else 0.0
+    hist = [h for h in history[-4:] if h is not None and math.isfinite(h)]
+    trend = (rps - (sum(hist) / len(hist))) / u if hist else 0.0
+    b = float((busy * ready).sum() / nready) if nready else 0.0
+    return np.array([
+        1.0,
+        min(max(need, 0.0) / u / 4.0, 2.0),
+        min(max(q, 0.0), 3.0),
+        math.log1p(max(waiting, 0) / max(nready, 1)) / math.log1p(100.0),
+        min(max(b, 0.0), 1.0),
+        min(max(trend, -2.0), 2.0),
+        nstart / max(nready + nstart, 1),
+    ])
+
+
+def _ratios(ttft: np.ndarray, slo_ttft: np.ndarray, tpot: np.ndarray, slo_tpot: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = []
+        for o, s in ((ttft, slo_ttft), (tpot, slo_tpot)):
+            ok = np.isfinite(o) & (s > 0.0) & np.isfinite(s)
+            out.append(o[ok] / s[ok])
+    return np.concatenate(out)
+
+
+class LinearCorrection:
+    """``a = clip(W x + b, -1, 1)``: the policy (``w``: (N_OUTPUTS, N_FEATURES), ``b``: (N_OUTPUTS,))."""
+
+    def __init__(self, w: np.ndarray, b: np.ndarray):
+        self.w = np.asarray(w, np.float64).reshape(N_OUTPUTS, N_FEATURES)
+        self.b = np.asarray(b, np.float64).reshape(N_OUTPUTS)
+
+    @classmethod
+    def zeros(cls) -> "LinearCorrection":
+        return cls(np.zeros((N_OUTPUTS, N_FEATURES)), np.zeros(N_OUTPUTS))
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        return np.clip(self.w @ x + self.b, -1.0, 1.0)
+
+
+class CorrectedSLOAware(SLOAware):
+    """``slo_aware`` whose need and zone redundancy a policy adjusts per model and epoch (module docstring).
+    ``policy``: features -> a in [-1, 1]^2 (a :class:`LinearCorrection`, or a loaded checkpoint's ``act``)."""
+
+    def __init__(self, policy=None, **params):
+        super().__init__(**params)
+        self.policy = policy if policy is not None else LinearCorrection.zeros()
+        self._drop_since: dict[str, float] = {}  # model -> when a[1] > 0 began (held since)
+        self._drop: dict[str, bool] = {}  # model -> redundancy lifted this epoch
+        self.decisions = 0  # (model, epoch) pairs the policy answered
+
+    def _apply(self, model: str, need: float, now: float, x: np.ndarray) -> float:
+        a = self.policy(x)
+        self.decisions += 1
+        if a[1] > 0.0:
+            since = self._drop_since.setdefault(model, now)
+            self._drop[model] = now - since >= self.downscale_window_s
+        else:
+            self._drop_since.pop(model, None)
+            self._drop[model] = False
+        return need * math.exp(NEED_SCALE * float(a[0])) if a[0] != 0.0 else need
+
+    def redundant(self, model: str, now: float) -> bool:
+        return super().redundant(model, now) and not self._drop.get(model, False)
+
+    def need_rps(self, model, groups, obs, units):
+        need = super().need_rps(model, groups, obs, units)
+        rps, waiting, _ = _demand(groups)
+        arr = {k: np.array([getattr(g, k) for g in groups], dtype=np.float64)
+               for k in ("ready", "starting", "busy", "ttft_p90_s", "slo_ttft_s", "tpot_p90_s", "slo_tpot_s")}
+        unit = max((v for v in units.values() if 0 < v < math.inf), default=1.0)
+        x = model_features(need, unit, rps, tuple(groups[0].history_rps) if len(groups) else (),
+                           np.maximum(arr["ready"], 0), np.maximum(arr["starting"], 0), waiting, arr["busy"],
+                           _ratios(arr["ttft_p90_s"], arr["slo_ttft_s"], arr["tpot_p90_s"], arr["slo_tpot_s"]))
+        return self._apply(model, need, obs.time_s, x)
+
+    def need_cols(self, model, groups, obs, cols, unit, demand):
+        need = super().need_cols(model, groups, obs, cols, unit, demand)
+        rps, waiting, _ = demand
+        u = unit[(unit > 0) & (unit < math.inf)] if unit is not None else np.empty(0)
+        hist = cols.values("history_rps")[0] if cols.n else ()
+        x = model_features(need, float(u.max()) if len(u) else 1.0, rps, tuple(hist or ()), cols.ints("ready"),
+                           cols.ints("starting"), waiting, cols.col("busy"),
+                           _ratios(cols.col("ttft_p90_s"), cols.col("slo_ttft_s"), cols.col("tpot_p90_s"),
+                                   cols.col("slo_tpot_s")))
+        return self._apply(model, need, obs.time_s, x)
