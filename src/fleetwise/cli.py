@@ -1030,6 +1030,57 @@ def train_router_cmd(
                   f"checkpoint {res['checkpoint']}", highlight=False, soft_wrap=True)
 
 
+@train_app.command("scaler")
+def train_scaler_cmd(
+    out_path: Path = typer.Option(..., "--out", help="the checkpoint to write (NAME.npz, with NAME.card.json beside it)"),
+    quick: bool = typer.Option(False, "--quick", help="reproduce platform --quick's budget (1-hour windows, 3 "
+                               "iterations of 6) instead of the full one (2-hour windows, 6 iterations of 8)"),
+    seed: int = typer.Option(0, min=0, max=MAX_SEED, help="the search's seed"),
+    backend: str = typer.Option("local", help="local (worker processes) or ray"),
+    address: Optional[str] = typer.Option(None, help="a Ray cluster's address (--backend ray)"),
+    workers: Optional[int] = typer.Option(None, min=1, max=1024, help="worker processes (default: the CPUs)"),
+    as_json: bool = _JSON,
+) -> None:
+    """The RL scaler of `reproduce platform`: a model-level correction of slo_aware (its need and zone redundancy,
+    per model and epoch), found by the cross-entropy method on windows of the platform scenario's ServeGen days
+    2-6 (cost per token, SLO attainment within 0.1 point of the rule's as a constraint), kept by validation on
+    day 7, gated against slo_aware (the gate's result goes into the model card)."""
+    from fleetwise.experiments.store import check_writable_file
+    from fleetwise.learn.scaler_cem import ScalerCEMConfig, train_scaler_cem
+    from fleetwise.reproduce.platform import TRAIN_DAYS, VAL_DAY, _budget
+    from fleetwise.scenario import SCENARIO_DIR, read_yaml
+
+    if not str(out_path).endswith(".npz"):
+        raise InputError(f"--out {out_path}: expected a NAME.npz file name")
+    if backend not in ("local", "ray"):
+        raise InputError(f"--backend {backend!r}: expected local or ray")
+    check_writable_file(out_path, "checkpoint (--out)")
+    _, base = read_yaml("platform", SCENARIO_DIR, "scenario")
+    cfg = ScalerCEMConfig(train_days=list(TRAIN_DAYS), val_day=VAL_DAY, seed=seed, **_budget(quick)["rl"])
+    with _progress() as prog:
+        task = prog.add_task("training the RL scaler (CEM)", total=cfg.iterations)
+        res = train_scaler_cem(base, cfg, out_path, backend=backend, workers=workers, address=address,
+                               progress=lambda it, row: prog.update(task, completed=it))
+    if as_json:
+        out.print_json(json.dumps(res, default=float))
+        return
+    g = res["gate"]
+    t = Table(title="RL scaler on the platform scenario: learning curve (validation windows, against slo_aware)")
+    for c in ("iteration", "$/Mtok vs rule", "SLO attainment vs rule", "oscillations added", "lambda"):
+        t.add_column(c, justify="right")
+    for row in res["curve"]:
+        t.add_row(str(row["iteration"]), f"{math.exp(row['val_log_cost_ratio']) - 1:+.2%}",
+                  f"{row['val_attainment_diff'] * 100:+.2f} pt", f"{row['val_oscillations_added']:+.0f}",
+                  f"{row['lambda']:.3g}")
+    print_tables(t, False)
+    lo, hi = g["ci95"]
+    console.print(f"gate ({g['windows_detail']}, cost per million tokens against {g['rule']}): {g['change']:+.2%} "
+                  f"[{lo:+.2%}, {hi:+.2%}], SLO attainment {g['attainment_diff'] * 100:+.2f} points: "
+                  f"{'passed' if g['passed'] else 'NOT passed (serve refuses it without --force)'}; kept iteration "
+                  f"{res['best_iteration']} (0 = the rule); checkpoint {res['checkpoint']}", highlight=False,
+                  soft_wrap=True)
+
+
 @bench_app.command("env-steps")
 def bench_env_steps(
     name: str = typer.Argument(..., help="allocation, batching, torta or graph-marl"),

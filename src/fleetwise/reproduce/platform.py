@@ -42,10 +42,14 @@ DAY = 86400.0
 
 
 def _budget(quick: bool) -> dict:
+    # rl: the RL scaler's CEM budget (fleetwise.learn.scaler_cem.ScalerCEMConfig fields)
     if quick:
-        return {"seeds": 5, "window": (9.5 * 3600.0, 11.5 * 3600.0), "rl_timesteps": 1_500, "rl_window_s": 1800.0,
-                "rl_val_windows": 2}
-    return {"seeds": 5, "window": (0.0, DAY), "rl_timesteps": 12_000, "rl_window_s": 3600.0, "rl_val_windows": 4}
+        return {"seeds": 5, "window": (9.5 * 3600.0, 11.5 * 3600.0),
+                "rl": {"window_s": 3600.0, "train_windows": 3, "val_windows": 2, "gate_windows": 3, "iterations": 3,
+                       "population": 6, "elite": 2}}
+    return {"seeds": 5, "window": (0.0, DAY),
+            "rl": {"window_s": 7200.0, "train_windows": 4, "val_windows": 4, "gate_windows": 4, "iterations": 6,
+                   "population": 8, "elite": 3}}
 
 
 def windowed(data: dict, start_s: float, end_s: float, day: int = 0) -> dict:
@@ -166,12 +170,10 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
         jobs = {n: SCALERS[n] for n in names if n in SCALERS}
         gates: dict[str, dict] = {}
         if "rl" in names or scalers is None:
-            trained = _train_rl(base, bud, out_dir, prog)
-            if trained is not None:
-                ckpt, validation = trained
-                jobs["rl"] = ("rl", {"checkpoint": str(ckpt)})
-                gates["rl"] = {"checkpoint": str(ckpt), "passed": bool((validation or {}).get("passed")),
-                               "validation": validation}
+            ckpt, validation = _train_rl(base, bud, out_dir, prog, workers)
+            jobs["rl"] = ("rl", {"checkpoint": str(ckpt)})
+            gates["rl"] = {"checkpoint": str(ckpt), "passed": bool((validation or {}).get("passed")),
+                           "validation": validation}
         t = prog.add_task("building workloads", total=None)
         wls, fits = _workloads(data, eval_seeds)
         prog.remove_task(t)
@@ -214,6 +216,16 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
         ci = bootstrap_ci(d)
         result[name]["vs_hpa_slo_attainment_diff"] = ci.mean
         result[name]["vs_hpa_slo_attainment_diff_ci95"] = [ci.lo, ci.hi]
+    if "rl" in rows and "slo_aware" in rows:  # the learned scaler against the rule it contains, paired by seed
+        from fleetwise.metrics.stats import bootstrap_ci
+
+        for k in ("cost_per_mtok_usd", "oscillations"):
+            ch = paired_change({r["seed"]: r[k] for r in rows["slo_aware"]}, {r["seed"]: r[k] for r in rows["rl"]})
+            result["rl"][f"vs_slo_aware_{k}_change"] = ch.mean
+            result["rl"][f"vs_slo_aware_{k}_change_ci95"] = [ch.lo, ch.hi]
+        ci = bootstrap_ci([b["slo_attainment"] - a["slo_attainment"] for a, b in zip(rows["slo_aware"], rows["rl"])])
+        result["rl"]["vs_slo_aware_slo_attainment_diff"] = ci.mean
+        result["rl"]["vs_slo_aware_slo_attainment_diff_ci95"] = [ci.lo, ci.hi]
     named = _best({k: v for k, v in rows.items() if "+" not in k})
     spot_ref = named or _least_overloaded({k: v for k, v in rows.items() if "+" not in k})
     od_label = f"{spot_ref}+on_demand_only"
@@ -268,65 +280,19 @@ TRAIN_DAYS = range(1, 6)  # ServeGen days 2-6 (0-based 1-5): training windows
 VAL_DAY = 6  # ServeGen day 7: validation windows (checkpoint choice and the gate); day 1 (0) is the test day
 
 
-def _train_rl(base: dict, bud: dict, out_dir: Path, prog) -> tuple[Path, dict | None] | None:
-    """Train the RL scaler on ServeGen days 2-6, choose its checkpoint and gate it on day 7 (never the evaluation
-    day); (checkpoint, the gate's result) or None without the rl extra."""
-    try:
-        train_platform_autoscaler = _rl_trainer()
-    except ImportError as e:
-        prog.console.print(f"warning: the RL scaler is left out: it needs the rl extra ({e}); "
-                           "pip install -c constraints.txt '.[rl]'", markup=False)
-        return None
-    task = prog.add_task("training the RL scaler", total=bud["rl_timesteps"])
-    path = out_dir / "rl_scaler.zip"
-    res = train_platform_autoscaler(base, path, timesteps=bud["rl_timesteps"], window_s=bud["rl_window_s"],
-                                    days=TRAIN_DAYS, val_windows=bud["rl_val_windows"],
-                                    progress=lambda n: prog.update(task, completed=n))
+def _train_rl(base: dict, bud: dict, out_dir: Path, prog, workers: int | None = None) -> tuple[Path, dict | None]:
+    """Train the RL scaler (the model-level correction of slo_aware, by CEM: fleetwise.learn.scaler_cem) on windows
+    of ServeGen days 2-6, choose its parameters and gate it on windows of day 7 (never the evaluation day);
+    (checkpoint, the gate's result). numpy only: no extra needed."""
+    from fleetwise.learn.scaler_cem import ScalerCEMConfig, train_scaler_cem
+
+    cfg = ScalerCEMConfig(train_days=list(TRAIN_DAYS), val_day=VAL_DAY, **bud["rl"])
+    task = prog.add_task("training the RL scaler (CEM)", total=cfg.iterations)
+    res = train_scaler_cem(base, cfg, out_dir / "rl_scaler", workers=workers,
+                           progress=lambda it, row: prog.update(task, completed=it))
     (out_dir / "rl_scaler.curve.json").write_text(json.dumps(
-        {k: res[k] for k in ("curve", "val_curve", "lagrangian", "bc_losses", "validation")}, default=float))
-    # the checkpoint the scaler "rl" loads (written beside SB3's zip), and its gate
-    return path.with_suffix(".npz"), res["validation"]
-
-
-def _rl_trainer():
-    """``train(base, path, timesteps, window_s, days, val_windows, progress)``: the recipe (fleetwise.learn.autoscaling,
-    one job through ``recipe.run_jobs``) on ``fleetwise/Autoscaling-v0`` whose episodes are random ``window_s``
-    windows of the platform scenario on the given ServeGen days (0-based), validation windows on day ``VAL_DAY``;
-    raises ImportError without the rl extra."""
-    from fleetwise.envs.autoscaling import AutoscalingConfig, AutoscalingEnv
-    from fleetwise.learn.autoscaling import TrainConfig, train_job
-    from fleetwise.learn.recipe import run_jobs
-
-    class PlatformWindows(AutoscalingEnv):
-        def __init__(self, base: dict, window_s: float, days: list[int], cfg: AutoscalingConfig):
-            super().__init__(None, cfg)
-            self._base, self._window, self._days = base, window_s, days
-
-        def scenario_for(self, seed: int):
-            from fleetwise.scenario import parse_scenario
-
-            rng = np.random.default_rng(np.random.SeedSequence([int(seed), 9]))
-            day = self._days[int(rng.integers(len(self._days)))]
-            start = 600.0 * int(rng.integers(0, int((DAY - self._window) // 600) + 1))
-            return parse_scenario(windowed(self._base, start, start + self._window, day=day), where="platform")
-
-    def train(base: dict, path: Path, timesteps: int, window_s: float, days, val_windows: int = 2,
-              progress=None) -> dict:
-        from fleetwise.scenario import parse_scenario
-
-        ngroups = len(parse_scenario(base).deployments)
-        env_cfg = AutoscalingConfig(max_groups=ngroups)
-        n_steps = max(8, min(240, int(timesteps)))
-        cfg = TrainConfig(env=env_cfg, n_envs=1, n_steps=n_steps, batch_size=min(80, n_steps), save_path=str(path),
-                          make_env=lambda: PlatformWindows(base, window_s, list(days), env_cfg),
-                          make_val_env=lambda: PlatformWindows(base, window_s, [VAL_DAY], env_cfg),
-                          val_seeds=tuple(range(5000, 5000 + val_windows)), val_every=2, bc_episodes=2)
-        cb = None if progress is None else (lambda n, stats: progress(n))
-        # one job, in this process (workers=1: the progress bar sees it); --backend ray runs many the same way
-        return run_jobs(train_job, [{"timesteps": timesteps, "seed": 0, "config": cfg, "progress": cb}],
-                        workers=1)[0]
-
-    return train
+        {k: res[k] for k in ("curve", "validation", "best_iteration", "params", "config", "wall_s")}, default=float))
+    return Path(res["checkpoint"]), res["validation"]
 
 
 def _plots(rows: dict, result: dict, best: str, out_dir: Path) -> None:
@@ -395,6 +361,12 @@ def render(result: dict):
                      f" on validation windows (cost vs {v.get('rule', 'its rule')} {fmt(v.get('change'))} "
                      f"[{fmt(ci[0])}, {fmt(ci[1])}]); `fleetwise serve` refuses a checkpoint that did not pass "
                      "unless --force")
+    rl = result.get("rl") or {}
+    if "vs_slo_aware_cost_per_mtok_usd_change" in rl:
+        c, (clo, chi) = rl["vs_slo_aware_cost_per_mtok_usd_change"], rl["vs_slo_aware_cost_per_mtok_usd_change_ci95"]
+        a, (alo, ahi) = rl["vs_slo_aware_slo_attainment_diff"], rl["vs_slo_aware_slo_attainment_diff_ci95"]
+        notes.append(f"rl vs slo_aware (paired by seed): $/Mtok {c:+.1%} [{clo:+.1%}, {chi:+.1%}], SLO attainment "
+                     f"{a * 100:+.2f} points [{alo * 100:+.2f}, {ahi * 100:+.2f}]")
     best = meta.get("best") or next((n for n in result if "spot_vs_on_demand_cost_change" in result.get(n, {})), None)
     if notes:
         t.caption = "; ".join(notes)

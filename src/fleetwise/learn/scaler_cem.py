@@ -1,0 +1,213 @@
+"""Training the RL scaler's model-level correction of ``slo_aware`` (fleetwise.policies.scaler_correction) with the
+shared recipe (docs/learning.md, docs/autoscaling.md).
+
+The policy is linear (7 features -> 2 bounded outputs per model and epoch, 16 parameters) and what it is judged
+on (cost per token and SLO attainment over hours of a day) is only known at the end of a whole simulated window,
+so it is trained by the cross-entropy method (CEM; Rubinstein 1999, Szita & Lorincz 2006), a derivative-free
+policy search, as the learned router is (fleetwise.learn.router): numpy only, no torch. Each candidate runs the
+same windows as the rule (common random numbers), so a comparison is paired and the search sees small effects.
+The recipe, step by step:
+
+1. The policy contains its rule: zero parameters are ``slo_aware`` decision for decision (tested).
+2. Warm start at the rule: the search distribution starts centred on zero parameters.
+3. Service level as a constraint: minimise the cost per million tokens subject to SLO attainment at most
+   ``slack`` (0.1 point) below the rule's on the same windows (``recipe.Lagrangian``, dual ascent on the elite's
+   violation, logged), and no more oscillations than the rule (a penalty) and no lost request (refused).
+4. Train / validation / test: training windows from the training days, validation windows (the parameters
+   kept: the CEM mean with the best validation score, the rule itself included) and separate gate windows from
+   the validation day; test days are never seen (``reproduce platform`` evaluates on ServeGen day 1).
+5. The gate: paired cost per token on the gate windows against the rule (``recipe.gate``), passed when its whole
+   95% interval is a saving and the attainment and oscillation constraints held there; it goes into the model card.
+6. At scale: every (candidate, window) run is one task on the sweep backends (``fleetwise.execution``: local
+   processes, or Ray with ``backend="ray"``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from fleetwise.policies.scaler_correction import ACTION_KIND, N_FEATURES, N_OUTPUTS, LinearCorrection
+
+N_PARAMS = N_OUTPUTS * N_FEATURES + N_OUTPUTS
+RULE = "slo_aware"
+DAY = 86400.0
+OBS_LOW = np.array([1.0, 0.0, 0.0, 0.0, 0.0, -2.0, 0.0], np.float32)
+OBS_HIGH = np.array([1.0, 2.0, 3.0, 1.2, 1.0, 2.0, 1.0], np.float32)
+
+
+@dataclass
+class ScalerCEMConfig:
+    train_days: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 5])  # 0-based ServeGen days
+    val_day: int = 6
+    window_s: float = 7200.0
+    train_windows: int = 4
+    val_windows: int = 4
+    gate_windows: int = 4
+    iterations: int = 6
+    population: int = 8
+    elite: int = 3
+    sigma: float = 0.5
+    slack: float = 0.001  # SLO attainment at most this much (0.1 point) below the rule's, on average
+    seed: int = 0
+    rule_params: dict[str, Any] = field(default_factory=dict)
+
+
+def windows(days: list[int], n: int, window_s: float, seed: int) -> list[tuple[int, float, int]]:
+    """``n`` (day, start_s, run seed) windows, drawn reproducibly from ``seed``: starts on 10-minute boundaries."""
+    rng = np.random.default_rng(np.random.SeedSequence([int(seed), 17]))
+    slots = int((DAY - window_s) // 600) + 1
+    return [(int(days[int(rng.integers(len(days)))]), 600.0 * int(rng.integers(slots)), int(seed) * 1000 + k)
+            for k in range(n)]
+
+
+def params_policy(params: np.ndarray | None) -> LinearCorrection:
+    """The policy of a parameter vector, rounded to float32 as the checkpoint stores it (what is validated is
+    what is saved); None: zero (the rule)."""
+    if params is None:
+        return LinearCorrection.zeros()
+    p = np.asarray(params, np.float32).astype(np.float64)
+    return LinearCorrection(p[:N_OUTPUTS * N_FEATURES], p[N_OUTPUTS * N_FEATURES:])
+
+
+def window_run(item: tuple) -> dict[str, float]:
+    """One window with a correction (``params`` None: the rule itself), in a worker: the figures compared."""
+    base, (day, start, seed), window_s, params, rule_params = item
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from fleetwise.policies import make
+    from fleetwise.policies.scaler_correction import CorrectedSLOAware
+    from fleetwise.reproduce.platform import windowed
+    from fleetwise.run import run_platform
+    from fleetwise.scenario import parse_scenario
+    from fleetwise.workload.readers import cached_servegen
+
+    sc = parse_scenario(windowed(base, start, start + window_s, day=day), where="platform window")
+    scaler = (make("scaler", RULE, dict(rule_params)) if params is None
+              else CorrectedSLOAware(params_policy(params), **rule_params))
+    with cached_servegen():  # ServeGen's rate files read once per worker process
+        s = run_platform(sc, seed, scaler=scaler, monitor=False).summary
+    return {k: float(s.get(k, math.nan)) for k in ("slo_attainment", "cost_per_mtok_usd", "cost_usd", "oscillations",
+                                                   "lost_requests")}
+
+
+class _Windows:
+    """A set of windows, the rule's runs on them computed once; candidates are run against them."""
+
+    def __init__(self, base: dict, wins: list, cfg: ScalerCEMConfig, run: Callable[[list], list]):
+        self.base, self.wins, self.cfg, self._run = base, wins, cfg, run
+        self.rule = self._run([(base, w, cfg.window_s, None, cfg.rule_params) for w in wins])
+
+    def runs(self, many: list[np.ndarray]) -> list[list[dict]]:
+        items = [(self.base, w, self.cfg.window_s, p, self.cfg.rule_params) for p in many for w in self.wins]
+        flat = self._run(items)
+        n = len(self.wins)
+        return [flat[k * n:(k + 1) * n] for k in range(len(many))]
+
+    def compare(self, runs: list[dict]) -> dict[str, float]:
+        """Against the rule on the same windows: mean log cost-per-token ratio (the objective), mean attainment
+        difference, the oscillations added in total, the requests lost."""
+        le = [math.log(max(r["cost_per_mtok_usd"], 1e-12) / max(q["cost_per_mtok_usd"], 1e-12))
+              for r, q in zip(runs, self.rule)]
+        da = [r["slo_attainment"] - q["slo_attainment"] for r, q in zip(runs, self.rule)]
+        return {"log_cost_ratio": float(np.mean(le)), "attainment_diff": float(np.mean(da)),
+                "oscillations_added": float(sum(r["oscillations"] - q["oscillations"] for r, q in zip(runs, self.rule))),
+                "lost": float(sum(r["lost_requests"] for r in runs))}
+
+
+def train_scaler_cem(base: dict, cfg: ScalerCEMConfig, out: str | Path | None = None, *, backend: str = "local",
+                     workers: int | None = None, address: str | None = None,
+                     progress: Callable[[int, dict], None] | None = None) -> dict:
+    """CEM on the training windows, the best validation mean kept, gated on separate validation windows; writes
+    ``out`` (a fleetwise checkpoint and its model card) when given. Returns the curve, the gate, the parameters."""
+    from fleetwise.workload.readers import cached_servegen
+
+    with cached_servegen():  # forked workers inherit the rates read here once
+        from fleetwise.reproduce.platform import windowed
+        from fleetwise.scenario import build, parse_scenario
+
+        build(parse_scenario(windowed(base, 0.0, 600.0, day=cfg.val_day), where="platform window"), 0)
+        return _train(base, cfg, out, backend, workers, address, progress)
+
+
+def _train(base, cfg, out, backend, workers, address, progress) -> dict:
+    from fleetwise.execution import run_tasks
+    from fleetwise.learn.recipe import Lagrangian, gate
+
+    t0 = time.perf_counter()
+
+    def run(items: list) -> list:
+        return run_tasks(window_run, items, backend=backend, workers=workers, address=address)
+
+    rng = np.random.default_rng(cfg.seed)
+    train = _Windows(base, windows(cfg.train_days, cfg.train_windows, cfg.window_s, 100 + cfg.seed), cfg, run)
+    val = _Windows(base, windows([cfg.val_day], cfg.val_windows, cfg.window_s, 200), cfg, run)
+    lag = Lagrangian(target=-cfg.slack, sense=">=", lr=2.0, scale=cfg.slack, lam=1.0)
+
+    def penalty(c: dict) -> float:
+        return 1.0 if c["lost"] > 0 else 0.01 * max(c["oscillations_added"], 0.0)
+
+    def val_score(c: dict) -> float:  # a score that refuses a broken constraint
+        viol = max(-cfg.slack - c["attainment_diff"], 0.0) / cfg.slack
+        return -c["log_cost_ratio"] - 0.05 * viol - penalty(c)
+
+    mu, sigma = np.zeros(N_PARAMS), np.full(N_PARAMS, cfg.sigma)
+    best = {"score": 0.0, "params": mu.copy(), "iteration": 0, "val": None}  # the rule scores 0 by definition
+    curve: list[dict] = []
+    for it in range(1, cfg.iterations + 1):
+        pop = mu + sigma * rng.standard_normal((cfg.population, N_PARAMS))
+        cmp_ = [train.compare(r) for r in train.runs(list(pop))]
+        scored = [c["log_cost_ratio"] + lag.penalty(c["attainment_diff"]) + penalty(c) for c in cmp_]
+        order = np.argsort(scored)[:cfg.elite]
+        mu, sigma = pop[order].mean(axis=0), np.maximum(pop[order].std(axis=0), 0.05)
+        lag.update(float(np.mean([cmp_[i]["attainment_diff"] for i in order])), step=it)
+        vc = val.compare(val.runs([mu])[0])
+        vs = val_score(vc)
+        if vs > best["score"]:
+            best = {"score": vs, "params": mu.copy(), "iteration": it, "val": vc}
+        row = {"iteration": it, "wall_s": time.perf_counter() - t0, "lambda": lag.lam,
+               "train_elite_log_cost_ratio": float(np.mean([cmp_[i]["log_cost_ratio"] for i in order])),
+               "train_elite_attainment_diff": float(np.mean([cmp_[i]["attainment_diff"] for i in order])),
+               "val_log_cost_ratio": vc["log_cost_ratio"], "val_attainment_diff": vc["attainment_diff"],
+               "val_oscillations_added": vc["oscillations_added"], "val_score": vs}
+        curve.append(row)
+        if progress is not None:
+            progress(it, row)
+    params = best["params"]
+    gw = _Windows(base, windows([cfg.val_day], cfg.gate_windows, cfg.window_s, 300), cfg, run)
+    gruns = gw.runs([params])[0]
+    gc = gw.compare(gruns)
+    keys = [f"day{d}@{s:g}s" for d, s, _ in gw.wins]
+    ok = gc["attainment_diff"] >= -2 * cfg.slack and gc["oscillations_added"] <= 0 and gc["lost"] == 0
+    g = gate(dict(zip(keys, (r["cost_per_mtok_usd"] for r in gruns))),
+             dict(zip(keys, (r["cost_per_mtok_usd"] for r in gw.rule))), constraint_ok=ok)
+    g |= {"metric": "cost_per_mtok_usd", "rule": RULE, "attainment_diff": gc["attainment_diff"],
+          "oscillations_added": gc["oscillations_added"], "lost_requests": gc["lost"],
+          "constraint": f"SLO attainment at most {2 * cfg.slack * 100:g} points below the rule's, no more "
+                        "oscillations, no lost request",
+          "windows_detail": f"{cfg.gate_windows} windows of {cfg.window_s / 3600:g} h on ServeGen day {cfg.val_day + 1}"}
+    result = {"curve": curve, "gate": g, "validation": g, "params": params.tolist(), "best_iteration": best["iteration"],
+              "config": asdict(cfg), "wall_s": time.perf_counter() - t0}
+    if out is not None:
+        result["checkpoint"] = str(save_scaler(out, params, cfg, curve, g))
+    return result
+
+
+def save_scaler(out: str | Path, params: np.ndarray, cfg: ScalerCEMConfig, curve: list, g: dict | None) -> Path:
+    from fleetwise.control.checkpoint import ActionSpec, ModelCard, save_policy
+
+    pol = params_policy(params)
+    card = ModelCard(level="scaler", policy="rl", rule=RULE, validation=g,
+                     training={"algorithm": "cem", "action": ACTION_KIND, "rule_params": dict(cfg.rule_params),
+                               "config": asdict(cfg), "curve": curve,
+                               "data": f"windows of the platform scenario on ServeGen days "
+                                       f"{[d + 1 for d in cfg.train_days]} (validation: day {cfg.val_day + 1})"})
+    return save_policy(out, level="scaler", algorithm="cem", obs_low=OBS_LOW, obs_high=OBS_HIGH,
+                       action=ActionSpec("box", shape=(N_OUTPUTS,)), layers=[(pol.w, pol.b)], activation="identity",
+                       card=card, act_low=-np.ones(N_OUTPUTS, np.float32), act_high=np.ones(N_OUTPUTS, np.float32))
+
