@@ -79,6 +79,10 @@ def test_features_bounded_and_nan_safe():
     x = model_features(need=1e9, unit=0.0, rps=float("nan"), history=(float("nan"),), ready=np.array([0]),
                        starting=np.array([0]), waiting=10**9, busy=np.array([float("nan")]), ratios=np.array([]))
     assert x.shape == (N_FEATURES,) and np.isfinite(x).all() and x[0] == 1.0 and x[1] == 2.0
+    y = model_features(need=1.0, unit=1.0, rps=float("inf"), history=(1.0,), ready=np.array([2]),
+                       starting=np.array([0]), waiting=0, busy=np.array([float("nan")]),
+                       ratios=np.array([float("inf")]))
+    assert np.isfinite(y).all() and y[4] == 0.0
 
 
 def test_windows_are_reproducible_and_inside_the_day():

@@ -50,8 +50,8 @@ def model_features(need: float, unit: float, rps: float, history: tuple, ready: 
     q = float(np.max(ratios)) if len(ratios) else 0.0
     hist = [h for h in history[-4:] if h is not None and math.isfinite(h)]
     trend = (rps - (sum(hist) / len(hist))) / u if hist else 0.0
-    b = float((busy * ready).sum() / nready) if nready else 0.0
-    return np.array([
+    b = float((np.nan_to_num(busy, nan=0.0, posinf=1.0, neginf=0.0) * ready).sum() / nready) if nready else 0.0
+    x = np.array([
         1.0,
         min(max(need, 0.0) / u / 4.0, 2.0),
         min(max(q, 0.0), 3.0),
@@ -60,6 +60,7 @@ def model_features(need: float, unit: float, rps: float, history: tuple, ready: 
         min(max(trend, -2.0), 2.0),
         nstart / max(nready + nstart, 1),
     ])
+    return np.nan_to_num(x, nan=0.0, posinf=2.0, neginf=-2.0)  # (a NaN a producer sent never reaches the policy)
 
 
 def _ratios(ttft: np.ndarray, slo_ttft: np.ndarray, tpot: np.ndarray, slo_tpot: np.ndarray) -> np.ndarray:

@@ -102,7 +102,7 @@ class RLScaler:
 
         m = self.model
         if (m.action.kind != "box" or tuple(m.action.shape) != (N_OUTPUTS,) or tuple(m.obs_shape) != (N_FEATURES,)
-                or len(m.layers) != 1):
+                or len(m.layers) != 1 or m.act_low is None or m.act_high is None):
             raise InputError(f"scaler 'rl': {str(path)!r} is not a model-correction policy (observation "
                              f"{m.obs_shape}, action {m.action.to_json()}, {len(m.layers)} layers)")
         rule_params = training.get("rule_params") or {}
