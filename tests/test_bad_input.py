@@ -193,6 +193,9 @@ CASES = [
     ("report-out-is-a-file", "4", ["report", "--db", "store.duckdb", "--out", "afile"], ["afile", "is a file"]),
     ("report-db-missing", "4", ["report", "--db", "nope.duckdb"], ["nope.duckdb", "not found"]),
     ("reproduce-db-under-a-file", "4", ["reproduce", "platform", "--quick", "--db", "afile/x.duckdb"], ["afile"]),
+    ("train-scaler-out-not-npz", "4", ["train", "scaler", "--out", "x.zip"], ["--out", "NAME.npz"]),
+    ("train-scaler-out-under-a-file", "4", ["train", "scaler", "--out", "afile/x.npz"], ["afile"]),
+    ("train-scaler-backend", "4", ["train", "scaler", "--out", "x.npz", "--backend", "slurm"], ["--backend", "slurm"]),
     ("simulate-monitor-under-a-file", "4", ["simulate", "--scaler", "hpa", "-n", "10", "--monitor", "afile/m"],
      ["afile"]),
     # §4: bench sim-speed, serve
