@@ -1046,8 +1046,7 @@ def train_scaler_cmd(
     2-6 (cost per token, SLO attainment within 0.1 point of the rule's as a constraint), kept by validation on
     day 7, gated against slo_aware (the gate's result goes into the model card)."""
     from fleetwise.experiments.store import check_writable_file
-    from fleetwise.learn.scaler_cem import ScalerCEMConfig, train_scaler_cem
-    from fleetwise.reproduce.platform import TRAIN_DAYS, VAL_DAY, _budget
+    from fleetwise.learn.scaler_cem import CEM_BUDGETS, ScalerCEMConfig, train_scaler_cem
     from fleetwise.scenario import SCENARIO_DIR, read_yaml
 
     if not str(out_path).endswith(".npz"):
@@ -1056,7 +1055,7 @@ def train_scaler_cmd(
         raise InputError(f"--backend {backend!r}: expected local or ray")
     check_writable_file(out_path, "checkpoint (--out)")
     _, base = read_yaml("platform", SCENARIO_DIR, "scenario")
-    cfg = ScalerCEMConfig(train_days=list(TRAIN_DAYS), val_day=VAL_DAY, seed=seed, **_budget(quick)["rl"])
+    cfg = ScalerCEMConfig(seed=seed, **CEM_BUDGETS["quick" if quick else "full"])
     with _progress() as prog:
         task = prog.add_task("training the RL scaler (CEM)", total=cfg.iterations)
         res = train_scaler_cem(base, cfg, out_path, backend=backend, workers=workers, address=address,

@@ -40,12 +40,21 @@ RULE = "slo_aware"
 DAY = 86400.0
 OBS_LOW = np.array([1.0, 0.0, 0.0, 0.0, 0.0, -2.0, 0.0], np.float32)
 OBS_HIGH = np.array([1.0, 2.0, 3.0, 1.2, 1.0, 2.0, 1.0], np.float32)
+TRAIN_DAYS = range(1, 6)  # ServeGen days 2-6 (0-based 1-5): training windows
+VAL_DAY = 6  # ServeGen day 7: validation windows (the choice and the gate); day 1 (0) is reproduce platform's test day
+# reproduce platform's budgets (ScalerCEMConfig fields)
+CEM_BUDGETS = {
+    "quick": {"window_s": 3600.0, "train_windows": 3, "val_windows": 2, "gate_windows": 3, "iterations": 3,
+              "population": 6, "elite": 2},
+    "full": {"window_s": 7200.0, "train_windows": 4, "val_windows": 4, "gate_windows": 4, "iterations": 6,
+             "population": 8, "elite": 3},
+}
 
 
 @dataclass
 class ScalerCEMConfig:
-    train_days: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 5])  # 0-based ServeGen days
-    val_day: int = 6
+    train_days: list[int] = field(default_factory=lambda: list(TRAIN_DAYS))  # 0-based ServeGen days
+    val_day: int = VAL_DAY
     window_s: float = 7200.0
     train_windows: int = 4
     val_windows: int = 4
@@ -82,7 +91,7 @@ def window_run(item: tuple) -> dict[str, float]:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from fleetwise.policies import make
     from fleetwise.policies.scaler_correction import CorrectedSLOAware
-    from fleetwise.reproduce.platform import windowed
+    from fleetwise.platform.windows import windowed
     from fleetwise.run import run_platform
     from fleetwise.scenario import parse_scenario
     from fleetwise.workload.readers import cached_servegen
@@ -128,7 +137,7 @@ def train_scaler_cem(base: dict, cfg: ScalerCEMConfig, out: str | Path | None = 
     from fleetwise.workload.readers import cached_servegen
 
     with cached_servegen():  # forked workers inherit the rates read here once
-        from fleetwise.reproduce.platform import windowed
+        from fleetwise.platform.windows import windowed
         from fleetwise.scenario import build, parse_scenario
 
         build(parse_scenario(windowed(base, 0.0, 600.0, day=cfg.val_day), where="platform window"), 0)

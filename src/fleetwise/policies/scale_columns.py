@@ -107,7 +107,7 @@ class GroupCols:
         return a
 
     def demand(self) -> tuple[float, int, int]:
-        """``scalers._demand``: the largest finite positive ``arrivals_rps`` (0 with none), the sums of the
+        """``scalers.model_demand``: the largest finite positive ``arrivals_rps`` (0 with none), the sums of the
         non-negative waiting and running counts."""
         a = self.col("arrivals_rps")
         ok = a[np.isfinite(a) & (a > 0.0)]

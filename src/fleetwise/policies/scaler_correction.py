@@ -24,7 +24,7 @@ import math
 
 import numpy as np
 
-from fleetwise.policies.scalers import SLOAware, _demand
+from fleetwise.policies.scalers import SLOAware, model_demand
 
 N_FEATURES = 7  # bias + 6 (model_features)
 N_OUTPUTS = 2
@@ -114,7 +114,7 @@ class CorrectedSLOAware(SLOAware):
 
     def need_rps(self, model, groups, obs, units):
         need = super().need_rps(model, groups, obs, units)
-        rps, waiting, _ = _demand(groups)
+        rps, waiting, _ = model_demand(groups)
         arr = {k: np.array([getattr(g, k) for g in groups], dtype=np.float64)
                for k in ("ready", "starting", "busy", "ttft_p90_s", "slo_ttft_s", "tpot_p90_s", "slo_tpot_s")}
         unit = max((v for v in units.values() if 0 < v < math.inf), default=1.0)

@@ -64,7 +64,7 @@ def by_model(obs: ScaleObs) -> dict[str, list[GroupState]]:
     return out
 
 
-def _demand(groups: list[GroupState]) -> tuple[float, int, int]:
+def model_demand(groups: list[GroupState]) -> tuple[float, int, int]:
     """(model arrivals/s over the last epoch, waiting requests, running requests) of one model: the largest
     finite ``arrivals_rps`` of its groups (0 when none), and the sums of their non-negative counts. (One pass:
     scalers call this per model at every epoch, over up to 10,000 groups in the service.)"""
@@ -85,7 +85,7 @@ def _history(groups: list[GroupState]) -> list[float]:
     """The model's demand series, oldest first: the longest ``history_rps`` of its groups + this epoch."""
     hist = max((g.history_rps for g in groups), key=len, default=())
     series = [max(0.0, float(x)) if _finite(x) else 0.0 for x in hist]
-    series.append(_demand(groups)[0])
+    series.append(model_demand(groups)[0])
     return series
 
 
@@ -379,7 +379,7 @@ class HPA:
         else:
             current = sum(current_replicas(g) for g in groups)
             starting = sum(max(0, int(g.starting)) for g in groups)
-            rps, waiting, _ = _demand(groups)
+            rps, waiting, _ = model_demand(groups)
         t, tol = self.target, self.tolerance
         if current == 0:  # scale from zero (KEDA-style activation)
             if waiting > 0 or rps > 0:
@@ -432,7 +432,7 @@ class HPA:
             else:
                 current = sum(current_replicas(g) for g in groups)
                 model_max = sum(group_cap(g) for g in groups)
-                rps, waiting, running = _demand(groups)
+                rps, waiting, running = model_demand(groups)
             idle = self._idle.idle_for(model, now, rps > 0 or waiting > 0 or running > 0, current)
             win = self._win.setdefault(model, _Window(self.downscale_window_s))
             if self.scale_to_zero and idle >= self.idle_s:
@@ -484,7 +484,7 @@ class _CapacityScaler:
         if known:
             ref = sum(known) / len(known)
         else:
-            rps = _demand(groups)[0]
+            rps = model_demand(groups)[0]
             busy = sum(max(0, int(g.ready)) * g.busy for g in groups if _finite(g.busy) and g.busy > 0)
             if rps > 0 and busy > 0:
                 self._cap_est[model] = rps / busy
@@ -518,12 +518,12 @@ class _CapacityScaler:
 
     def need_rps(self, model: str, groups: list[GroupState], obs: ScaleObs, units: dict[str, float]) -> float:
         """Capacity the model needs: demand * (1 + headroom) + backlog / drain_s."""
-        waiting = _demand(groups)[1]
+        waiting = model_demand(groups)[1]
         return self.demand_rps(model, groups, obs) * (1.0 + self.headroom) + waiting / self.drain_s
 
     def need_cols(self, model: str, groups: list[GroupState], obs: ScaleObs, cols: GroupCols, unit: np.ndarray,
                   demand: tuple[float, int, int]) -> float:
-        """``need_rps`` with the model's groups as columns, and its ``_demand`` known."""
+        """``need_rps`` with the model's groups as columns, and its ``model_demand`` known."""
         return self.demand_rps(model, groups, obs) * (1.0 + self.headroom) + demand[1] / self.drain_s
 
     def redundant(self, model: str, now: float) -> bool:
@@ -544,7 +544,7 @@ class _CapacityScaler:
             if model in many:  # many groups: the same decision over numpy columns
                 out.update(self._scale_cols(model, groups, obs, many[model]))
                 continue
-            rps, waiting, running = _demand(groups)
+            rps, waiting, running = model_demand(groups)
             active = rps > 0 or waiting > 0 or running > 0
             cr = [current_replicas(g) for g in groups]
             idle = self._idle.idle_for(model, now, active, sum(cr))
@@ -713,7 +713,7 @@ class SLOAware(_CapacityScaler):
                     r = obs_s / slo_s
                     q = r if q != q or r > q else q
         return self._correct(model, q, lambda: sum(max(0, int(g.ready)) * units[g.key] for g in groups),
-                             lambda: _demand(groups)[0])
+                             lambda: model_demand(groups)[0])
 
     def _correct(self, model: str, q: float, ready_cap: Any, rps: Any) -> float:
         """The correction after an epoch whose worst p90 / SLO ratio was ``q`` (NaN: none known);
@@ -733,11 +733,11 @@ class SLOAware(_CapacityScaler):
         return c
 
     def demand_rps(self, model, groups, obs):
-        return _demand(groups)[0]
+        return model_demand(groups)[0]
 
     def need_rps(self, model, groups, obs, units):
         c = self._update_correction(model, groups, units)
-        waiting = _demand(groups)[1]
+        waiting = model_demand(groups)[1]
         return self.demand_rps(model, groups, obs) * (1.0 + self.headroom) * c + waiting / self.drain_s
 
     def need_cols(self, model, groups, obs, cols, unit, demand):
@@ -839,7 +839,7 @@ class Predictive(_CapacityScaler):
         return max(0.0, f) if _finite(f) else 0.0
 
     def demand_rps(self, model, groups, obs):
-        return max(self.forecast(groups, obs), _demand(groups)[0])
+        return max(self.forecast(groups, obs), model_demand(groups)[0])
 
     def keep_zero(self, model, groups, obs):
         series = _history(groups)

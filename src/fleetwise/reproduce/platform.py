@@ -23,6 +23,9 @@ from typing import Any
 
 import numpy as np
 
+from fleetwise.learn.scaler_cem import CEM_BUDGETS, TRAIN_DAYS, VAL_DAY
+from fleetwise.platform.windows import DAY, windowed  # noqa: F401  (re-exported)
+
 METRICS = ("slo_attainment", "cost_per_mtok_usd", "oscillations", "lost_requests", "ttft_p99_s", "ttft_mean_s",
            "e2e_mean_s", "cost_usd", "replica_hours", "spot_preemptions", "retried_requests", "recovery_s_max",
            "scale_events", "rejected_unconfigured", "faults")
@@ -38,37 +41,13 @@ PAPERS = {
     "aibrix": "AIBrix vs HPA: -11.5% latency, 33% fewer oscillations",
     "skyserve": "SkyServe: -43% cost with spot vs all on-demand",
 }
-DAY = 86400.0
 
 
 def _budget(quick: bool) -> dict:
-    # rl: the RL scaler's CEM budget (fleetwise.learn.scaler_cem.ScalerCEMConfig fields)
+    # rl: the RL scaler's CEM budget (fleetwise.learn.scaler_cem.CEM_BUDGETS)
     if quick:
-        return {"seeds": 5, "window": (9.5 * 3600.0, 11.5 * 3600.0),
-                "rl": {"window_s": 3600.0, "train_windows": 3, "val_windows": 2, "gate_windows": 3, "iterations": 3,
-                       "population": 6, "elite": 2}}
-    return {"seeds": 5, "window": (0.0, DAY),
-            "rl": {"window_s": 7200.0, "train_windows": 4, "val_windows": 4, "gate_windows": 4, "iterations": 6,
-                   "population": 8, "elite": 3}}
-
-
-def windowed(data: dict, start_s: float, end_s: float, day: int = 0) -> dict:
-    """The scenario dict restricted to ``[start_s, end_s)`` of ServeGen day ``day`` (0-based): workload parts cut to
-    the window, faults and spot traces shifted so that they keep their time of day."""
-    d = json.loads(json.dumps(data))
-    off = day * DAY + start_s
-    for part in d["workload"].get("parts", [d["workload"]]):
-        w = part.get("workload", part)
-        if w.get("kind") == "servegen":
-            w["start_s"], w["end_s"] = off, day * DAY + end_s
-    plat = d.setdefault("platform", {})
-    plat["duration_s"] = end_s - start_s
-    plat["faults"] = [{**f, "at_s": f["at_s"] - start_s} for f in plat.get("faults", [])
-                      if start_s <= f["at_s"] < end_s]
-    for dep in d["deployments"]:
-        if dep.get("pool") == "spot":
-            dep["spot_offset_s"] = dep.get("spot_offset_s", 0.0) + off
-    return d
+        return {"seeds": 5, "window": (9.5 * 3600.0, 11.5 * 3600.0), "rl": CEM_BUDGETS["quick"]}
+    return {"seeds": 5, "window": (0.0, DAY), "rl": CEM_BUDGETS["full"]}
 
 
 def on_demand_only(data: dict) -> dict:
@@ -276,8 +255,6 @@ def _best(rows: dict[str, list[dict]]) -> str | None:
     return max(mean, key=lambda n: (mean[n][0], -mean[n][1]))
 
 
-TRAIN_DAYS = range(1, 6)  # ServeGen days 2-6 (0-based 1-5): training windows
-VAL_DAY = 6  # ServeGen day 7: validation windows (checkpoint choice and the gate); day 1 (0) is the test day
 
 
 def _train_rl(base: dict, bud: dict, out_dir: Path, prog, workers: int | None = None) -> tuple[Path, dict | None]:
