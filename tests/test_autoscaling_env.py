@@ -209,23 +209,31 @@ def test_zero_action_reproduces_slo_aware_over_a_platform_run(tmp_path):
     15-minute window of the built-in scenario with the zone outage), and so the same records."""
     from fleetwise.policies import make
     from fleetwise.reproduce.platform import windowed
-    from fleetwise.run import run_platform
     from fleetwise.scenario import SCENARIO_DIR, parse_scenario, read_yaml
 
     _, base = read_yaml("platform", SCENARIO_DIR, "scenario")
     sc = parse_scenario(windowed(base, 9.9 * 3600.0, 10.15 * 3600.0))
     ckpt = _zero_action_checkpoint(tmp_path / "zero.npz", len(sc.deployments))
-    rule = _Recorder(make("scaler", "slo_aware"))
-    rl = _Recorder(make("scaler", "rl", {"checkpoint": str(ckpt)}))
+    assert_answers_as_slo_aware(sc, make("scaler", "rl", {"checkpoint": str(ckpt)}))
+
+
+def assert_answers_as_slo_aware(sc, scaler, seed: int = 3):
+    """``scaler`` answers every epoch of a platform run of ``sc`` as slo_aware does, and the records are the same;
+    returns it (wrapped in a _Recorder)."""
+    from fleetwise.policies import make
+    from fleetwise.run import run_platform
+
+    rule, other = _Recorder(make("scaler", "slo_aware")), _Recorder(scaler)
     with cached_servegen():
-        a = run_platform(sc, 3, scaler=rule, monitor=False)
-        b = run_platform(sc, 3, scaler=rl, monitor=False)
-    assert len(rule.answers) == len(rl.answers) > 20
-    assert rule.answers == rl.answers  # decision for decision
+        a = run_platform(sc, seed, scaler=rule, monitor=False)
+        b = run_platform(sc, seed, scaler=other, monitor=False)
+    assert len(rule.answers) == len(other.answers) > 20
+    assert rule.answers == other.answers  # decision for decision
     assert len({tuple(sorted(x.items())) for x in rule.answers}) > 1  # the rule did scale in this window
     assert _same(a.summary, b.summary)
     for col in ("arrival_s", "first_token_s", "completion_s"):
         assert np.array_equal(getattr(a.records, col), getattr(b.records, col), equal_nan=True), col
+    return other
 
 
 def test_env_rule_action_is_slo_aware():

@@ -33,11 +33,11 @@ from typing import Any, Callable
 
 import numpy as np
 
+from fleetwise.platform.windows import DAY, windowed
 from fleetwise.policies.scaler_correction import ACTION_KIND, N_FEATURES, N_OUTPUTS, LinearCorrection
+from fleetwise.policies.scaler_features import RULE
 
 N_PARAMS = N_OUTPUTS * N_FEATURES + N_OUTPUTS
-RULE = "slo_aware"
-DAY = 86400.0
 OBS_LOW = np.array([1.0, 0.0, 0.0, 0.0, 0.0, -2.0, 0.0], np.float32)
 OBS_HIGH = np.array([1.0, 2.0, 3.0, 1.2, 1.0, 2.0, 1.0], np.float32)
 TRAIN_DAYS = range(1, 6)  # ServeGen days 2-6 (0-based 1-5): training windows
@@ -91,7 +91,6 @@ def window_run(item: tuple) -> dict[str, float]:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from fleetwise.policies import make
     from fleetwise.policies.scaler_correction import CorrectedSLOAware
-    from fleetwise.platform.windows import windowed
     from fleetwise.run import run_platform
     from fleetwise.scenario import parse_scenario
     from fleetwise.workload.readers import cached_servegen
@@ -137,7 +136,6 @@ def train_scaler_cem(base: dict, cfg: ScalerCEMConfig, out: str | Path | None = 
     from fleetwise.workload.readers import cached_servegen
 
     with cached_servegen():  # forked workers inherit the rates read here once
-        from fleetwise.platform.windows import windowed
         from fleetwise.scenario import build, parse_scenario
 
         build(parse_scenario(windowed(base, 0.0, 600.0, day=cfg.val_day), where="platform window"), 0)
@@ -166,7 +164,7 @@ def _train(base, cfg, out, backend, workers, address, progress) -> dict:
         return -c["log_cost_ratio"] - 0.05 * viol - penalty(c)
 
     mu, sigma = np.zeros(N_PARAMS), np.full(N_PARAMS, cfg.sigma)
-    best = {"score": 0.0, "params": mu.copy(), "iteration": 0, "val": None}  # the rule scores 0 by definition
+    best = {"score": 0.0, "params": mu.copy(), "iteration": 0}  # the rule scores 0 by definition
     curve: list[dict] = []
     for it in range(1, cfg.iterations + 1):
         pop = mu + sigma * rng.standard_normal((cfg.population, N_PARAMS))
@@ -178,7 +176,7 @@ def _train(base, cfg, out, backend, workers, address, progress) -> dict:
         vc = val.compare(val.runs([mu])[0])
         vs = val_score(vc)
         if vs > best["score"]:
-            best = {"score": vs, "params": mu.copy(), "iteration": it, "val": vc}
+            best = {"score": vs, "params": mu.copy(), "iteration": it}
         row = {"iteration": it, "wall_s": time.perf_counter() - t0, "lambda": lag.lam,
                "train_elite_log_cost_ratio": float(np.mean([cmp_[i]["log_cost_ratio"] for i in order])),
                "train_elite_attainment_diff": float(np.mean([cmp_[i]["attainment_diff"] for i in order])),
@@ -200,7 +198,7 @@ def _train(base, cfg, out, backend, workers, address, progress) -> dict:
           "constraint": f"SLO attainment at most {2 * cfg.slack * 100:g} points below the rule's, no more "
                         "oscillations, no lost request",
           "windows_detail": f"{cfg.gate_windows} windows of {cfg.window_s / 3600:g} h on ServeGen day {cfg.val_day + 1}"}
-    result = {"curve": curve, "gate": g, "validation": g, "params": params.tolist(), "best_iteration": best["iteration"],
+    result = {"curve": curve, "gate": g, "params": params.tolist(), "best_iteration": best["iteration"],
               "config": asdict(cfg), "wall_s": time.perf_counter() - t0}
     if out is not None:
         result["checkpoint"] = str(save_scaler(out, params, cfg, curve, g))

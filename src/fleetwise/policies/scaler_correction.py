@@ -107,7 +107,7 @@ class CorrectedSLOAware(SLOAware):
         else:
             self._drop_since.pop(model, None)
             self._drop[model] = False
-        return need * math.exp(NEED_SCALE * float(a[0])) if a[0] != 0.0 else need
+        return need * math.exp(NEED_SCALE * float(a[0]))  # (a[0] = 0: exactly the need)
 
     def redundant(self, model: str, now: float) -> bool:
         return super().redundant(model, now) and not self._drop.get(model, False)

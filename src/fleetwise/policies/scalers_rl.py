@@ -67,11 +67,8 @@ class RLScaler:
         self.model = load_policy(path, level="scaler")
         card = self.model.card
         training = card.training if card is not None else {}
-        if card is not None and card.rule == RULE and training.get("action") == CORRECTION:
-            self._init_correction(path, training)
-            return
-        self.correction = None
-        if card is None or card.rule != RULE or training.get("action") != "residual":
+        kind = training.get("action") if card is not None and card.rule == RULE else None
+        if kind not in ("residual", CORRECTION):
             raise CheckpointError(f"scaler 'rl': {str(path)!r} is an RL scaler of the old action (replica changes "
                                   f"without a rule; its card names rule {None if card is None else card.rule!r}): "
                                   f"this fleetwise's rl scaler corrects {RULE}'s targets; retrain it (python -m "
@@ -82,6 +79,12 @@ class RLScaler:
         from fleetwise.policies import make
 
         self.rule = make("scaler", RULE, dict(rule_params), where=f"scaler 'rl' ({path.name}) rule: ")
+        self.checkpoint = str(path)
+        self.deterministic = True
+        self.correction = None
+        if kind == CORRECTION:
+            self._init_correction(path, rule_params)
+            return
         shape = self.model.obs_shape
         act = self.model.action
         dim = int(shape[0]) if len(shape) == 1 else 0
@@ -92,12 +95,11 @@ class RLScaler:
             raise InputError(f"scaler 'rl': {str(path)!r} is not an Autoscaling-v0 policy (observation {shape}, "
                              f"action {act.to_json()})")
         self.deltas = symmetric_deltas(int(act.nvec[0]))
-        self.deterministic = True
         self.on_demand_floor = int(on_demand_floor)
-        self.checkpoint = str(path)
 
-    def _init_correction(self, path: Path, training: dict) -> None:
-        """A model-level correction of ``slo_aware`` (policies/scaler_correction.py, trained by CEM)."""
+    def _init_correction(self, path: Path, rule_params: dict) -> None:
+        """A model-level correction of ``slo_aware`` (policies/scaler_correction.py, trained by CEM); the rule's
+        parameters were checked by building the rule."""
         from fleetwise.policies.scaler_correction import N_FEATURES, N_OUTPUTS, CorrectedSLOAware
 
         m = self.model
@@ -105,21 +107,12 @@ class RLScaler:
                 or len(m.layers) != 1 or m.act_low is None or m.act_high is None):
             raise InputError(f"scaler 'rl': {str(path)!r} is not a model-correction policy (observation "
                              f"{m.obs_shape}, action {m.action.to_json()}, {len(m.layers)} layers)")
-        rule_params = training.get("rule_params") or {}
-        if not isinstance(rule_params, dict):
-            raise CheckpointError(f"scaler 'rl': {str(path)!r}: model card training.rule_params must be an object")
         lo, hi = m.act_low, m.act_high
 
         def act(x):
             return np.clip(m.forward(x.reshape(1, -1))[0], lo, hi)
 
-        from fleetwise.policies import make
-
-        make("scaler", RULE, dict(rule_params), where=f"scaler 'rl' ({path.name}) rule: ")  # the same checks
-        self.correction = CorrectedSLOAware(act, **rule_params)
-        self.rule = self.correction
-        self.checkpoint = str(path)
-        self.deterministic = True
+        self.correction = self.rule = CorrectedSLOAware(act, **rule_params)
 
     def scale(self, obs: ScaleObs) -> dict[str, int]:
         if self.correction is not None:

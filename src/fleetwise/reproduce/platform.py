@@ -268,8 +268,9 @@ def _train_rl(base: dict, bud: dict, out_dir: Path, prog, workers: int | None = 
     res = train_scaler_cem(base, cfg, out_dir / "rl_scaler", workers=workers,
                            progress=lambda it, row: prog.update(task, completed=it))
     (out_dir / "rl_scaler.curve.json").write_text(json.dumps(
-        {k: res[k] for k in ("curve", "validation", "best_iteration", "params", "config", "wall_s")}, default=float))
-    return Path(res["checkpoint"]), res["validation"]
+        {"validation": res["gate"]} | {k: res[k] for k in ("curve", "best_iteration", "params", "config", "wall_s")},
+        default=float))
+    return Path(res["checkpoint"]), res["gate"]
 
 
 def _plots(rows: dict, result: dict, best: str, out_dir: Path) -> None:
