@@ -31,10 +31,10 @@ for topo in sys.argv[1:] or ["backbone", "ring"]:
     rule = evaluate(cfg, ResidualPlanner, "affinity_greedy", DAYS)
     usd = np.bincount(srv.region, srv.gpu_usd_per_s, n) / srv.region_speed  # USD per token of capacity
     z = np.clip((usd - usd.mean()) / usd.std(), -3, 3)
-    probes = {"rtt weight 1 (a_n=0.25)": np.r_[np.zeros(n), 0.25, 0], "rtt weight 2 (a_n=0.5)": np.r_[np.zeros(n), 0.5, 0],
-              "completion weight 0.5": np.r_[np.zeros(n), 0, 0.25], "completion weight 1": np.r_[np.zeros(n), 0, 0.5],
-              "cheap regions first, 0.2 s per sd": np.r_[np.clip(0.1 * z, -1, 1), 0, 0],
-              "cheap regions first, 0.6 s per sd": np.r_[np.clip(0.3 * z, -1, 1), 0, 0]}
+    probes = {"rtt weight 1 (a_n=0.25)": np.r_[np.zeros(n), 0.25, 0, 0], "rtt weight 2 (a_n=0.5)": np.r_[np.zeros(n), 0.5, 0, 0],
+              "completion weight 0.5": np.r_[np.zeros(n), 0, 0.25, 0], "completion weight 1": np.r_[np.zeros(n), 0, 0.5, 0],
+              "cheap regions first, 0.2 s per sd": np.r_[np.clip(0.1 * z, -1, 1), 0, 0, 0],
+              "cheap regions first, 0.6 s per sd": np.r_[np.clip(0.3 * z, -1, 1), 0, 0, 0]}
     print(f"{topo}: least_loaded response {np.mean([r['response_time_mean_s'] for r in rule]):.2f} s, "
           f"cost {np.mean([r['cost_usd'] for r in rule]):.3f} USD per day")
     for name, a in probes.items():

@@ -22,10 +22,11 @@ Observation
     ==============  ==============================================================================
 
 Action (``kind="residual"``, the default: TORTA on the recipe of issue 17)
-    ``Box(-1, 1, (n + 2,))``: a residual on the ``least_loaded`` rule (``policies.planners.ResidualPlanner``):
-    per request, the region minimising least_loaded's score + ``2 s x a_r`` + ``4 a_n x rtt(origin, r)``; ``a_{n+1}``
-    sets the greedy affinity micro allocator's slack (``2 (1 + a_{n+1})`` reloads). ``rule_action()`` (zeros) is
-    ``least_loaded`` + ``affinity_greedy`` exactly.
+    ``Box(-1, 1, (n + 3,))``: a residual on the ``least_loaded`` rule (``policies.planners.ResidualPlanner``):
+    per request, the region minimising least_loaded's score + ``2 s x a_r`` + ``4 a_n x rtt(origin, r)`` +
+    ``2 a_{n+1} x`` the request's expected completion at r's best server + ``2 s x a_{n+2} x`` (r's GPU-busy
+    fraction over the last slot - the mean over regions: negative packs work onto regions already busy, positive
+    spreads it). ``rule_action()`` (zeros) is ``least_loaded`` + ``affinity_greedy`` exactly.
 
 Action (``kind="ot"``, the frozen slot plan of the paper's design)
     ``Box(-1, 1, (n,))``: target supply weights ``b = softmax(log capacity share + 2 a)`` (a = 0: capacity
@@ -33,10 +34,13 @@ Action (``kind="ot"``, the frozen slot plan of the paper's design)
     forecast (last slot's demand per origin) to ``b`` under the cost ``rtt + migration + congestion``.
 
 Reward
-    ``residual``: ``-(mean response time of the requests that completed in the slot / 10 s) - lambda x (cost of
-    the slot / reference cost - target)``: response time is the objective, cost a constraint ("no more than the
-    rule's") whose multiplier ``lambda`` (``env.lagrangian``, ``learn.recipe.Lagrangian``; None: no constraint)
-    the trainer updates by dual ascent. ``ot``: ``-(response time / 10 s) - cost / reference cost - 0.5 x load CV``.
+    ``residual``, ``objective="cost"`` (the default): ``-(cost of the slot / reference cost) / cost_scale - lambda x
+    (mean response time of the requests that completed in the slot - target) / (0.05 target)``: GPU + energy cost
+    is the objective (``cost_scale``: the rule's slot cost ratio, so the rule scores about -1 a slot), response
+    time a constraint ("no more than the rule's") whose multiplier ``lambda`` (``env.lagrangian``,
+    ``learn.recipe.Lagrangian``; None: no constraint) the trainer updates by dual ascent. ``objective="response"``:
+    ``-(response time / 10 s) - lambda x (cost ratio - target) / (0.05 target)``, the other way round.
+    ``ot``: ``-(response time / 10 s) - cost / reference cost - 0.5 x load CV``.
 
 Episode End
     Terminated after 24 slots and the drain of the last requests. No truncation.
@@ -72,13 +76,17 @@ class TortaEnv(gym.Env):
     metadata = {"render_modes": []}
 
     def __init__(self, config: TortaConfig | None = None, held_out: bool = False, micro: str | None = None,
-                 kind: str = "residual", lagrangian=None):
-        from fleetwise.policies.planners import make_micro
+                 kind: str = "residual", lagrangian=None, objective: str = "cost", cost_scale: float = 1.0):
+        from fleetwise.policies.planners import ResidualPlanner, make_micro
 
         if kind not in ("residual", "ot"):
             raise ValueError(f"TortaEnv kind {kind!r}: expected 'residual' or 'ot'")
-        self.kind = kind
-        self.lagrangian = lagrangian  # learn.recipe.Lagrangian on the slot cost ratio (residual), or None
+        if objective not in ("cost", "response"):
+            raise ValueError(f"TortaEnv objective {objective!r}: expected 'cost' or 'response'")
+        self.kind, self.objective = kind, objective
+        self.cost_scale = float(cost_scale)
+        # learn.recipe.Lagrangian (residual): on the slot's response time (objective "cost") or its cost ratio
+        self.lagrangian = lagrangian
         micro = micro or ("affinity_greedy" if kind == "residual" else "match")
         self.cfg = config or TortaConfig()
         self.fleet = make_fleet(self.cfg)
@@ -90,7 +98,7 @@ class TortaEnv(gym.Env):
         self.capacity_rps = float(self.srv.region_speed.sum() / MEAN_TOKENS * SERVICE_EFFICIENCY)
         dim = self.n * 3 + (self.n * self.cfg.history + 2 if self.cfg.temporal else 0)
         self.observation_space = spaces.Box(-1.0, 5.0, (dim,), np.float32)
-        na = self.n + 2 if kind == "residual" else self.n
+        na = ResidualPlanner.action_size(self.n) if kind == "residual" else self.n
         self.action_space = spaces.Box(-1.0, 1.0, (na,), np.float32)
         # reference cost of a slot: every server billed for the whole slot
         self.ref_cost = float(self.srv.gpu_usd_per_s.sum() * self.cfg.slot_s)
@@ -104,7 +112,7 @@ class TortaEnv(gym.Env):
         s = int(opt["day_seed"]) if "day_seed" in opt else int(self.np_random.integers(1 << 30))
         w = torta_workload(self.cfg, self.fleet, self.capacity_rps, np.random.default_rng(s), self.held_out)
         self.planner = ResidualPlanner(self.cfg) if self.kind == "residual" else OTPlanner(self.cfg)
-        self._costs = []
+        self._costs, self._lats = [], []
         self.day = Day(self.cfg, self.fleet, w, s, self.planner, self._make_micro(self.micro_name, self.cfg))
         return self.day.observe().vector(self.cfg.temporal), {}
 
@@ -114,17 +122,23 @@ class TortaEnv(gym.Env):
         row = day.run_slot()
         cost = (row["gpu_usd"] + row["energy_usd"]) / self.ref_cost
         self._costs.append(cost)
-        if self.kind == "residual":
+        self._lats.append(row["latency_mean_s"])
+        if self.kind == "residual" and self.objective == "cost":
+            r = -cost / self.cost_scale
+            if self.lagrangian is not None:
+                r -= self.lagrangian.penalty(row["latency_mean_s"])
+        elif self.kind == "residual":
             r = -row["latency_mean_s"] / REWARD_LATENCY_S
             if self.lagrangian is not None:
                 r -= self.lagrangian.penalty(cost)
         else:
             r = slot_reward(row, self.ref_cost)
         term = day.done
-        info = {"slot": row["slot"], "switches": day.switches, "cost_ratio": cost}
+        info = {"slot": row["slot"], "switches": day.switches, "cost_ratio": cost,
+                "latency_mean_s": row["latency_mean_s"]}
         if term:
             m = day.finish()
-            info.update(day_cost_ratio=float(np.mean(self._costs)), day_metrics=m)
+            info.update(day_cost_ratio=float(np.mean(self._costs)), day_latency_s=float(np.mean(self._lats)), day_metrics=m)
         obs = day.observe().vector(self.cfg.temporal)
         return np.clip(obs, -1.0, 5.0), float(r), term, False, info
 

@@ -4,8 +4,8 @@
 1. the residual environment (``kind="residual"``): a zero action is ``least_loaded`` + ``affinity_greedy``;
 2. warm start: behaviour cloning on the rule's demonstrations, then the output layer set to zero (the mean action
    is exactly the rule's, 0) and the policy's spread reset to ``init_std`` so PPO explores around the rule;
-3. response time is the objective, the slot cost a constraint (no more than the rule's on validation days,
-   ``Lagrangian``, dual ascent after every rollout);
+3. GPU + energy cost is the objective, the slot's mean response time a constraint (no more than the rule's on
+   validation days, ``Lagrangian``, dual ascent after every rollout); ``objective="response"`` swaps the two;
 4. checkpoint choice and early stopping on validation days (training distribution, seeds disjoint from
    training and test), against the rule paired by day (``Validator``), after every update;
 5. the gate (``gate``) on further validation days, written into the model card by the caller.
@@ -41,7 +41,10 @@ class TortaArgs:
     bc_episodes: int = 2  # days of the rule's demonstrations
     bc_epochs: int = 30
     init_std: float = 0.1  # the policy's spread after behaviour cloning (0.2 s of bias)
-    cost_tolerance: float = 0.0  # constraint: slot cost <= (1 + tol) x the rule's on validation days
+    objective: str = "cost"  # "cost": min cost s.t. response time <= the rule's; "response": the other way round
+    cost_tolerance: float = 0.0  # objective "response": slot cost <= (1 + tol) x the rule's on validation days
+    response_tolerance: float = 0.0  # objective "cost": slot response time <= (1 + tol) x the rule's
+    gate_response_ci_hi: float = 0.01  # objective "cost": the gate wants response time's CI upper bound <= +1%
     lagrangian_lr: float = 0.5
     val_days: int = 3  # validation days for checkpoint choice (0: none)
     gate_days: int = 4  # further validation days for the gate
@@ -53,11 +56,12 @@ class TortaArgs:
 VAL_SEED0 = 500_000  # validation days: seeds 500000.. (training days draw from the env's RNG, test 1000..)
 
 
-def day_metrics(cfg, make_planner, days, held_out: bool = False) -> dict:
-    """Metrics of one planner (+ affinity_greedy, which its action may tune) on ``days``: {day: metrics}."""
+def day_metrics(cfg, make_planner, days, held_out: bool = False, keep_day: bool = False) -> dict:
+    """Metrics of one planner (+ affinity_greedy) on ``days``: {day: metrics} (``keep_day``: with the slot rows)."""
     from fleetwise.worlds.torta import evaluate
 
-    return {r["seed"]: r for r in evaluate(cfg, make_planner, "affinity_greedy", list(days), held_out=held_out)}
+    return {r["seed"]: r for r in evaluate(cfg, make_planner, "affinity_greedy", list(days), held_out=held_out,
+                                           keep_day=keep_day)}
 
 
 def rule_planner(cfg):
@@ -81,6 +85,8 @@ def train(make_env, args: TortaArgs, progress=None, validation: bool = False):
     env = Monitor(make_env())
     base = env.unwrapped
     residual = getattr(base, "kind", "ot") == "residual"
+    if residual:
+        base.objective = args.objective
     curve: list[tuple[int, float]] = []
     log: dict = {}
     model = PPO("MlpPolicy", env, n_steps=args.n_steps, batch_size=args.batch_size, n_epochs=args.n_epochs,
@@ -103,10 +109,16 @@ def train(make_env, args: TortaArgs, progress=None, validation: bool = False):
 
             cfg, temporal = base.cfg, base.cfg.temporal
             vdays = range(VAL_SEED0, VAL_SEED0 + args.val_days)
-            rule_v = day_metrics(cfg, rule_planner, vdays)
-            # the constraint's target: the rule's slot cost (GPU + energy) on the validation days, as the env counts it
-            target = float(np.mean([(m["cost_gpu_usd"] + m["cost_energy_usd"]) / base.ref_cost / 24.0
-                                     for m in rule_v.values()])) * (1.0 + args.cost_tolerance)
+            rule_v = day_metrics(cfg, rule_planner, vdays, keep_day=True)
+            # the rule's slot cost (GPU + energy, as the env counts it) and slot response time on the validation days
+            rule_cost = float(np.mean([(m["cost_gpu_usd"] + m["cost_energy_usd"]) / base.ref_cost / 24.0
+                                       for m in rule_v.values()]))
+            rule_lat = float(np.mean([np.mean([r["latency_mean_s"] for r in m["slots"]]) for m in rule_v.values()]))
+            if args.objective == "cost":
+                base.cost_scale = rule_cost
+                target = rule_lat * (1.0 + args.response_tolerance)
+            else:
+                target = rule_cost * (1.0 + args.cost_tolerance)
             base.lagrangian = Lagrangian(target=target, sense="<=", lr=args.lagrangian_lr, scale=0.05 * target,
                                          hinge=False)
 
@@ -114,16 +126,19 @@ def train(make_env, args: TortaArgs, progress=None, validation: bool = False):
                 pol = day_metrics(cfg, lambda c: ResidualPlanner(c, m, temporal), vdays)
                 resp = paired_mean_change(pol, rule_v, "response_time_mean_s")
                 cost = paired_mean_change(pol, rule_v, "cost_usd")
+                if args.objective == "cost":
+                    return -cost - 10.0 * max(0.0, resp - args.response_tolerance)
                 return -resp - max(0.0, cost - args.cost_tolerance)
 
             validator = Validator(score, patience=args.patience, min_delta=args.min_delta)
             validator.check(model, 0)  # the warm start itself (about the rule) is a candidate
-    day_costs: list[float] = []
+    day_costs: list[float] = []  # what the constraint measures per training day: cost ratio or response time
+    measured = "day_latency_s" if args.objective == "cost" else "day_cost_ratio"
 
     def on_episode(info):
         curve.append((int(model.num_timesteps), float(info["episode"]["r"])))
-        if "day_cost_ratio" in info:
-            day_costs.append(float(info["day_cost_ratio"]))
+        if measured in info:
+            day_costs.append(float(info[measured]))
         if progress is not None:
             progress(model.num_timesteps)
 
@@ -148,18 +163,23 @@ def train(make_env, args: TortaArgs, progress=None, validation: bool = False):
 
         cfg, temporal = base.cfg, base.cfg.temporal
         gdays = range(VAL_SEED0 + args.val_days, VAL_SEED0 + args.val_days + args.gate_days)
+        from fleetwise.metrics.stats import paired_change
+
         rule_g = day_metrics(cfg, rule_planner, gdays)
         pol_g = day_metrics(cfg, lambda c: ResidualPlanner(c, model, temporal), gdays)
         cost_ch = paired_mean_change(pol_g, rule_g, "cost_usd")
-        g = gate({d: m["response_time_mean_s"] for d, m in pol_g.items()},
-                 {d: m["response_time_mean_s"] for d, m in rule_g.items()},
-                 constraint_ok=cost_ch <= args.cost_tolerance + 1e-9)
-        g.update(rule="least_loaded", metric="response_time_mean_s", days=list(gdays), cost_change=cost_ch,
+        resp = paired_change({d: m["response_time_mean_s"] for d, m in rule_g.items()},
+                             {d: m["response_time_mean_s"] for d, m in pol_g.items()})
+        metric = "cost_usd" if args.objective == "cost" else "response_time_mean_s"
+        ok = (resp.hi <= args.gate_response_ci_hi) if args.objective == "cost" else (cost_ch <= args.cost_tolerance + 1e-9)
+        g = gate({d: m[metric] for d, m in pol_g.items()}, {d: m[metric] for d, m in rule_g.items()}, constraint_ok=ok)
+        g.update(rule="least_loaded", metric=metric, days=list(gdays), cost_change=cost_ch,
+                 response_change=resp.mean, response_ci95=[resp.lo, resp.hi],
                  selection_days=list(range(VAL_SEED0, VAL_SEED0 + args.val_days)), best_step=validator.best_step)
         log["gate"] = g
     lag = getattr(base, "lagrangian", None)
     if lag is not None:
         log["lagrangian"] = [list(h) for h in lag.history]
-        log["cost_target"] = lag.target
+        log["cost_target" if args.objective == "response" else "response_target_s"] = lag.target
     model.fleetwise_log = log
     return model, curve, time.perf_counter() - t0

@@ -77,7 +77,10 @@ class ResidualPlanner:
     plus a bias that the action sets once per slot: ``BIAS_S x a_r`` seconds for region r (every origin), plus
     ``RTT_WEIGHT x a_n x rtt(origin, r)`` (the pair's network time), plus ``ETA_WEIGHT x a_{n+1} x`` the request's
     expected completion at the region's best server (its backlog + the request's tokens / its speed: what a fast
-    GPU saves the request). A zero action is ``least_loaded`` exactly, decision for decision: the bias is ``+0.0``.
+    GPU saves the request), plus ``UTIL_WEIGHT x a_{n+2} x`` (r's GPU-busy fraction over the last slot - the mean
+    over regions): ``a_{n+2} < 0`` packs requests onto regions already at work (servers billed per slot anyway,
+    batches with room), ``> 0`` spreads them. A zero action is ``least_loaded`` exactly, decision for decision: the
+    bias is ``+0.0``.
 
     ``policy``: a trained policy (``predict(obs_vector) -> action``; an SB3 model or a fleetwise checkpoint's
     numpy policy), or None (the action is set with ``set_action``, e.g. by the environment). ``matrix``: the region
@@ -86,6 +89,8 @@ class ResidualPlanner:
     BIAS_S = 2.0
     RTT_WEIGHT = 4.0
     ETA_WEIGHT = 2.0
+    UTIL_WEIGHT = 2.0
+    EXTRA = 3  # action entries after the n per-region biases: rtt, eta and util weights
 
     def __init__(self, cfg=None, policy=None, temporal: bool = True):
         self.cfg = cfg
@@ -93,19 +98,22 @@ class ResidualPlanner:
         self.bias = None  # per region, seconds
         self.w_rtt = 0.0
         self.w_eta = 0.0
+        self.w_util = 0.0
         self.matrix = None
         self._rtt = None
+        self._util_dev = None  # per region: last slot's GPU-busy fraction - its mean over regions
 
     @staticmethod
     def action_size(n: int) -> int:
-        return n + 2
+        return n + ResidualPlanner.EXTRA
 
     def set_action(self, a: np.ndarray) -> None:
         a = np.clip(np.asarray(a, float), -1.0, 1.0)
-        n = len(a) - 2
+        n = len(a) - self.EXTRA
         self.bias = self.BIAS_S * a[:n]
         self.w_rtt = self.RTT_WEIGHT * float(a[n])
         self.w_eta = self.ETA_WEIGHT * float(a[n + 1])
+        self.w_util = self.UTIL_WEIGHT * float(a[n + 2])
 
     def scores(self, per: np.ndarray, origin: int, view: PlanView | None = None, rid: int = -1) -> np.ndarray:
         if self.bias is None:
@@ -113,6 +121,8 @@ class ResidualPlanner:
         s = per + self.bias
         if self.w_rtt != 0.0 and self._rtt is not None:
             s = s + self.w_rtt * self._rtt[origin]
+        if self.w_util != 0.0 and self._util_dev is not None:
+            s = s + self.w_util * self._util_dev
         if self.w_eta != 0.0 and view is not None:
             eta = view.backlog_s() + view.request_tokens(rid) / view.server_speed_tps
             best = np.full(view.n, np.inf)
@@ -126,6 +136,8 @@ class ResidualPlanner:
             a, _ = self.policy.predict(v, deterministic=True)
             self.set_action(np.asarray(a, float).ravel())
         self._rtt = np.asarray(obs.rtt_s, float)
+        u = np.asarray(obs.util, float)
+        self._util_dev = u - u.mean()
         n = len(obs.backlog_s)
         pick = [int(np.argmin(self.scores(np.asarray(obs.backlog_s, float), o))) for o in range(n)]
         self.matrix = np.eye(n)[pick] / n
@@ -222,14 +234,14 @@ def load_torta_checkpoint(path):
     """A trained TORTA planner agent from its fleetwise checkpoint (``NAME.npz`` + ``NAME.card.json``,
     fleetwise.control.checkpoint; an SB3 .zip is refused, it runs code on load): ``(policy, temporal, history,
     regions)``. The observation layout says which agent it is: ``3 n`` values for the reactive one, ``n (3 +
-    history) + 2`` for the temporal one, for ``n`` regions (the action size; ``n + 2`` for a residual on
+    history) + 2`` for the temporal one, for ``n`` regions (the action size; ``n + 3`` for a residual on
     ``least_loaded``, whose model card names that rule: ``ResidualPlanner``)."""
     from fleetwise.control.checkpoint import CheckpointError, load_policy
 
     pol = load_policy(path, level="planner")
     if pol.action.kind != "box" or len(pol.action.shape) != 1 or len(pol.obs_shape) != 1:
         raise CheckpointError(f"checkpoint {path}: not a TORTA planner (action {pol.action.to_json()})")
-    n, d = pol.action.shape[0] - (2 if is_residual(pol) else 0), pol.obs_shape[0]
+    n, d = pol.action.shape[0] - (ResidualPlanner.EXTRA if is_residual(pol) else 0), pol.obs_shape[0]
     if n < 1:
         raise CheckpointError(f"checkpoint {path}: action size {pol.action.shape[0]} does not fit a residual planner")
     if d == 3 * n:

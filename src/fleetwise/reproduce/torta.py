@@ -91,8 +91,11 @@ def _train_job(job: tuple) -> tuple:
                training={"topology": topo, "timesteps": int(steps), "seed": int(seed), "wall_s": round(wall, 1),
                          "days": "training days (first 70% of the traces and ServeGen days)",
                          "warm_start": f"behaviour cloning, {args.bc_episodes} days of the rule; output layer zero",
-                         "objective": "response time", "constraint": f"slot cost <= the rule's (Lagrangian, "
-                         f"target {log.get('cost_target', float('nan')):.4f} of all-servers cost)",
+                         **({"objective": "GPU + energy cost", "constraint": "slot response time <= the rule's "
+                             f"(Lagrangian, target {log.get('response_target_s', float('nan')):.3f} s)"}
+                            if args.objective == "cost" else
+                            {"objective": "response time", "constraint": "slot cost <= the rule's (Lagrangian, "
+                             f"target {log.get('cost_target', float('nan')):.4f} of all-servers cost)"}),
                          "best_step": log.get("best_step")},
                validation=log.get("gate"))
     return topo, name, seed, path, curve, wall, log
@@ -134,8 +137,18 @@ def _pool_map(fn, jobs: list, workers: int, on_done):
 
 def _gate_row(log: dict) -> dict:
     g = log.get("gate") or {}
-    return {"passed": bool(g.get("passed", False)), "change": g.get("change"), "ci95": g.get("ci95"),
-            "cost_change": g.get("cost_change"), "best_step": g.get("best_step")}
+    return {"passed": bool(g.get("passed", False)), "metric": g.get("metric"), "change": g.get("change"),
+            "ci95": g.get("ci95"), "cost_change": g.get("cost_change"), "response_change": g.get("response_change"),
+            "response_ci95": g.get("response_ci95"), "best_step": g.get("best_step")}
+
+
+def _gate_text(g: dict) -> str:
+    ci = g.get("ci95") or [math.nan, math.nan]
+    if g.get("metric") == "cost_usd":
+        rc = g.get("response_ci95") or [math.nan, math.nan]
+        return (f": cost {g['change']:+.1%} [{ci[0]:+.1%}, {ci[1]:+.1%}], response time "
+                f"{g['response_change']:+.1%} [{rc[0]:+.1%}, {rc[1]:+.1%}]")
+    return f": response time {g['change']:+.1%} [{ci[0]:+.1%}, {ci[1]:+.1%}], cost {g['cost_change']:+.1%}"
 
 
 def _changes(rows: dict, train_seeds: int) -> dict:
@@ -409,11 +422,9 @@ def render(result: dict):
                 txt += "; by training seed " + ", ".join(f"{x:+.1%}" for x in ch["by_train_seed"])
             lines.add_row(m, ch["vs"], txt)
         for g in res["torta"].get("gate", []):
-            ci = g.get("ci95") or [math.nan, math.nan]
             lines.add_row("gate (validation days)", "least_loaded",
-                          ("PASSED" if g["passed"] else "NOT PASSED") + (
-                              f": response time {g['change']:+.1%} [{ci[0]:+.1%}, {ci[1]:+.1%}], cost "
-                              f"{g['cost_change']:+.1%}" if g.get("change") is not None else ""))
+                          ("PASSED" if g["passed"] else "NOT PASSED") + (_gate_text(g) if g.get("change") is not None
+                                                                         else ""))
         tables.append(lines)
     return Group(*tables)
 

@@ -303,6 +303,7 @@ class Day:
         self._slot_demand = np.zeros(self.n)
         self._done = False
         self._busy_prev = np.zeros(len(reps))
+        self._util_prev = np.zeros(len(reps))  # GPU-busy fraction of each server over the last closed slot
         self._energy_prev = np.zeros(len(reps))
         self.slot_rows: list[dict] = []
         self.plans: list[np.ndarray] = []
@@ -345,7 +346,7 @@ class Day:
     def observe(self) -> SlotObs:
         b = self.backlog_s()
         out = self.server_outstanding()
-        util = self._util_last()
+        util = self._util_prev
         reg = self.srv.region
         return SlotObs(slot=self.slot, hour_utc=(self.slot + 0.5) % HOURS,
                        backlog_s=np.bincount(reg, b, self.n) / np.maximum(np.bincount(reg, None, self.n), 1),
@@ -354,10 +355,6 @@ class Day:
                        demand=self.demand_hist.copy(), capacity_rps=self.capacity_rps,
                        rtt_s=np.asarray(self.fleet.rtt_s), egress_usd_per_gb=np.asarray(self.fleet.egress_usd_per_gb),
                        slot_s=self.cfg.slot_s)
-
-    def _util_last(self) -> np.ndarray:
-        busy = np.array([r.busy_s for r in self.sim.replicas])
-        return np.clip((busy - self._busy_prev) / self.cfg.slot_s, 0.0, 1.0)
 
     # -- the loop
     def run_slot(self) -> dict:
@@ -414,7 +411,7 @@ class Day:
         row = {"slot": self.slot, "latency_mean_s": lat, "completed": int(done.sum()), "gpu_usd": gpu,
                "energy_usd": elec, "util_cv": float(util.std() / util.mean()) if util.mean() > 0 else 0.0}
         self.slot_rows.append(row)
-        self._busy_prev, self._energy_prev = busy, energy
+        self._busy_prev, self._energy_prev, self._util_prev = busy, energy, util
         self.demand_hist = np.vstack([self._slot_demand[None, :], self.demand_hist[:-1]])
         self._slot_demand = np.zeros(self.n)
         self.slot += 1
