@@ -2,7 +2,7 @@
 (docs/torta.md, "what limits it") on held-out days 1000-1002, paired by day against the zero action (= least_loaded
 + affinity_greedy). About 1 min of one core.
 
-Usage: PYTHONPATH=src python benchmarks/torta-residual-probe.py [TOPOLOGY ...]   (default: backbone ring)
+Usage: PYTHONPATH=src python benchmarks/torta-residual-probe.py [TOPOLOGY ...]   (default: all four)
 """
 
 import sys
@@ -23,7 +23,7 @@ def fixed(a):
     return mk
 
 
-for topo in sys.argv[1:] or ["backbone", "ring"]:
+for topo in sys.argv[1:] or ["backbone", "grid", "random_geometric", "ring"]:
     cfg = TortaConfig(topology=topo)
     fleet = make_fleet(cfg)
     _, srv = build_replicas(cfg, fleet)
@@ -34,7 +34,10 @@ for topo in sys.argv[1:] or ["backbone", "ring"]:
     probes = {"rtt weight 1 (a_n=0.25)": np.r_[np.zeros(n), 0.25, 0, 0], "rtt weight 2 (a_n=0.5)": np.r_[np.zeros(n), 0.5, 0, 0],
               "completion weight 0.5": np.r_[np.zeros(n), 0, 0.25, 0], "completion weight 1": np.r_[np.zeros(n), 0, 0.5, 0],
               "cheap regions first, 0.2 s per sd": np.r_[np.clip(0.1 * z, -1, 1), 0, 0, 0],
-              "cheap regions first, 0.6 s per sd": np.r_[np.clip(0.3 * z, -1, 1), 0, 0, 0]}
+              "cheap regions first, 0.6 s per sd": np.r_[np.clip(0.3 * z, -1, 1), 0, 0, 0],
+              "pack onto busy regions, util weight -0.1": np.r_[np.zeros(n), 0, 0, -0.1],
+              "pack onto busy regions, util weight -0.15": np.r_[np.zeros(n), 0, 0, -0.15],
+              "spread by utilisation, util weight +0.1": np.r_[np.zeros(n), 0, 0, 0.1]}
     print(f"{topo}: least_loaded response {np.mean([r['response_time_mean_s'] for r in rule]):.2f} s, "
           f"cost {np.mean([r['cost_usd'] for r in rule]):.3f} USD per day")
     for name, a in probes.items():

@@ -34,12 +34,14 @@ Action (``kind="ot"``, the frozen slot plan of the paper's design)
     forecast (last slot's demand per origin) to ``b`` under the cost ``rtt + migration + congestion``.
 
 Reward
-    ``residual``, ``objective="cost"`` (the default): ``-(cost of the slot / reference cost) / cost_scale - lambda x
-    (mean response time of the requests that completed in the slot - target) / (0.05 target)``: GPU + energy cost
-    is the objective (``cost_scale``: the rule's slot cost ratio, so the rule scores about -1 a slot), response
-    time a constraint ("no more than the rule's") whose multiplier ``lambda`` (``env.lagrangian``,
-    ``learn.recipe.Lagrangian``; None: no constraint) the trainer updates by dual ascent. ``objective="response"``:
-    ``-(response time / 10 s) - lambda x (cost ratio - target) / (0.05 target)``, the other way round.
+    ``residual``, ``objective="cost"`` (the default), **paired**: the rule (least_loaded + affinity_greedy) runs
+    the same day beside the policy, slot by slot, and the reward is ``-(slot cost / the rule's slot cost - 1) -
+    lambda x (slot response time / the rule's - 1 - target) / 0.05``: GPU + energy cost is the objective, the
+    mean response time of the requests that completed in the slot a constraint ("no more than the rule's",
+    ``target`` 0) whose multiplier ``lambda`` (``env.lagrangian``, ``learn.recipe.Lagrangian``; None: no
+    constraint) the trainer updates by dual ascent on the day's paired change (``info["day_response_change"]``).
+    Pairing takes the time of day and the day's load out of both terms. ``objective="response"``: ``-(response
+    time / 10 s) - lambda x (cost ratio - target) / (0.05 target)``, unpaired.
     ``ot``: ``-(response time / 10 s) - cost / reference cost - 0.5 x load CV``.
 
 Episode End
@@ -76,7 +78,7 @@ class TortaEnv(gym.Env):
     metadata = {"render_modes": []}
 
     def __init__(self, config: TortaConfig | None = None, held_out: bool = False, micro: str | None = None,
-                 kind: str = "residual", lagrangian=None, objective: str = "cost", cost_scale: float = 1.0):
+                 kind: str = "residual", lagrangian=None, objective: str = "cost"):
         from fleetwise.policies.planners import ResidualPlanner, make_micro
 
         if kind not in ("residual", "ot"):
@@ -84,7 +86,6 @@ class TortaEnv(gym.Env):
         if objective not in ("cost", "response"):
             raise ValueError(f"TortaEnv objective {objective!r}: expected 'cost' or 'response'")
         self.kind, self.objective = kind, objective
-        self.cost_scale = float(cost_scale)
         # learn.recipe.Lagrangian (residual): on the slot's response time (objective "cost") or its cost ratio
         self.lagrangian = lagrangian
         micro = micro or ("affinity_greedy" if kind == "residual" else "match")
@@ -112,8 +113,15 @@ class TortaEnv(gym.Env):
         s = int(opt["day_seed"]) if "day_seed" in opt else int(self.np_random.integers(1 << 30))
         w = torta_workload(self.cfg, self.fleet, self.capacity_rps, np.random.default_rng(s), self.held_out)
         self.planner = ResidualPlanner(self.cfg) if self.kind == "residual" else OTPlanner(self.cfg)
-        self._costs, self._lats = [], []
+        self._costs, self._lats, self._rule_lats = [], [], []
         self.day = Day(self.cfg, self.fleet, w, s, self.planner, self._make_micro(self.micro_name, self.cfg))
+        self.rule_day = None
+        if self.kind == "residual" and self.objective == "cost":  # the rule on the same day, for the paired reward
+            from fleetwise.policies.planners import LeastLoadedPlanner
+
+            w2 = torta_workload(self.cfg, self.fleet, self.capacity_rps, np.random.default_rng(s), self.held_out)
+            self.rule_day = Day(self.cfg, self.fleet, w2, s, LeastLoadedPlanner(self.cfg),
+                                self._make_micro("affinity_greedy", self.cfg))
         return self.day.observe().vector(self.cfg.temporal), {}
 
     def step(self, action):
@@ -123,10 +131,15 @@ class TortaEnv(gym.Env):
         cost = (row["gpu_usd"] + row["energy_usd"]) / self.ref_cost
         self._costs.append(cost)
         self._lats.append(row["latency_mean_s"])
-        if self.kind == "residual" and self.objective == "cost":
-            r = -cost / self.cost_scale
-            if self.lagrangian is not None:
-                r -= self.lagrangian.penalty(row["latency_mean_s"])
+        if self.rule_day is not None:
+            rrow = self.rule_day.run_slot() if not self.rule_day.done else {"gpu_usd": 0.0, "energy_usd": 0.0,
+                                                                            "latency_mean_s": 0.0}
+            rcost = (rrow["gpu_usd"] + rrow["energy_usd"]) / self.ref_cost
+            lat, rlat = row["latency_mean_s"], rrow["latency_mean_s"]
+            self._rule_lats.append(rlat)
+            r = -(cost / rcost - 1.0) if rcost > 0 else 0.0
+            if self.lagrangian is not None and lat > 0 and rlat > 0:
+                r -= self.lagrangian.penalty(lat / rlat - 1.0)
         elif self.kind == "residual":
             r = -row["latency_mean_s"] / REWARD_LATENCY_S
             if self.lagrangian is not None:
@@ -138,7 +151,9 @@ class TortaEnv(gym.Env):
                 "latency_mean_s": row["latency_mean_s"]}
         if term:
             m = day.finish()
-            info.update(day_cost_ratio=float(np.mean(self._costs)), day_latency_s=float(np.mean(self._lats)), day_metrics=m)
+            info.update(day_cost_ratio=float(np.mean(self._costs)), day_metrics=m)
+            if self.rule_day is not None and np.mean(self._rule_lats) > 0:
+                info["day_response_change"] = float(np.mean(self._lats) / np.mean(self._rule_lats) - 1.0)
         obs = day.observe().vector(self.cfg.temporal)
         return np.clip(obs, -1.0, 5.0), float(r), term, False, info
 

@@ -32,7 +32,7 @@ MAX_UNSERVED = 0.001  # a baseline counts as "best" only if it served all but 0.
 
 def _budget(quick: bool) -> dict:
     if quick:
-        return {"timesteps": 960, "seeds": 5, "train_seeds": 1}
+        return {"timesteps": 1920, "seeds": 5, "train_seeds": 1}
     return {"timesteps": 4800, "seeds": 8, "train_seeds": 3}
 
 
@@ -91,8 +91,8 @@ def _train_job(job: tuple) -> tuple:
                training={"topology": topo, "timesteps": int(steps), "seed": int(seed), "wall_s": round(wall, 1),
                          "days": "training days (first 70% of the traces and ServeGen days)",
                          "warm_start": f"behaviour cloning, {args.bc_episodes} days of the rule; output layer zero",
-                         **({"objective": "GPU + energy cost", "constraint": "slot response time <= the rule's "
-                             f"(Lagrangian, target {log.get('response_target_s', float('nan')):.3f} s)"}
+                         **({"objective": "GPU + energy cost (paired with the rule, slot by slot)",
+                             "constraint": "response time <= the rule's on the same day (Lagrangian)"}
                             if args.objective == "cost" else
                             {"objective": "response time", "constraint": "slot cost <= the rule's (Lagrangian, "
                              f"target {log.get('cost_target', float('nan')):.4f} of all-servers cost)"}),
