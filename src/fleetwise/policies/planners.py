@@ -151,7 +151,10 @@ class OTPlanner:
     """Requests follow an optimal transport plan from origin demand to target supply weights.
 
     ``weights``: "action" (set by ``set_action``: the RL agent; a = 0 gives capacity-proportional weights) or
-    "free_capacity" (no RL: capacity x (1 - current utilisation), the reactive OT baseline). Cost per pair
+    "free_capacity" (no RL: capacity / (1 + backlog in slots), the reactive OT baseline; not the GPU-busy
+    fraction, which says little about spare capacity under continuous batching: a server decoding one sequence is
+    as busy as one decoding thirty, and weights of capacity x (1 - busy) swing a region from all to nothing
+    between slots). Cost per pair
     (each term scaled to [0, 1]): network RTT + migration (egress USD per GB of the pair, 0 at home) + congestion
     (the target's backlog in slots)."""
 
@@ -169,7 +172,7 @@ class OTPlanner:
     def target(self, obs) -> np.ndarray:
         cap = obs.capacity_rps / obs.capacity_rps.sum()
         if self.weights == "free_capacity":
-            w = cap * np.clip(1.0 - obs.util, 0.05, 1.0) / (1.0 + obs.backlog_s / obs.slot_s)
+            w = cap / (1.0 + obs.backlog_s / obs.slot_s)
             return w / w.sum()
         a = np.zeros(len(cap)) if self.action is None else self.action
         return softmax(np.log(cap) + 2.0 * a)
