@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # TORTA at the full budget (docs/torta.md): 3 training seeds x 2 agents x 4 topologies, 4,800 PPO slots each
-# (behaviour-cloned at least_loaded, validation every rollout, the gate on 4 further validation days), then every
-# policy on 8 held-out test days. About 1.5 h of one core per 8 agents: run it alone on a quiet machine.
+# (behaviour-cloned at least_loaded, cost the objective and response time the constraint, both paired with the rule
+# day by day; validation every rollout, early stopping, the gate on 4 further validation days), then every policy
+# on 8 held-out test days. Not run at this budget since the cost objective (about 190 s per agent per 1,920 slots
+# on one core: up to 8 min per agent, 24 agents): run it alone on a quiet machine.
 # Usage: benchmarks/torta-full.sh [OUT_DIR] [WORKERS]
 set -euo pipefail
 out=${1:-/tmp/torta-full}
