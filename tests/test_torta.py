@@ -147,9 +147,12 @@ def test_zero_action_is_least_loaded_decision_for_decision():
     cfg = TortaConfig(topology="ring")
     env = TortaEnv(cfg, held_out=True)
     env.reset(options={"day_seed": 1003})
-    term = False
+    term, rewards = False, []
     while not term:
-        _, _, term, _, info = env.step(env.rule_action())
+        _, r, term, _, info = env.step(env.rule_action())
+        rewards.append(r)
+    # the paired reward: the rule runs beside the policy on the same day, so the rule itself scores 0 every slot
+    assert rewards == [0.0] * len(rewards) and info["day_response_change"] == 0.0
     a = env.day.sim.records()
     w = torta_workload(cfg, env.fleet, env.capacity_rps, np.random.default_rng(1003), True)
     day = Day(cfg, env.fleet, w, 1003, LeastLoadedPlanner(cfg), make_micro("affinity_greedy", cfg))

@@ -37,8 +37,8 @@ Reward
     ``residual``, ``objective="cost"`` (the default), **paired**: the rule (least_loaded + affinity_greedy) runs
     the same day beside the policy, slot by slot, and the reward is ``-(slot cost / the rule's slot cost - 1) -
     lambda x (slot response time / the rule's - 1 - target) / 0.05``: GPU + energy cost is the objective, the
-    mean response time of the requests that completed in the slot a constraint ("no more than the rule's",
-    ``target`` 0) whose multiplier ``lambda`` (``env.lagrangian``, ``learn.recipe.Lagrangian``; None: no
+    mean response time of the requests that completed in the slot a constraint (``target``: the trainer's
+    ``response_tolerance``, -0.01: a point faster than the rule) whose multiplier ``lambda`` (``env.lagrangian``, ``learn.recipe.Lagrangian``; None: no
     constraint) the trainer updates by dual ascent on the day's paired change (``info["day_response_change"]``).
     Pairing takes the time of day and the day's load out of both terms. ``objective="response"``: ``-(response
     time / 10 s) - lambda x (cost ratio - target) / (0.05 target)``, unpaired.
@@ -147,8 +147,7 @@ class TortaEnv(gym.Env):
         else:
             r = slot_reward(row, self.ref_cost)
         term = day.done
-        info = {"slot": row["slot"], "switches": day.switches, "cost_ratio": cost,
-                "latency_mean_s": row["latency_mean_s"]}
+        info = {"slot": row["slot"], "switches": day.switches, "cost_ratio": cost}
         if term:
             m = day.finish()
             info.update(day_cost_ratio=float(np.mean(self._costs)), day_metrics=m)

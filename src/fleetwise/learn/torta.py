@@ -4,8 +4,9 @@
 1. the residual environment (``kind="residual"``): a zero action is ``least_loaded`` + ``affinity_greedy``;
 2. warm start: behaviour cloning on the rule's demonstrations, then the output layer set to zero (the mean action
    is exactly the rule's, 0) and the policy's spread reset to ``init_std`` so PPO explores around the rule;
-3. GPU + energy cost is the objective, the slot's mean response time a constraint (no more than the rule's on
-   validation days, ``Lagrangian``, dual ascent after every rollout); ``objective="response"`` swaps the two;
+3. GPU + energy cost is the objective, response time a constraint (a point below the rule's on the same
+   training day: the env runs the rule beside the policy; ``Lagrangian``, dual ascent after every rollout);
+   ``objective="response"`` swaps the two (cost no more than the rule's on validation days);
 4. checkpoint choice and early stopping on validation days (training distribution, seeds disjoint from
    training and test), against the rule paired by day (``Validator``), after every update;
 5. the gate (``gate``) on further validation days, written into the model card by the caller.
@@ -41,7 +42,7 @@ class TortaArgs:
     bc_episodes: int = 2  # days of the rule's demonstrations
     bc_epochs: int = 30
     init_std: float = 0.1  # the policy's spread after behaviour cloning (0.2 s of bias)
-    bias_std: float | None = 0.01  # the spread of the entries other than the util weight (None: init_std): their
+    rest_std: float | None = 0.01  # the spread of the entries other than the util weight (None: init_std): their
     # noise costs response time in every slot (0.2 s of random bias per region at 0.1), the util weight's much less
     objective: str = "cost"  # "cost": min cost s.t. response time <= the rule's; "response": the other way round
     cost_tolerance: float = 0.0  # objective "response": slot cost <= (1 + tol) x the rule's on validation days
@@ -102,8 +103,8 @@ def train(make_env, args: TortaArgs, progress=None, validation: bool = False):
         log["bc_loss"] = behaviour_clone(model, obs, act, epochs=args.bc_epochs, seed=args.seed)
         with torch.no_grad():
             model.policy.log_std.fill_(math.log(args.init_std))
-            if args.bias_std is not None:  # every entry but the last (the util weight, ResidualPlanner)
-                model.policy.log_std[:-1].fill_(math.log(args.bias_std))
+            if args.rest_std is not None:  # every entry but the last (the util weight, ResidualPlanner)
+                model.policy.log_std[:-1].fill_(math.log(args.rest_std))
             # the rule's action is 0 everywhere: cloning only brings the mean action *near* 0, and a small mean
             # action is a bias that changes decisions; a zero output layer makes the warm start the rule itself
             model.policy.action_net.weight.zero_()
@@ -133,21 +134,21 @@ def train(make_env, args: TortaArgs, progress=None, validation: bool = False):
 
             validator = Validator(score, patience=args.patience, min_delta=args.min_delta)
             validator.check(model, 0)  # the warm start itself (about the rule) is a candidate
-    day_costs: list[float] = []  # what the constraint measures per training day: cost ratio or response time
+    day_measured: list[float] = []  # what the constraint measures per training day: response change or cost ratio
     measured = "day_response_change" if args.objective == "cost" else "day_cost_ratio"
 
     def on_episode(info):
         curve.append((int(model.num_timesteps), float(info["episode"]["r"])))
         if measured in info:
-            day_costs.append(float(info[measured]))
+            day_measured.append(float(info[measured]))
         if progress is not None:
             progress(model.num_timesteps)
 
     def on_rollout(m, steps):
         lag = getattr(base, "lagrangian", None)
-        if lag is not None and day_costs:
-            lag.update(float(np.mean(day_costs)), steps)
-            day_costs.clear()
+        if lag is not None and day_measured:
+            lag.update(float(np.mean(day_measured)), steps)
+            day_measured.clear()
         return True
 
     # validation after each update (SB3's rollout end comes before the update it feeds), the last one after learn
