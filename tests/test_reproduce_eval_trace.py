@@ -50,7 +50,8 @@ def test_torta_eval_trace_rescales_the_day_to_the_fleet(data_dir, tmp_path):
     from fleetwise.reproduce import torta as T
 
     res = T.run(quick=True, seeds=2, eval_trace="azure-conv", db=str(tmp_path / "db.duckdb"), progress=False,
-                topologies=["ring"], timesteps=48, train_seeds=1, workers=1, load=0.7)
+                topologies=["ring"], train_seeds=1, workers=1, load=0.7,
+                cem={"iterations": 1, "population": 2, "elite": 1, "train_days": 1, "val_days": 1, "gate_days": 2})
     fit = "\n".join(res["_trace_fit"])
     assert "load 0.7" in fit and "context: prompt + output <= 4096" in fit
     ring = res["ring"]

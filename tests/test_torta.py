@@ -204,12 +204,12 @@ def test_tiny_training_on_the_recipe():
 
 
 def test_reproduce_torta_tiny_run_with_two_training_seeds(tmp_path):
-    """`fleetwise reproduce torta` end to end on one topology and a tiny budget: the JSON the issue asks for,
+    """`fleetwise reproduce torta --learner ppo` end to end on one topology and a tiny budget: the JSON the issue asks for,
     one row per (training seed, day) for the RL policies, saved checkpoints the decision service can load."""
     from fleetwise.reproduce import torta
 
     r = torta.run(seeds=1, topologies=["ring"], timesteps=120, train_seeds=2, workers=1, progress=False,
-                  db=str(tmp_path / "fleetwise.duckdb"))
+                  db=str(tmp_path / "fleetwise.duckdb"), learner="ppo")
     res = r["ring"]
     assert {"torta", "reactive_ppo", "least_loaded", "ot_capacity", "round_robin", "nearest"} <= set(res)
     for name, row in res.items():
@@ -270,3 +270,71 @@ def test_observation_carries_last_slots_utilisation_and_the_util_weight_acts_on_
             env.step(act)
         regions.append(env.day.sim.records().region.copy())
     assert len(regions[0]) == len(regions[1]) and (regions[0] != regions[1]).mean() > 0.05
+
+
+def test_cem_policy_zero_parameters_are_the_rule_and_its_layer_reads_the_fleet_means():
+    """The CEM learner's policy (``learn.torta_cem``) contains the rule: zero parameters give ResidualPlanner's zero
+    action, so a whole day is least_loaded's, record for record; its parameters act on the util weight only, as
+    ``b + w . (fleet-wide means of the observation)``."""
+    from fleetwise.learn.torta_cem import PARAMS_TEMPORAL, LinearTortaPolicy, linear_layer, obs_dim
+    from fleetwise.policies.planners import LeastLoadedPlanner, ResidualPlanner
+    from fleetwise.worlds.torta import TortaConfig, evaluate
+
+    cfg = TortaConfig(topology="ring")
+    n, h = 6, cfg.history
+    zero = LinearTortaPolicy(np.zeros(PARAMS_TEMPORAL), n, h, True)
+    a = evaluate(cfg, lambda c: ResidualPlanner(c, zero, True), "affinity_greedy", [1003], keep_day=True)[0]
+    b = evaluate(cfg, LeastLoadedPlanner, "affinity_greedy", [1003], keep_day=True)[0]
+    a.pop("plans"), b.pop("plans")  # (least_loaded keeps no slot plan matrix; every other figure must agree)
+    assert a == b and a["requests"] > 1000
+    p = np.array([-0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7])
+    W, bias = linear_layer(p, n, h, True)
+    assert W.shape == (n + 3, obs_dim(n, h, True)) and not W[:-1].any() and not bias[:-1].any()
+    rng = np.random.default_rng(0)
+    backlog, util, free = rng.random(n), rng.random(n), rng.random(n)
+    demand = rng.random((h, n))
+    obs = np.concatenate([np.stack([backlog, util, free], 1).ravel(), demand.ravel(), [0.25, -0.5]])
+    want = -0.1 + 0.2 * util.mean() + 0.3 * free.mean() + 0.4 * backlog.mean() + 0.5 * demand[0].mean() \
+        + 0.6 * 0.25 + 0.7 * -0.5
+    assert W[-1] @ obs + bias[-1] == pytest.approx(want)
+    with pytest.raises(ValueError, match="parameters"):
+        linear_layer(np.zeros(4), n, h, True)
+    # and a non-zero util weight does change the day (the test above could not pass by ignoring the policy)
+    pack = LinearTortaPolicy(np.r_[-0.15, np.zeros(6)], n, h, True)
+    c = evaluate(cfg, lambda c: ResidualPlanner(c, pack, True), "affinity_greedy", [1003])[0]
+    assert c["cost_usd"] < b["cost_usd"]
+
+
+def test_reproduce_torta_cem_tiny_run_writes_gated_numpy_checkpoints(tmp_path):
+    """`fleetwise reproduce torta` (the CEM learner, its default) end to end on one topology and a tiny budget: the
+    same JSON, the learner named, fleetwise checkpoints (no SB3 zip) with the gate and the curve in their cards,
+    which the decision service loads, and the multiplier and validation curves in the results store."""
+    from fleetwise.reproduce import torta
+
+    tiny = {"iterations": 2, "population": 3, "elite": 2, "train_days": 1, "val_days": 1, "gate_days": 2}
+    r = torta.run(seeds=1, topologies=["ring"], train_seeds=1, workers=1, progress=False,
+                  db=str(tmp_path / "fleetwise.duckdb"), cem=tiny)
+    res = r["ring"]
+    assert res["torta"]["learner"] == "cem" and res["torta"]["train_days_simulated"] > 0
+    assert {"torta", "reactive_ppo", "least_loaded"} <= set(res)
+    assert set(res["torta"]["changes"]["vs_least_loaded"]) == {"response_time_mean_s", "load_cv", "cost_usd"}
+    ck = tmp_path / "torta" / "checkpoints"
+    assert not list(ck.glob("*.zip"))
+    card = json.loads((ck / "ring-torta-seed0.card.json").read_text())
+    assert card["rule"] == "least_loaded" and card["training"]["algorithm"] == "cem"
+    assert len(card["training"]["curve"]) == 2 and card["validation"]["windows"] == 2
+    assert res["torta"]["gate"][0]["passed"] == card["validation"]["passed"]
+    assert [s for s, _ in res["torta"]["validation_curve"][0]] == [0, 1, 2]  # the rule, then every iteration
+    from fleetwise.policies.planners import load_torta_checkpoint
+
+    pol, temporal, hist, n = load_torta_checkpoint(ck / "ring-torta-seed0.npz")
+    assert temporal and (hist, n) == (3, 6)
+    pol_r, temporal_r, _, _ = load_torta_checkpoint(ck / "ring-reactive_ppo-seed0.npz")
+    assert not temporal_r
+    import duckdb
+
+    with duckdb.connect(str(tmp_path / "fleetwise.duckdb"), read_only=True) as con:
+        keys = {k for (k,) in con.sql("select distinct policy from learning").fetchall()}
+    assert {"torta/ring/torta", "torta/ring/torta/validation", "torta/ring/torta/lambda"} <= keys
+    with pytest.raises(Exception, match="learner"):
+        torta.run(seeds=1, topologies=["ring"], progress=False, learner="sgd")

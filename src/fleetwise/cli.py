@@ -941,9 +941,14 @@ def reproduce_torta(quick: bool = _QUICK, as_json: bool = _JSON, eval_trace: Opt
                                                               "topology (default 3; 1 with --quick)"),
                     workers: Optional[int] = typer.Option(None, min=1, max=MAX_WORKERS,
                                                           help="processes (default: one per CPU)"),
+                    learner: str = typer.Option("cem", "--learner", help="the macro agent's learner: cem (policy "
+                                                "search on whole days, the default) or ppo (the paper's)"),
                     wide: bool = _WIDE) -> None:
     """TORTA: RL + optimal transport across regions, switching-aware allocation within them."""
-    _reproduce("torta", quick, as_json, eval_trace, seeds, db, wide, load, train_seeds=train_seeds, workers=workers)
+    if learner not in ("cem", "ppo"):
+        raise InputError(f"--learner {learner!r}: expected cem or ppo")
+    _reproduce("torta", quick, as_json, eval_trace, seeds, db, wide, load, train_seeds=train_seeds, workers=workers,
+               learner=learner)
 
 
 @reproduce_app.command("graph-marl")

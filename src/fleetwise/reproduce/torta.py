@@ -1,13 +1,16 @@
 """``fleetwise reproduce torta``: RL + optimal transport across regions with a switching-aware micro layer
 (docs/torta.md).
 
-Protocol, per topology: train K TORTA agents (temporal observation) and K reactive PPO agents (current state
-only; the ablation), training seeds 0..K-1, on training days (first 70% of the length traces and ServeGen days);
+Protocol, per topology: train K TORTA agents (temporal observation) and K reactive agents (current state only;
+the ablation, named ``reactive_ppo`` whichever the learner), training seeds 0..K-1, on training days (first 70% of
+the length traces and ServeGen days), with the CEM learner (``fleetwise.learn.torta_cem``, the default) or PPO
+(``fleetwise.learn.torta``, the paper's; ``learner="ppo"``);
 evaluate every policy on the same held-out days (one day per seed); report mean / P95 / P99 response time, load
 CV, cost, switches and migrations (mean and 95% bootstrap CI over days, and over training seeds for the RL
 policies), and TORTA's paired change against the best baseline per metric and against the reactive PPO.
-Trained agents are saved under ``<results>/torta/checkpoints``: SB3's ``.zip`` (evaluated here) and the fleetwise
-checkpoint ``.npz`` + ``.card.json`` that ``fleetwise serve --checkpoint`` loads.
+Trained agents are saved under ``<results>/torta/checkpoints`` as the fleetwise checkpoint ``.npz`` +
+``.card.json`` that ``fleetwise serve --checkpoint`` loads (evaluated here too), and for PPO also SB3's ``.zip``
+(evaluated here: this run wrote it).
 """
 
 from __future__ import annotations
@@ -31,9 +34,15 @@ MAX_UNSERVED = 0.001  # a baseline counts as "best" only if it served all but 0.
 
 
 def _budget(quick: bool) -> dict:
+    """Test days, training seeds, and each learner's budget: PPO slots, CEM iterations x population x days."""
     if quick:
-        return {"timesteps": 1920, "seeds": 5, "train_seeds": 1}
-    return {"timesteps": 4800, "seeds": 8, "train_seeds": 3}
+        return {"timesteps": 1920, "seeds": 5, "train_seeds": 1,
+                "cem": {"iterations": 6, "population": 10, "train_days": 4}}
+    return {"timesteps": 4800, "seeds": 8, "train_seeds": 3,
+            "cem": {"iterations": 8, "population": 12, "train_days": 4}}
+
+
+LEARNERS = ("cem", "ppo")  # cem: fleetwise.learn.torta_cem (the default); ppo: fleetwise.learn.torta (the paper's)
 
 
 AGENTS = {"torta": True, "reactive_ppo": False}  # name -> temporal observation
@@ -75,8 +84,26 @@ def policies(models: dict) -> dict:
     return out
 
 
+def _train_cem(job: tuple) -> tuple:
+    """Train one agent by CEM (``fleetwise.learn.torta_cem``) and save its fleetwise checkpoint."""
+    from fleetwise.learn.torta_cem import TortaCEMConfig, train_torta_cem
+    from fleetwise.worlds.torta import TortaConfig
+
+    topo, name, budget, seed, path = job[:5]
+    cfg = replace(TortaConfig(topology=topo), temporal=AGENTS[name])
+    res = train_torta_cem(cfg, TortaCEMConfig(seed=seed, **budget, **(job[5] if len(job) > 5 else {})), out=path,
+                          policy_name=name)
+    log = {k: res[k] for k in ("validation_curve", "lagrangian", "response_change_target", "gate", "best_step")}
+    log["curve_metric"] = "minus_elite_cost_change_vs_least_loaded"
+    log["days_simulated"] = res["days_simulated"]
+    curve = [(r["days_simulated"], -r["train_elite_cost_change"]) for r in res["curve"]]
+    return topo, name, seed, res["checkpoint"], curve, res["wall_s"], log
+
+
 def _train_job(job: tuple) -> tuple:
     """Train one agent (a worker process or in-process) and save it; returns its learning curve."""
+    if str(job[4]).endswith(".npz"):  # a CEM job (its checkpoint is the fleetwise one only)
+        return _train_cem(job)
     from fleetwise.envs.torta import TortaConfig, TortaEnv
     from fleetwise.learn.export import export_sb3
     from fleetwise.learn.torta import TortaArgs, train
@@ -107,7 +134,11 @@ def _eval_job(job: tuple) -> tuple:
 
     topo, name, ckpt, train_seed, eval_seeds, trace, keep_day, load = job
     models = {}
-    if ckpt is not None:
+    if ckpt is not None and str(ckpt).endswith(".npz"):  # a fleetwise checkpoint (numpy; nothing unpickled)
+        from fleetwise.policies.planners import load_torta_checkpoint
+
+        models[USES_AGENT[name]] = load_torta_checkpoint(ckpt)[0]
+    elif ckpt is not None:  # SB3's zip, written by this run's PPO training
         from stable_baselines3 import PPO
 
         models[USES_AGENT[name]] = PPO.load(ckpt, device="cpu")
@@ -194,10 +225,11 @@ def _changes(rows: dict, train_seeds: int) -> dict:
 
 def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = None, db: str | None = None,
         progress: bool = True, topologies=None, timesteps: int | None = None, train_seeds: int | None = None,
-        workers: int | None = None, load: float | str = 0.7) -> dict:
-    """Train ``train_seeds`` agents of each kind per topology (seeds 0..K-1, in ``workers`` processes), evaluate
-    every policy on the same held-out days, and summarise. The RL policies' rows are one per (training seed,
-    day), so their intervals include the spread between training runs."""
+        workers: int | None = None, load: float | str = 0.7, learner: str = "cem", cem: dict | None = None) -> dict:
+    """Train ``train_seeds`` agents of each kind per topology (seeds 0..K-1, in ``workers`` processes) with
+    ``learner`` (``LEARNERS``; ``cem`` overrides the budget's CEM fields, e.g. for tests), evaluate every policy on
+    the same held-out days, and summarise. The RL policies' rows are one per (training seed, day), so their
+    intervals include the spread between training runs."""
     import os
 
     from fleetwise.reproduce.common import fit_load as _fit_load
@@ -205,6 +237,10 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
     from fleetwise.reproduce.common import progress as _progress
     from fleetwise.worlds.torta import TOPOLOGIES
 
+    if learner not in LEARNERS:
+        from fleetwise.errors import InputError
+
+        raise InputError(f"--learner {learner!r}: expected one of {', '.join(LEARNERS)}")
     bud = _budget(quick)
     n_seeds = seeds or bud["seeds"]
     steps = timesteps or bud["timesteps"]
@@ -247,9 +283,17 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
     info: dict = {}
     logs: dict = {}
     with bars as prog:
-        train_jobs = [(t, name, steps, k, str(ckpt_dir / f"{t}-{name}-seed{k}.zip"))
-                      for t in topos for name in AGENTS for k in range(n_train)]
-        task = prog.add_task(f"training {len(train_jobs)} agents ({steps} slots each)", total=len(train_jobs))
+        if learner == "cem":
+            cem_budget = bud["cem"] | (cem or {})
+            train_jobs = [(t, name, cem_budget, k, str(ckpt_dir / f"{t}-{name}-seed{k}.npz"))
+                          for t in topos for name in AGENTS for k in range(n_train)]
+            what = (f"CEM, {cem_budget['iterations']} iterations x {cem_budget['population']} candidates x "
+                    f"{cem_budget['train_days']} days each")
+        else:
+            train_jobs = [(t, name, steps, k, str(ckpt_dir / f"{t}-{name}-seed{k}.zip"))
+                          for t in topos for name in AGENTS for k in range(n_train)]
+            what = f"PPO, {steps} slots each"
+        task = prog.add_task(f"training {len(train_jobs)} agents ({what})", total=len(train_jobs))
 
         def trained(res):
             topo, name, k, path, curve, wall, log = res
@@ -261,7 +305,8 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
 
                 key = f"torta/{topo}/{name}" + (f"/seed{k}" if k else "")
                 st = Store(db)
-                st.add_learning_curve(key, [s for s, _ in curve], [r for _, r in curve], "episode_return")
+                st.add_learning_curve(key, [s for s, _ in curve], [r for _, r in curve],
+                                      log.get("curve_metric", "episode_return"))
                 vc = log.get("validation_curve") or []
                 if vc:
                     st.add_learning_curve(key + "/validation", [s for s, _ in vc], [v for _, v in vc],
@@ -274,8 +319,8 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
         _pool_map(_train_job, train_jobs, nw, trained)
         if progress:
             for (topo, name), walls in info.items():
-                console.print(f"[{topo}] trained {len(walls)} x {name}: {steps} slots in "
-                              f"{np.mean(walls):.1f} s each", markup=False)
+                console.print(f"[{topo}] trained {len(walls)} x {name} ({what}) in {np.mean(walls):.1f} s each",
+                              markup=False)
         eval_jobs = []
         for t in topos:
             for name in policies(dict.fromkeys(AGENTS)):
@@ -314,7 +359,11 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
                             if r.get("train_seed") == k], level="planner", params=params)
         for name in AGENTS:
             walls = info.get((topo, name), [float("nan")])
-            res[name].update({"train_wall_s": float(np.mean(walls)), "train_timesteps": steps})
+            res[name].update({"train_wall_s": float(np.mean(walls)), "learner": learner})
+            if learner == "cem":
+                res[name]["train_days_simulated"] = logs.get((topo, name, 0), {}).get("days_simulated")
+            else:
+                res[name]["train_timesteps"] = steps
             # the deployment gate of each checkpoint (validation days, against least_loaded, paired by day)
             res[name]["gate"] = [_gate_row(logs.get((topo, name, k), {})) for k in range(n_train)]
             res[name]["validation_curve"] = [logs.get((topo, name, k), {}).get("validation_curve", [])

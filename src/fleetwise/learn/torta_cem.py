@@ -1,0 +1,232 @@
+"""TORTA's macro agent trained by the cross-entropy method (CEM) on the shared recipe (docs/torta.md, "Learners").
+
+PPO (``fleetwise.learn.torta``, the paper's learner) finds TORTA's one strong lever -- packing requests onto the
+regions that were busy over the last slot, whose servers are billed for the slot anyway -- in about half of its
+training seeds within its budget, and overshoots past it. What the policy is judged on (a day's cost and mean
+response time against the rule's on the same day) is only known at the end of a simulated day, and the lever is
+one number per slot, so this learner searches a small policy directly, as the learned router and the RL scaler do
+(``fleetwise.learn.router``, ``fleetwise.learn.scaler_cem``): numpy only, no torch.
+
+**The policy** is linear in the slot observation and sets only the util weight ``a_{n+2}`` of
+``ResidualPlanner`` (the other ``n + 2`` entries stay 0): ``a_{n+2} = clip(b + w . f)`` with ``f`` the
+fleet-wide means of the observation (busy fraction, free-server fraction, backlog; with ``temporal``: the last
+slot's demand per unit of capacity, and the hour of day as sine and cosine). It is written as a one-layer
+fleetwise checkpoint over the whole observation vector (``PARAMS_TEMPORAL`` / ``PARAMS_REACTIVE`` parameters
+spread over its entries), so ``fleetwise serve`` runs it like any TORTA checkpoint.
+
+**The recipe**, step by step:
+
+1. The policy contains its rule: zero parameters are ``least_loaded`` + ``affinity_greedy``, decision for
+   decision (``ResidualPlanner``'s zero action; tested).
+2. Warm start at the rule: the search distribution starts centred on zero parameters, and the rule is the
+   candidate to beat on validation (it scores 0).
+3. Service level as a constraint: minimise the day's cost (paired: the policy's / the rule's on the same day,
+   minus 1) subject to the day's mean response time at least ``-response_tolerance`` (a point) below the rule's,
+   with a Lagrange multiplier (``recipe.Lagrangian``, dual ascent on the elite's response change, logged).
+4. Train / validation / test: fresh training days every iteration, drawn from the training distribution at loads
+   from light to near saturation (``loads``); the CEM mean is scored on validation days (the training
+   distribution at the paper's load, seeds 500000..) after every iteration and the best kept (the rule if
+   nothing beats it by ``min_delta``); only held-out test days are reported (``reproduce torta``).
+5. The gate: cost paired against the rule on further validation days, passed when its whole 95% interval is a
+   saving and the response time's upper bound is at most ``gate_response_ci_hi``; it goes into the model card.
+6. At scale: ``reproduce torta`` runs the training jobs (topologies x agents x training seeds) in worker
+   processes.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from fleetwise.learn.torta import VAL_SEED0, day_metrics, rule_planner
+
+PARAMS_REACTIVE = 4  # bias, mean busy fraction, mean free-server fraction, mean backlog (slots)
+PARAMS_TEMPORAL = 7  # ... and the last slot's mean demand per unit of capacity, sin and cos of the hour
+TRAIN_SEED0 = 200_000  # training days: seeds 200000 + 10000 x training seed + ... (validation 500000.., test 1000..)
+
+
+@dataclass
+class TortaCEMConfig:
+    iterations: int = 6
+    population: int = 10
+    elite: int = 3
+    train_days: int = 4  # fresh training days per iteration (every candidate runs the same ones: paired)
+    loads: tuple[float, ...] = (0.45, 0.55, 0.7)  # training days' load, in turn (the paper's is 0.55)
+    sigma: tuple[float, ...] = field(default_factory=lambda: (0.05,) * PARAMS_TEMPORAL)  # initial spread
+    min_sigma: float = 0.01
+    response_tolerance: float = -0.01  # the day's response time <= (1 + tol) x the rule's (a point of margin)
+    lagrangian_lr: float = 1.0
+    val_days: int = 6
+    gate_days: int = 6
+    gate_response_ci_hi: float = 0.01
+    min_delta: float = 0.005  # the search's mean replaces the rule only if 0.5 points better on validation
+    val_penalty: float = 30.0  # validation score: -cost change - this x (response change above the tolerance)
+    seed: int = 0
+
+
+def n_params(temporal: bool) -> int:
+    return PARAMS_TEMPORAL if temporal else PARAMS_REACTIVE
+
+
+def obs_dim(n: int, history: int, temporal: bool) -> int:
+    return n * 3 + (n * history + 2 if temporal else 0)
+
+
+def linear_layer(params, n: int, history: int, temporal: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The policy's one layer over the observation vector (``SlotObs.vector``): ``(W, b)`` with ``W`` of shape
+    ``(n + 3, obs_dim)``; only the util weight's row (the last) is non-zero. The means of the observation are
+    weights ``theta / n`` on its per-region entries."""
+    from fleetwise.policies.planners import ResidualPlanner
+
+    p = np.asarray(params, np.float64)
+    if p.shape != (n_params(temporal),):
+        raise ValueError(f"TORTA CEM policy: {p.shape[0] if p.ndim else 0} parameters, expected {n_params(temporal)}")
+    d = obs_dim(n, history, temporal)
+    W = np.zeros((ResidualPlanner.action_size(n), d))
+    b = np.zeros(ResidualPlanner.action_size(n))
+    row = W[-1]
+    b[-1] = p[0]
+    for k in range(3):  # backlog / slot, busy fraction, free fraction: entries 3 r + k
+        row[k:3 * n:3] = p[(2, 0, 1)[k] + 1] / n
+    if temporal:
+        row[3 * n:4 * n] = p[4] / n  # the newest demand row of the history
+        row[d - 2], row[d - 1] = p[5], p[6]
+    return W, b
+
+
+class LinearTortaPolicy:
+    """``predict(obs) -> (action, None)`` as SB3's, for ``ResidualPlanner`` (float32 as the checkpoint stores it)."""
+
+    def __init__(self, params, n: int, history: int, temporal: bool):
+        W, b = linear_layer(params, n, history, temporal)
+        self.W, self.b = W.astype(np.float32).astype(np.float64), b.astype(np.float32).astype(np.float64)
+
+    def predict(self, obs, state=None, episode_start=None, deterministic: bool = True):
+        a = np.clip(self.W @ np.asarray(obs, np.float64) + self.b, -1.0, 1.0)
+        return a.astype(np.float32), None
+
+
+def _changes(pol: dict, rule: dict) -> tuple[float, float, list[float], list[float]]:
+    """Mean paired cost and response-time changes (policy / rule - 1 on the same day) and their per-day values."""
+    dc = [pol[d]["cost_usd"] / rule[d]["cost_usd"] - 1.0 for d in rule]
+    dr = [pol[d]["response_time_mean_s"] / rule[d]["response_time_mean_s"] - 1.0 for d in rule]
+    return float(np.mean(dc)), float(np.mean(dr)), dc, dr
+
+
+def _days(cfg, planner, seeds, loads=None) -> dict:
+    """{seed: metrics} of ``planner`` (a factory of cfg) on training-distribution days, each at its load."""
+    out = {}
+    for k, s in enumerate(seeds):
+        c = cfg if loads is None else replace(cfg, load=float(loads[k % len(loads)]))
+        out.update(day_metrics(c, planner, [s]))
+    return out
+
+
+def train_torta_cem(tcfg, cem: TortaCEMConfig, out: str | Path | None = None, progress=None,
+                    policy_name: str = "torta") -> dict:
+    """CEM for the util-weight policy of ``ResidualPlanner`` on ``tcfg`` (a ``TortaConfig``; ``temporal`` says which
+    features); writes ``out`` (fleetwise checkpoint + model card) when given. Returns the parameters, the curve
+    (one row per iteration), the multiplier's history, the validation curve and the gate."""
+    from fleetwise.learn.recipe import Lagrangian, gate
+    from fleetwise.metrics.stats import paired_change
+    from fleetwise.policies.planners import ResidualPlanner
+    from fleetwise.worlds.torta import make_fleet
+
+    t0 = time.perf_counter()
+    n, hist, temporal = len(make_fleet(tcfg).names), tcfg.history, tcfg.temporal
+    k = n_params(temporal)
+    rng = np.random.default_rng(np.random.SeedSequence([int(cem.seed), 31]))
+
+    def planner(params):
+        pol = LinearTortaPolicy(params, n, hist, temporal)
+        return lambda c: ResidualPlanner(c, pol, temporal)
+
+    vdays = list(range(VAL_SEED0, VAL_SEED0 + cem.val_days))
+    rule_v = _days(tcfg, rule_planner, vdays)
+
+    def val_score(params) -> tuple[float, float, float]:
+        c, r, _, _ = _changes(_days(tcfg, planner(params), vdays), rule_v)
+        return -c - cem.val_penalty * max(0.0, r - cem.response_tolerance), c, r
+
+    lag = Lagrangian(target=cem.response_tolerance, sense="<=", lr=cem.lagrangian_lr, scale=0.01, lam=1.0,
+                     hinge=True)
+    mu, sigma = np.zeros(k), np.asarray(cem.sigma[:k], np.float64).copy()
+    best = {"score": 0.0, "params": mu.copy(), "iteration": 0, "val_cost_change": 0.0, "val_response_change": 0.0}
+    curve: list[dict] = []
+    validation_curve: list[tuple[int, float]] = [(0, 0.0)]  # the warm start (the rule) scores 0 by definition
+    simulated = 0
+    for it in range(1, cem.iterations + 1):
+        seeds = [TRAIN_SEED0 + 10_000 * int(cem.seed) + 100 * it + j for j in range(cem.train_days)]
+        rule_t = _days(tcfg, rule_planner, seeds, cem.loads)
+        pop = mu + sigma * rng.standard_normal((cem.population, k))
+        pop[0] = mu  # the current mean is always a candidate (elitism of the mean)
+        cmp_ = [_changes(_days(tcfg, planner(p), seeds, cem.loads), rule_t) for p in pop]
+        simulated += (cem.population + 1) * cem.train_days
+        scored = [c + lag.penalty(r) for c, r, _, _ in cmp_]
+        order = np.argsort(scored)[:cem.elite]
+        mu = pop[order].mean(axis=0)
+        sigma = np.maximum(pop[order].std(axis=0), cem.min_sigma)
+        lag.update(float(np.mean([cmp_[i][1] for i in order])), step=it)
+        vs, vc, vr = val_score(mu)
+        simulated += cem.val_days
+        validation_curve.append((it, vs))
+        if vs > best["score"] + cem.min_delta:
+            best = {"score": vs, "params": mu.copy(), "iteration": it, "val_cost_change": vc,
+                    "val_response_change": vr}
+        row = {"iteration": it, "days_simulated": simulated, "wall_s": time.perf_counter() - t0, "lambda": lag.lam,
+               "train_elite_cost_change": float(np.mean([cmp_[i][0] for i in order])),
+               "train_elite_response_change": float(np.mean([cmp_[i][1] for i in order])),
+               "train_elite_score": float(np.mean([scored[i] for i in order])),
+               "val_cost_change": vc, "val_response_change": vr, "val_score": vs,
+               "util_weight_bias": float(mu[0])}
+        curve.append(row)
+        if progress is not None:
+            progress(it, row)
+    params = best["params"]
+    gdays = list(range(VAL_SEED0 + cem.val_days, VAL_SEED0 + cem.val_days + cem.gate_days))
+    rule_g = _days(tcfg, rule_planner, gdays)
+    pol_g = _days(tcfg, planner(params), gdays)
+    cost_ch, _, _, _ = _changes(pol_g, rule_g)
+    resp = paired_change({d: m["response_time_mean_s"] for d, m in rule_g.items()},
+                         {d: m["response_time_mean_s"] for d, m in pol_g.items()})
+    g = gate({d: m["cost_usd"] for d, m in pol_g.items()}, {d: m["cost_usd"] for d, m in rule_g.items()},
+             constraint_ok=resp.hi <= cem.gate_response_ci_hi)
+    g.update(rule="least_loaded", metric="cost_usd", days=gdays, cost_change=cost_ch, response_change=resp.mean,
+             response_ci95=[resp.lo, resp.hi], selection_days=vdays, best_step=best["iteration"])
+    result = {"params": [float(x) for x in params], "curve": curve, "validation_curve": validation_curve,
+              "lagrangian": [list(h) for h in lag.history], "response_change_target": cem.response_tolerance,
+              "gate": g, "best_step": best["iteration"], "config": asdict(cem),
+              "wall_s": time.perf_counter() - t0, "days_simulated": simulated + 2 * cem.gate_days}
+    if out is not None:
+        result["checkpoint"] = str(save_torta_cem(out, params, n, hist, temporal, tcfg, cem, result, policy_name))
+    return result
+
+
+def save_torta_cem(out, params, n: int, history: int, temporal: bool, tcfg, cem: TortaCEMConfig, result: dict,
+                   policy_name: str = "torta") -> Path:
+    """The policy as a fleetwise checkpoint (one linear layer over the observation, action clipped to [-1, 1])
+    and its model card, which ``load_torta_checkpoint`` and ``fleetwise serve`` read as any TORTA checkpoint."""
+    from fleetwise.control.checkpoint import ActionSpec, ModelCard, save_policy
+    from fleetwise.policies.planners import ResidualPlanner
+
+    W, b = linear_layer(params, n, history, temporal)
+    d, na = obs_dim(n, history, temporal), ResidualPlanner.action_size(n)
+    card = ModelCard(level="planner", policy=policy_name, rule="least_loaded", validation=result.get("gate"),
+                     training={"algorithm": "cem", "topology": str(tcfg.topology), "temporal": bool(temporal),
+                               "params": [float(x) for x in params], "config": asdict(cem),
+                               "curve": result.get("curve", []), "best_step": result.get("best_step"),
+                               "wall_s": round(float(result.get("wall_s", math.nan)), 1),
+                               "days": f"training-distribution days at loads {list(cem.loads)} (first 70% of the "
+                                       f"traces and ServeGen days); validation days {VAL_SEED0}..",
+                               "warm_start": "the rule itself (zero parameters = least_loaded + affinity_greedy)",
+                               "objective": "GPU + energy cost (paired with the rule, day by day)",
+                               "constraint": f"response time <= {1 + cem.response_tolerance:g} x the rule's on "
+                                             "the same days (Lagrangian)"})
+    return save_policy(out, level="planner", algorithm="cem", obs_low=np.full(d, -1.0, np.float32),
+                       obs_high=np.full(d, 5.0, np.float32), action=ActionSpec("box", shape=(na,)),
+                       layers=[(W, b)], activation="identity", card=card,
+                       act_low=-np.ones(na, np.float32), act_high=np.ones(na, np.float32))
