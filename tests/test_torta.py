@@ -338,3 +338,22 @@ def test_reproduce_torta_cem_tiny_run_writes_gated_numpy_checkpoints(tmp_path):
     assert {"torta/ring/torta", "torta/ring/torta/validation", "torta/ring/torta/lambda"} <= keys
     with pytest.raises(Exception, match="learner"):
         torta.run(seeds=1, topologies=["ring"], progress=False, learner="sgd")
+
+
+@pytest.mark.ray
+def test_torta_training_and_evaluation_jobs_on_ray_match_local(tmp_path, local_ray):
+    """`reproduce torta --backend ray`: the training jobs (topology x agent x training seed) and the evaluation jobs
+    run as Ray tasks (recipe.run_jobs, the sweep backends) and give the same agents and numbers as in-process."""
+    from fleetwise.reproduce import torta
+
+    tiny = {"iterations": 1, "population": 2, "elite": 1, "train_days": 1, "val_days": 1, "gate_days": 2}
+    kw = dict(seeds=1, topologies=["ring"], train_seeds=1, progress=False, cem=tiny)
+    remote = torta.run(db=str(tmp_path / "ray" / "fleetwise.duckdb"), backend="ray", **kw)["ring"]
+    local = torta.run(db=str(tmp_path / "local" / "fleetwise.duckdb"), workers=1, **kw)["ring"]
+    for name in ("torta", "reactive_ppo", "least_loaded", "ot_capacity"):
+        for m in ("cost_usd", "response_time_mean_s"):
+            assert remote[name][m] == local[name][m], (name, m)
+    assert remote["torta"]["gate"] == local["torta"]["gate"]
+    cards = [json.loads((tmp_path / d / "torta" / "checkpoints" / "ring-torta-seed0.card.json").read_text())
+             for d in ("ray", "local")]
+    assert cards[0]["training"]["params"] == cards[1]["training"]["params"]

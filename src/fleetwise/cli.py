@@ -943,12 +943,17 @@ def reproduce_torta(quick: bool = _QUICK, as_json: bool = _JSON, eval_trace: Opt
                                                           help="processes (default: one per CPU)"),
                     learner: str = typer.Option("cem", "--learner", help="the macro agent's learner: cem (policy "
                                                 "search on whole days, the default) or ppo (the paper's)"),
+                    backend: str = typer.Option("local", help="training and evaluation jobs: local (worker "
+                                                "processes) or ray"),
+                    address: Optional[str] = typer.Option(None, help="a Ray cluster's address (--backend ray)"),
                     wide: bool = _WIDE) -> None:
     """TORTA: RL + optimal transport across regions, switching-aware allocation within them."""
     if learner not in ("cem", "ppo"):
         raise InputError(f"--learner {learner!r}: expected cem or ppo")
+    if backend not in ("local", "ray"):
+        raise InputError(f"--backend {backend!r}: expected local or ray")
     _reproduce("torta", quick, as_json, eval_trace, seeds, db, wide, load, train_seeds=train_seeds, workers=workers,
-               learner=learner)
+               learner=learner, backend=backend, address=address)
 
 
 @reproduce_app.command("graph-marl")

@@ -151,21 +151,6 @@ def _eval_job(job: tuple) -> tuple:
     return topo, name, train_seed, rows
 
 
-def _pool_map(fn, jobs: list, workers: int, on_done):
-    """``fn`` over ``jobs`` in worker processes (in-process with one worker); ``on_done`` each result."""
-    if workers <= 1 or len(jobs) <= 1:
-        for j in jobs:
-            on_done(fn(j))
-        return
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    # spawn: the workers import torch themselves (a fork of a parent holding torch's threads can hang)
-    with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as ex:
-        for f in as_completed([ex.submit(fn, j) for j in jobs]):
-            on_done(f.result())
-
-
 def _gate_row(log: dict) -> dict:
     g = log.get("gate") or {}
     return {"passed": bool(g.get("passed", False)), "metric": g.get("metric"), "change": g.get("change"),
@@ -225,13 +210,17 @@ def _changes(rows: dict, train_seeds: int) -> dict:
 
 def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = None, db: str | None = None,
         progress: bool = True, topologies=None, timesteps: int | None = None, train_seeds: int | None = None,
-        workers: int | None = None, load: float | str = 0.7, learner: str = "cem", cem: dict | None = None) -> dict:
-    """Train ``train_seeds`` agents of each kind per topology (seeds 0..K-1, in ``workers`` processes) with
-    ``learner`` (``LEARNERS``; ``cem`` overrides the budget's CEM fields, e.g. for tests), evaluate every policy on
-    the same held-out days, and summarise. The RL policies' rows are one per (training seed, day), so their
+        workers: int | None = None, load: float | str = 0.7, learner: str = "cem", cem: dict | None = None,
+        backend: str = "local", address: str | None = None) -> dict:
+    """Train ``train_seeds`` agents of each kind per topology (seeds 0..K-1) with ``learner`` (``LEARNERS``; ``cem``
+    overrides the budget's CEM fields, e.g. for tests), evaluate every policy on the same held-out days, and
+    summarise. Training and evaluation jobs run on the sweep backends (``recipe.run_jobs``: ``workers`` local
+    processes, or Ray tasks with ``backend="ray"``, ``address`` for a cluster, whose nodes must all see ``db``'s
+    folder: checkpoints are written there). The RL policies' rows are one per (training seed, day), so their
     intervals include the spread between training runs."""
     import os
 
+    from fleetwise.learn.recipe import run_jobs
     from fleetwise.reproduce.common import fit_load as _fit_load
     from fleetwise.reproduce.common import out_dir as _out_dir
     from fleetwise.reproduce.common import progress as _progress
@@ -316,7 +305,7 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
                     st.add_learning_curve(key + "/lambda", [h[0] for h in lg], [h[1] for h in lg], "lagrange_multiplier")
             prog.advance(task)
 
-        _pool_map(_train_job, train_jobs, nw, trained)
+        run_jobs(_train_job, train_jobs, backend=backend, workers=nw, address=address, on_result=trained)
         if progress:
             for (topo, name), walls in info.items():
                 console.print(f"[{topo}] trained {len(walls)} x {name} ({what}) in {np.mean(walls):.1f} s each",
@@ -337,7 +326,7 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
             rows[topo].setdefault(name, []).extend(rs)
             prog.advance(task)
 
-        _pool_map(_eval_job, eval_jobs, nw, evaluated)
+        run_jobs(_eval_job, eval_jobs, backend=backend, workers=nw, address=address, on_result=evaluated)
     result: dict = {}
     extras: dict = {}
     for topo in topos:
