@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fleetwise.learn.torta import VAL_SEED0, day_metrics, rule_planner
+from fleetwise.learn.torta import VAL_SEED0, day_metrics, paired_mean_change, rule_planner
 
 PARAMS_REACTIVE = 4  # bias, mean busy fraction, mean free-server fraction, mean backlog (slots)
 PARAMS_TEMPORAL = 7  # ... and the last slot's mean demand per unit of capacity, sin and cos of the hour
@@ -90,8 +90,9 @@ def linear_layer(params, n: int, history: int, temporal: bool) -> tuple[np.ndarr
     b = np.zeros(ResidualPlanner.action_size(n))
     row = W[-1]
     b[-1] = p[0]
-    for k in range(3):  # backlog / slot, busy fraction, free fraction: entries 3 r + k
-        row[k:3 * n:3] = p[(2, 0, 1)[k] + 1] / n
+    row[0:3 * n:3] = p[3] / n  # per region r: backlog / slot at 3 r, busy fraction at 3 r + 1, free at 3 r + 2
+    row[1:3 * n:3] = p[1] / n
+    row[2:3 * n:3] = p[2] / n
     if temporal:
         row[3 * n:4 * n] = p[4] / n  # the newest demand row of the history
         row[d - 2], row[d - 1] = p[5], p[6]
@@ -110,11 +111,9 @@ class LinearTortaPolicy:
         return a.astype(np.float32), None
 
 
-def _changes(pol: dict, rule: dict) -> tuple[float, float, list[float], list[float]]:
-    """Mean paired cost and response-time changes (policy / rule - 1 on the same day) and their per-day values."""
-    dc = [pol[d]["cost_usd"] / rule[d]["cost_usd"] - 1.0 for d in rule]
-    dr = [pol[d]["response_time_mean_s"] / rule[d]["response_time_mean_s"] - 1.0 for d in rule]
-    return float(np.mean(dc)), float(np.mean(dr)), dc, dr
+def _changes(pol: dict, rule: dict) -> tuple[float, float]:
+    """Mean paired cost and response-time changes (policy / rule - 1 on the same day)."""
+    return (paired_mean_change(pol, rule, "cost_usd"), paired_mean_change(pol, rule, "response_time_mean_s"))
 
 
 def _days(cfg, planner, seeds, loads=None) -> dict:
@@ -149,7 +148,7 @@ def train_torta_cem(tcfg, cem: TortaCEMConfig, out: str | Path | None = None, pr
     rule_v = _days(tcfg, rule_planner, vdays)
 
     def val_score(params) -> tuple[float, float, float]:
-        c, r, _, _ = _changes(_days(tcfg, planner(params), vdays), rule_v)
+        c, r = _changes(_days(tcfg, planner(params), vdays), rule_v)
         return -c - cem.val_penalty * max(0.0, r - cem.response_tolerance), c, r
 
     lag = Lagrangian(target=cem.response_tolerance, sense="<=", lr=cem.lagrangian_lr, scale=0.01, lam=1.0,
@@ -166,7 +165,7 @@ def train_torta_cem(tcfg, cem: TortaCEMConfig, out: str | Path | None = None, pr
         pop[0] = mu  # the current mean is always a candidate (elitism of the mean)
         cmp_ = [_changes(_days(tcfg, planner(p), seeds, cem.loads), rule_t) for p in pop]
         simulated += (cem.population + 1) * cem.train_days
-        scored = [c + lag.penalty(r) for c, r, _, _ in cmp_]
+        scored = [c + lag.penalty(r) for c, r in cmp_]
         order = np.argsort(scored)[:cem.elite]
         mu = pop[order].mean(axis=0)
         sigma = np.maximum(pop[order].std(axis=0), cem.min_sigma)
@@ -190,7 +189,7 @@ def train_torta_cem(tcfg, cem: TortaCEMConfig, out: str | Path | None = None, pr
     gdays = list(range(VAL_SEED0 + cem.val_days, VAL_SEED0 + cem.val_days + cem.gate_days))
     rule_g = _days(tcfg, rule_planner, gdays)
     pol_g = _days(tcfg, planner(params), gdays)
-    cost_ch, _, _, _ = _changes(pol_g, rule_g)
+    cost_ch = _changes(pol_g, rule_g)[0]
     resp = paired_change({d: m["response_time_mean_s"] for d, m in rule_g.items()},
                          {d: m["response_time_mean_s"] for d, m in pol_g.items()})
     g = gate({d: m["cost_usd"] for d, m in pol_g.items()}, {d: m["cost_usd"] for d, m in rule_g.items()},
