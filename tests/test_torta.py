@@ -325,6 +325,7 @@ def test_reproduce_torta_cem_tiny_run_writes_gated_numpy_checkpoints(tmp_path):
     assert len(card["training"]["curve"]) == 2 and card["validation"]["windows"] == 2
     assert res["torta"]["gate"][0]["passed"] == card["validation"]["passed"]
     assert [s for s, _ in res["torta"]["validation_curve"][0]] == [0, 1, 2]  # the rule, then every iteration
+    assert (tmp_path / "torta" / "learning-curves.png").is_file()
     from fleetwise.policies.planners import load_torta_checkpoint
 
     pol, temporal, hist, n = load_torta_checkpoint(ck / "ring-torta-seed0.npz")

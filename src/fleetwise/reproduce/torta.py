@@ -361,6 +361,7 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
         result[topo] = res
         extras[topo] = {n: next(r for r in rs_t[n] if "slots" in r) for n in KEEP_DAY}
     _plots(result, extras, out_dir)
+    learning_plot(result, out_dir)
     if eval_trace is not None:
         result["_trace_fit"] = fit_lines
     (out_dir / "result.json").write_text(json.dumps(result, indent=1))
@@ -420,6 +421,33 @@ def _plots(result: dict, extras: dict, out_dir: Path) -> None:
         ax.set_ylabel("origin region")
     fig.tight_layout()
     fig.savefig(out_dir / "transport-plans.png")
+
+
+def learning_plot(result: dict, out_dir: Path) -> Path:
+    """``learning-curves.png``: per topology, each agent's validation score after each update (PPO) or iteration
+    (CEM), one line per training seed; 0 is the rule (the warm start), higher is better."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    topos = [t for t in result if not t.startswith("_")]
+    fig = Figure(figsize=(4.2 * len(topos), 3.4), dpi=100)
+    FigureCanvasAgg(fig)
+    for k, topo in enumerate(topos):
+        ax = fig.add_subplot(1, len(topos), k + 1)
+        for name, style in zip(AGENTS, ("-", "--")):
+            for seed, curve in enumerate(result[topo].get(name, {}).get("validation_curve") or []):
+                if curve:
+                    ax.plot([c[0] for c in curve], [c[1] for c in curve], style, marker=".",
+                            label=f"{name} seed {seed}")
+        ax.axhline(0.0, color="grey", lw=0.8)
+        ax.set_title(topo)
+        ax.set_xlabel("iteration (CEM) or slots (PPO)")
+        ax.set_ylabel("validation score vs least_loaded")
+        ax.legend(fontsize=6)
+    fig.tight_layout()
+    out = Path(out_dir) / "learning-curves.png"
+    fig.savefig(out)
+    return out
 
 
 def render(result: dict):
