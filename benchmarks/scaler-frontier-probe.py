@@ -4,7 +4,7 @@ the cost / SLO attainment trade-off a learned correction has to beat. Each varia
 
     PYTHONPATH=src python benchmarks/scaler-frontier-probe.py [--seeds 0,1] [--workers 2]
 
-About 3 minutes of one core per whole-day run (6 variants per seed)."""
+About 3 minutes of one core per whole-day run (9 variants per seed)."""
 
 import argparse
 import json
@@ -19,6 +19,9 @@ VARIANTS = {  # name: (slo_aware parameters, {"o.i": weight | "o.b": bias} of th
     "headroom 0": ({"headroom": 0.0}, None),
     "need x 0.74 (a0 = -1)": ({}, {"0.b": -1.0}),
     "no N+1 below 0.2 replicas of need": ({}, {"1.b": 1.0, "1.1": -20.0}),
+    "no N+1 below 0.8 replicas of need": ({}, {"1.b": 1.0, "1.1": -5.0}),  # (feature 1 is need in replicas / 4)
+    "no N+1 below 2 replicas of need": ({}, {"1.b": 1.0, "1.1": -2.0}),
+    "no N+1 below 4 replicas of need": ({}, {"1.b": 1.0, "1.1": -1.0}),
     "no N+1 ever": ({}, {"1.b": 1.0}),
 }
 
