@@ -85,14 +85,13 @@ def policies(models: dict) -> dict:
 
 
 def _train_cem(job: tuple) -> tuple:
-    """Train one agent by CEM (``fleetwise.learn.torta_cem``) and save its fleetwise checkpoint."""
+    """Train one agent by CEM (``fleetwise.learn.torta_cem``) and save its fleetwise checkpoint (``path``, .npz)."""
     from fleetwise.learn.torta_cem import TortaCEMConfig, train_torta_cem
     from fleetwise.worlds.torta import TortaConfig
 
-    topo, name, budget, seed, path = job[:5]
+    topo, name, budget, seed, path = job
     cfg = replace(TortaConfig(topology=topo), temporal=AGENTS[name])
-    res = train_torta_cem(cfg, TortaCEMConfig(seed=seed, **budget, **(job[5] if len(job) > 5 else {})), out=path,
-                          policy_name=name)
+    res = train_torta_cem(cfg, TortaCEMConfig(seed=seed, **budget), out=path, policy_name=name)
     log = {k: res[k] for k in ("validation_curve", "lagrangian", "response_change_target", "gate", "best_step")}
     log["curve_metric"] = "minus_elite_cost_change_vs_least_loaded"
     log["days_simulated"] = res["days_simulated"]
@@ -101,15 +100,16 @@ def _train_cem(job: tuple) -> tuple:
 
 
 def _train_job(job: tuple) -> tuple:
-    """Train one agent (a worker process or in-process) and save it; returns its learning curve."""
-    if str(job[4]).endswith(".npz"):  # a CEM job (its checkpoint is the fleetwise one only)
-        return _train_cem(job)
+    """Train one agent (a worker process or in-process) and save it; returns its learning curve. ``job``:
+    ``(learner, topology, agent, budget, seed, path)``; the budget is PPO's slots or CEM's config fields."""
+    if job[0] == "cem":
+        return _train_cem(job[1:])
     from fleetwise.envs.torta import TortaConfig, TortaEnv
     from fleetwise.learn.export import export_sb3
     from fleetwise.learn.torta import TortaArgs, train
 
-    topo, name, steps, seed, path = job[:5]
-    args = TortaArgs(total_timesteps=steps, seed=seed, **(job[5] if len(job) > 5 else {}))
+    topo, name, steps, seed, path = job[1:]
+    args = TortaArgs(total_timesteps=steps, seed=seed)
     cfg = replace(TortaConfig(topology=topo), temporal=AGENTS[name])
     model, curve, wall = train(lambda: TortaEnv(cfg), args, validation=True)
     log = model.fleetwise_log
@@ -274,12 +274,12 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
     with bars as prog:
         if learner == "cem":
             cem_budget = bud["cem"] | (cem or {})
-            train_jobs = [(t, name, cem_budget, k, str(ckpt_dir / f"{t}-{name}-seed{k}.npz"))
+            train_jobs = [("cem", t, name, cem_budget, k, str(ckpt_dir / f"{t}-{name}-seed{k}.npz"))
                           for t in topos for name in AGENTS for k in range(n_train)]
             what = (f"CEM, {cem_budget['iterations']} iterations x {cem_budget['population']} candidates x "
                     f"{cem_budget['train_days']} days each")
         else:
-            train_jobs = [(t, name, steps, k, str(ckpt_dir / f"{t}-{name}-seed{k}.zip"))
+            train_jobs = [("ppo", t, name, steps, k, str(ckpt_dir / f"{t}-{name}-seed{k}.zip"))
                           for t in topos for name in AGENTS for k in range(n_train)]
             what = f"PPO, {steps} slots each"
         task = prog.add_task(f"training {len(train_jobs)} agents ({what})", total=len(train_jobs))
