@@ -223,6 +223,9 @@ CASES = [
      ["missing.csv"]),
     ("reproduce-torta-learner", "4", ["reproduce", "torta", "--quick", "--learner", "sgd"], ["--learner", "sgd"]),
     ("reproduce-torta-backend", "4", ["reproduce", "torta", "--quick", "--backend", "mpi"], ["--backend", "mpi"]),
+    ("reproduce-batching-learner", "4", ["reproduce", "batching", "--quick", "--learner", "sgd"], ["--learner", "sgd"]),
+    ("reproduce-batching-backend", "4", ["reproduce", "batching", "--quick", "--backend", "mpi"],
+     ["--backend", "mpi"]),
     # §4: a usage error of the parser is one line too
     ("usage-negative-requests", "4", ["simulate", "--requests", "-5"], ["--requests"]),
     ("usage-unknown-option", "4", ["simulate", "--bogus"], ["--bogus"]),

@@ -225,3 +225,65 @@ def test_disppo_on_the_recipe_starts_at_the_rule_and_gates():
     assert g["rule"] == "offload_greedy" and g["windows"] == 2 and isinstance(g["passed"], bool)
     rows = evaluate(SMALL, lambda view: EdgePolicyBatcher(NumpyPolicy(model), view), [5])
     assert rows[0]["completed"] > 0
+
+
+def test_cem_policy_zero_parameters_are_offload_greedy_decision_for_decision():
+    """DISPPO's linear policy (the CEM learner's) contains the rule: zero parameters give the rule's batch plan at
+    every decision of a whole segment (offloads included), and so its records."""
+    from fleetwise.learn.batching_cem import LinearEdgePolicy, n_params
+
+    cfg = replace(EdgeConfig(), segment_s=60.0)
+    pol = LinearEdgePolicy.from_params(np.zeros(n_params(cfg)), cfg)
+    seen: dict[str, list] = {"rule": [], "cem": []}
+
+    def recording(name, inner):
+        class Rec:
+            stationary = False
+
+            def plan(self, lane):
+                p = inner.plan(lane)
+                seen[name].append(p)
+                return p
+        return Rec()
+
+    a = evaluate(cfg, lambda view: recording("rule", OffloadGreedy(view)), [1003], held_out="test")[0]
+    b = evaluate(cfg, lambda view: recording("cem", EdgePolicyBatcher(pol, view)), [1003], held_out="test")[0]
+    assert len(seen["rule"]) > 100 and seen["cem"] == seen["rule"]
+    assert a == b and a["offloaded"] > 0  # the rule offloads on this segment: the test covers offloads
+    # a parameter moves the decision: a positive bias on "offload now" offloads more
+    p = np.zeros(n_params(cfg))
+    p[-1] = 1.0  # the bias of the last row: offload choice 2 ("now")
+    c = evaluate(cfg, lambda view: EdgePolicyBatcher(LinearEdgePolicy.from_params(p, cfg), view), [1003],
+                 held_out="test")[0]
+    assert c["offloaded"] > a["offloaded"]
+
+
+def test_batching_cem_on_the_recipe_starts_at_the_rule_gates_and_writes_a_numpy_checkpoint(tmp_path):
+    from fleetwise.control.checkpoint import load_policy
+    from fleetwise.learn.batching_cem import BatchingCEMConfig, LinearEdgePolicy, train_batching_cem
+    from fleetwise.learn.disppo import EdgeValidation
+
+    tiny = replace(SMALL, segment_s=20.0)
+    val = EdgeValidation([("a", tiny, 2000, None, None), ("b", tiny, 2001, None, None)], OffloadGreedy,
+                         lambda view: make("batcher", "sarathi", {"max_num_seqs": 32}))
+    bcfg = BatchingCEMConfig(iterations=2, population=3, elite=1, segments=2, segment_s=20.0)
+    r = train_batching_cem(tiny, val, bcfg, out=tmp_path / "disppo.npz")
+    rule_score = float(np.mean([x["deadline_rps"] for x in val.rule.values()]))
+    assert r["validation_curve"][0] == (0, pytest.approx(rule_score))  # the warm start (the rule) is the first
+    assert len(r["curve"]) == 2 and len(r["lagrange"]) == 2 and all(lam >= 0 for _, lam, _ in r["lagrange"])
+    assert max(v for _, v in r["validation_curve"]) >= rule_score - 1e-9
+    g = r["gate"]
+    assert g["rule"] == "offload_greedy" and g["windows"] == 2 and isinstance(g["passed"], bool)
+    # the checkpoint: numpy only, its card carries the gate; its argmax per dimension is the policy's (no masks)
+    ck = load_policy(r["checkpoint"], level="batcher")
+    assert ck.algorithm == "cem" and ck.card.validation["passed"] == g["passed"] and ck.card.rule == "offload_greedy"
+    from fleetwise.learn.batching_cem import save_batching_cem
+    from fleetwise.worlds.edge import TrainMix
+
+    rng = np.random.default_rng(0)
+    params = rng.normal(0.0, 1.0, len(r["params"]))
+    pol = LinearEdgePolicy.from_params(params, tiny)
+    ck2 = load_policy(save_batching_cem(tmp_path / "random.npz", params, tiny, bcfg, TrainMix(), {"gate": g}),
+                      level="batcher")
+    obs = rng.random((32, len(pol.W[0]))).astype(np.float32)
+    assert np.array_equal(ck2.predict(obs)[0], np.stack([pol.predict(o)[0] for o in obs]))

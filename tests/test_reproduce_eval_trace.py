@@ -34,7 +34,7 @@ def test_batching_eval_trace_clips_and_fits_the_edge(data_dir, tmp_path):
     from fleetwise.reproduce import batching as B
 
     res = B.run(quick=True, seeds=3, eval_trace="azure-code", db=str(tmp_path / "db.duckdb"), progress=False,
-                load=0.7, timesteps=256, sweep=False)
+                load=0.7, sweep=False, cem={"iterations": 1, "population": 2, "elite": 1, "segments": 1})
     fit = "\n".join(res["_trace_fit"])
     assert "load 0.7" in fit and "busiest node" in fit and "context: prompt + output <= 8192" in fit
     for name in B.BASELINES:

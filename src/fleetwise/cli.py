@@ -927,10 +927,19 @@ def reproduce_batching(quick: bool = _QUICK, as_json: bool = _JSON, eval_trace: 
                                                                  help="agents trained per variant (default 3; 1 "
                                                                  "with --quick)"),
                        workers: int = typer.Option(1, min=1, max=MAX_WORKERS, help="training processes"),
+                       learner: str = typer.Option("cem", "--learner", help="DISPPO's learner: cem (policy search "
+                                                   "on whole segments, the default) or ppo (the paper's SMDP PPO)"),
+                       backend: str = typer.Option("local", help="training jobs: local (worker processes) or ray"),
+                       address: Optional[str] = typer.Option(None, help="a Ray cluster's address (--backend ray)"),
                        wide: bool = _WIDE) -> None:
-    """DISPPO (semi-Markov PPO, adjusting the offload_greedy rule) vs batching baselines at edge nodes."""
+    """DISPPO (the semi-Markov batching policy adjusting the offload_greedy rule) vs batching baselines at edge
+    nodes."""
+    if learner not in ("cem", "ppo"):
+        raise InputError(f"--learner {learner!r}: expected cem or ppo")
+    if backend not in ("local", "ray"):
+        raise InputError(f"--backend {backend!r}: expected local or ray")
     _reproduce("batching", quick, as_json, eval_trace, seeds, db, wide, load, train_seeds=train_seeds,
-               workers=workers)
+               workers=workers, learner=learner, backend=backend, address=address)
 
 
 @reproduce_app.command("torta")

@@ -7,7 +7,7 @@ the head of the queue to a neighbour. The time between two decisions is the sojo
 ``tau`` (``info["tau"]``); DISPPO discounts by ``gamma ** tau``.
 
 Observation
-    ``Box(0, 1, (14 + 3 * (nodes - 1),), float32)`` for the node that must decide (all features scaled to [0, 1]):
+    ``Box(0, 1, (16 + 3 * (nodes - 1),), float32)`` for the node that must decide (all features scaled to [0, 1]):
 
     ====  =====================================================================================
     0     waiting requests / 32
@@ -24,7 +24,10 @@ Observation
     11    whether the head of the queue may still be offloaded
     12    prompt tokens left of partly prefilled requests / 8192
     13    whether the rule (offload_greedy) offloads the head of the queue now
-    14+   per neighbour: waiting / 32, decoding / ``max_running``, estimated backlog (s / 20)
+    14    this node's estimated backlog (outstanding tokens / prefill speed, s / 20)
+    15    whether the rule's offload test passes at this node (whichever node it is): its backlog exceeds the
+          least-backlogged neighbour's that can hold the head of the queue by ``offload_margin_s``
+    16+   per neighbour: waiting / 32, decoding / ``max_running``, estimated backlog (s / 20)
     ====  =====================================================================================
 
 Action
@@ -65,30 +68,13 @@ Segments
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
 from fleetwise.control.controller import Controller
 from fleetwise.workload.request import Workload
-from fleetwise.worlds.edge import OFFLOAD_CHOICES, EdgeConfig, EdgeView, segment, trace_part
-
-
-@dataclass(frozen=True)
-class TrainMix:
-    """The distribution of training segments (robustness: several loads and trace shapes, docs/batching.md).
-
-    With probability ``p_paper`` the paper's request mix at ``rate_rps`` drawn uniformly from ``rate_range``;
-    otherwise one of ``traces`` (its training part only: windows the test never uses) fitted to the edge
-    (``fleetwise.workload.adapt``: prompts clipped to the context) at a load drawn from ``load_range``, each request a
-    request type by ``rate_share``."""
-
-    p_paper: float = 0.5
-    rate_range: tuple[float, float] = (1.0, 2.5)
-    traces: tuple[str, ...] = ("azure-conv", "azure-code", "mooncake")
-    load_range: tuple[float, float] = (0.4, 1.0)
+from fleetwise.worlds.edge import OFFLOAD_CHOICES, EdgeConfig, EdgeView, TrainMix, n_features, segment
 
 
 class EdgeBatchingEnv(gym.Env):
@@ -102,7 +88,7 @@ class EdgeBatchingEnv(gym.Env):
         self.load = load
         self.mix = mix
         n = len(self.cfg.nodes)
-        self.observation_space = spaces.Box(0.0, 1.0, shape=(14 + 3 * (n - 1),), dtype=np.float32)
+        self.observation_space = spaces.Box(0.0, 1.0, shape=(n_features(n),), dtype=np.float32)
         self.action_space = spaces.MultiDiscrete(list(self.cfg.action_nvec))
         self.ttft_lambda = 0.0
         self.view: EdgeView | None = None
@@ -144,16 +130,11 @@ class EdgeBatchingEnv(gym.Env):
         return reward, {"on_time": on_time, "late": late, "dropped": dropped, "ttft_missed": missed}
 
     def _draw(self, rng: np.random.Generator) -> EdgeView:
-        seed = int(rng.integers(2**31))
         mix = self.mix
         if mix is None or self.trace is not None:
-            return segment(self.cfg, seed, self.held_out, self.trace, self.load, learned=True)
-        if rng.random() < mix.p_paper:
-            cfg = replace(self.cfg, rate_rps=float(rng.uniform(*mix.rate_range)))
-            return segment(cfg, seed, self.held_out, learned=True)
-        alias = mix.traces[int(rng.integers(len(mix.traces)))]
-        part = trace_part(alias, {True: "test", False: "train"}.get(self.held_out, self.held_out), self.cfg)
-        return segment(self.cfg, seed, self.held_out, part, float(rng.uniform(*mix.load_range)), learned=True)
+            return segment(self.cfg, int(rng.integers(2**31)), self.held_out, self.trace, self.load, learned=True)
+        cfg, seed, part, load = mix.draw(self.cfg, rng, self.held_out)
+        return segment(cfg, seed, self.held_out, part, load, learned=True)
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)

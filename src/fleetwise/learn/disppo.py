@@ -220,9 +220,13 @@ class EdgeValidation:
         return out
 
     def run_policy(self, model) -> dict[str, dict]:
+        """Rows per window of ``model``: a MaskablePPO, anything with ``predict(obs, action_masks=...)``
+        (``NumpyPolicy``, ``learn.batching_cem.LinearEdgePolicy``), or None (the rule: its rows)."""
         from fleetwise.worlds.edge import EdgePolicyBatcher
 
-        pol = NumpyPolicy(model)
+        if model is None:
+            return self.rule
+        pol = NumpyPolicy(model) if hasattr(model, "policy") else model
         return self._run(lambda view: EdgePolicyBatcher(pol, view))
 
     def score(self, model) -> float:

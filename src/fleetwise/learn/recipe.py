@@ -14,6 +14,7 @@
 5. **The deployment gate**: :func:`gate` compares the policy with its rule on paired windows (mean change and
    its 95% CI); the result goes into the checkpoint's model card, and ``fleetwise serve`` refuses a checkpoint whose
    card does not say it passed (``--force`` overrides).
+   Learners judged only on whole runs search the policy directly instead: :class:`CEM`.
 6. **Training at scale**: :func:`run_jobs` runs training jobs (topologies x training seeds x variants) on the
    same backends as sweeps: local processes by default, Ray for a cluster.
 
@@ -201,6 +202,40 @@ def sb3_callback(every_rollouts: int = 1, on_rollout: Callable[[Any, int], bool]
                 self.keep_going = bool(on_rollout(self.model, self.num_timesteps))
 
     return _CB()
+
+
+# --------------------------------------------------------------------------------------------- direct search
+class CEM:
+    """The cross-entropy method's search distribution over a policy's parameters: a diagonal Gaussian, centred at
+    the rule (zero parameters) at the start (warm start). ``ask()`` draws a population (with ``keep_mean`` the
+    current mean is its first member); ``tell(scores)`` (lower is better) moves the mean and spread to the ``elite``
+    best and returns their indices. The learners that judge a policy only on whole runs (a day, a segment, a
+    window) use it: ``learn.torta_cem``, ``learn.scaler_cem``, ``learn.router``, ``learn.batching_cem``."""
+
+    def __init__(self, mean, sigma, *, population: int, elite: int, min_sigma: float, rng: np.random.Generator,
+                 keep_mean: bool = False):
+        self.mean = np.array(mean, dtype=np.float64)
+        self.sigma = np.broadcast_to(np.asarray(sigma, np.float64), self.mean.shape).copy()
+        if not (1 <= elite <= population):
+            raise ValueError(f"CEM: elite {elite} must be in [1, population {population}]")
+        self.population, self.elite, self.min_sigma = int(population), int(elite), float(min_sigma)
+        self.rng, self.keep_mean = rng, keep_mean
+        self._pop: np.ndarray | None = None
+
+    def ask(self) -> np.ndarray:
+        pop = self.mean + self.sigma * self.rng.standard_normal((self.population, self.mean.shape[0]))
+        if self.keep_mean:
+            pop[0] = self.mean
+        self._pop = pop
+        return pop
+
+    def tell(self, scores: Sequence[float]) -> np.ndarray:
+        if self._pop is None or len(scores) != len(self._pop):
+            raise ValueError("CEM.tell: one score per member of the last ask()")
+        order = np.argsort(np.asarray(scores, np.float64))[:self.elite]
+        self.mean = self._pop[order].mean(axis=0)
+        self.sigma = np.maximum(self._pop[order].std(axis=0), self.min_sigma)
+        return order
 
 
 # --------------------------------------------------------------------------------------------- 5. the gate

@@ -120,35 +120,32 @@ def train_router(cfg: RouterTrainConfig, out: str | Path | None = None,
                  progress: Callable[[int, dict], None] | None = None) -> dict:
     """CEM on the training windows, the best validation mean kept, gated on validation; writes ``out`` (a
     fleetwise checkpoint and its model card) when given. Returns the curve, the gate and the parameters."""
-    from fleetwise.learn.recipe import Lagrangian, gate
+    from fleetwise.learn.recipe import CEM, Lagrangian, gate
 
-    rng = np.random.default_rng(cfg.seed)
     train = _Evaluator(cfg, [1000 + k for k in range(cfg.train_seeds)])
     val = _Evaluator(cfg, [2000 + k for k in range(cfg.val_seeds)])
     lag = Lagrangian(target=1.0 + cfg.ttft_slack, sense="<=", lr=20.0, scale=0.01)
-    mu, sigma = np.zeros(N_PARAMS), np.full(N_PARAMS, cfg.sigma)
-    best = {"score": -math.inf, "params": mu.copy(), "iteration": 0}
+    search = CEM(np.zeros(N_PARAMS), cfg.sigma, population=cfg.population, elite=cfg.elite, min_sigma=0.02,
+                 rng=np.random.default_rng(cfg.seed))
+    best = {"score": -math.inf, "params": search.mean.copy(), "iteration": 0}
     curve = []
 
     def val_score(params) -> tuple[float, float, float]:
         e, t = val.ratios(val.runs(params))
         return -e - max(t - 1.0 - cfg.ttft_slack, 0.0) * 10.0, e, t  # a score that refuses a broken constraint
 
-    s0, e0, t0 = val_score(mu)  # the rule itself (zero parameters): the bar to beat
+    s0, e0, t0 = val_score(search.mean)  # the rule itself (zero parameters): the bar to beat
     best.update(score=s0)
     for it in range(1, cfg.iterations + 1):
-        pop = mu + sigma * rng.standard_normal((cfg.population, N_PARAMS))
         scored = []
-        for p in pop:
+        for p in search.ask():
             e, t = train.ratios(train.runs(p))
             scored.append((e + lag.penalty(t), e, t))
-        order = np.argsort([s[0] for s in scored])[:cfg.elite]
-        elite = pop[order]
-        mu, sigma = elite.mean(axis=0), np.maximum(elite.std(axis=0), 0.02)
+        order = search.tell([s[0] for s in scored])
         lag.update(float(np.mean([scored[i][2] for i in order])), step=it)
-        vs, ve, vt = val_score(mu)
+        vs, ve, vt = val_score(search.mean)
         if vs > best["score"]:
-            best = {"score": vs, "params": mu.copy(), "iteration": it}
+            best = {"score": vs, "params": search.mean.copy(), "iteration": it}
         row = {"iteration": it, "train_log_e2e_ratio": float(np.mean([scored[i][1] for i in order])),
                "train_ttft_p99_ratio": float(np.mean([scored[i][2] for i in order])), "lambda": lag.lam,
                "val_log_e2e_ratio": ve, "val_ttft_p99_ratio": vt}

@@ -144,14 +144,13 @@ def train_scaler_cem(base: dict, cfg: ScalerCEMConfig, out: str | Path | None = 
 
 def _train(base, cfg, out, backend, workers, address, progress) -> dict:
     from fleetwise.execution import run_tasks
-    from fleetwise.learn.recipe import Lagrangian, gate
+    from fleetwise.learn.recipe import CEM, Lagrangian, gate
 
     t0 = time.perf_counter()
 
     def run(items: list) -> list:
         return run_tasks(window_run, items, backend=backend, workers=workers, address=address)
 
-    rng = np.random.default_rng(cfg.seed)
     train = _Windows(base, windows(cfg.train_days, cfg.train_windows, cfg.window_s, 100 + cfg.seed), cfg, run)
     val = _Windows(base, windows([cfg.val_day], cfg.val_windows, cfg.window_s, 200), cfg, run)
     lag = Lagrangian(target=-cfg.slack, sense=">=", lr=2.0, scale=cfg.slack, lam=1.0)
@@ -163,20 +162,19 @@ def _train(base, cfg, out, backend, workers, address, progress) -> dict:
         viol = max(-cfg.slack - c["attainment_diff"], 0.0) / cfg.slack
         return -c["log_cost_ratio"] - 0.05 * viol - penalty(c)
 
-    mu, sigma = np.zeros(N_PARAMS), np.full(N_PARAMS, cfg.sigma)
-    best = {"score": 0.0, "params": mu.copy(), "iteration": 0}  # the rule scores 0 by definition
+    search = CEM(np.zeros(N_PARAMS), cfg.sigma, population=cfg.population, elite=cfg.elite, min_sigma=0.05,
+                 rng=np.random.default_rng(cfg.seed))
+    best = {"score": 0.0, "params": search.mean.copy(), "iteration": 0}  # the rule scores 0 by definition
     curve: list[dict] = []
     for it in range(1, cfg.iterations + 1):
-        pop = mu + sigma * rng.standard_normal((cfg.population, N_PARAMS))
-        cmp_ = [train.compare(r) for r in train.runs(list(pop))]
+        cmp_ = [train.compare(r) for r in train.runs(list(search.ask()))]
         scored = [c["log_cost_ratio"] + lag.penalty(c["attainment_diff"]) + penalty(c) for c in cmp_]
-        order = np.argsort(scored)[:cfg.elite]
-        mu, sigma = pop[order].mean(axis=0), np.maximum(pop[order].std(axis=0), 0.05)
+        order = search.tell(scored)
         lag.update(float(np.mean([cmp_[i]["attainment_diff"] for i in order])), step=it)
-        vc = val.compare(val.runs([mu])[0])
+        vc = val.compare(val.runs([search.mean])[0])
         vs = val_score(vc)
         if vs > best["score"]:
-            best = {"score": vs, "params": mu.copy(), "iteration": it}
+            best = {"score": vs, "params": search.mean.copy(), "iteration": it}
         row = {"iteration": it, "wall_s": time.perf_counter() - t0, "lambda": lag.lam,
                "train_elite_log_cost_ratio": float(np.mean([cmp_[i]["log_cost_ratio"] for i in order])),
                "train_elite_attainment_diff": float(np.mean([cmp_[i]["attainment_diff"] for i in order])),

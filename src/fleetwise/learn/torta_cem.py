@@ -130,7 +130,7 @@ def train_torta_cem(tcfg, cem: TortaCEMConfig, out: str | Path | None = None, pr
     """CEM for the util-weight policy of ``ResidualPlanner`` on ``tcfg`` (a ``TortaConfig``; ``temporal`` says which
     features); writes ``out`` (fleetwise checkpoint + model card) when given. Returns the parameters, the curve
     (one row per iteration), the multiplier's history, the validation curve and the gate."""
-    from fleetwise.learn.recipe import Lagrangian, gate
+    from fleetwise.learn.recipe import CEM, Lagrangian, gate
     from fleetwise.metrics.stats import paired_change
     from fleetwise.policies.planners import ResidualPlanner
     from fleetwise.worlds.torta import make_fleet
@@ -138,7 +138,6 @@ def train_torta_cem(tcfg, cem: TortaCEMConfig, out: str | Path | None = None, pr
     t0 = time.perf_counter()
     n, hist, temporal = len(make_fleet(tcfg).names), tcfg.history, tcfg.temporal
     k = n_params(temporal)
-    rng = np.random.default_rng(np.random.SeedSequence([int(cem.seed), 31]))
 
     def planner(params):
         pol = LinearTortaPolicy(params, n, hist, temporal)
@@ -153,23 +152,23 @@ def train_torta_cem(tcfg, cem: TortaCEMConfig, out: str | Path | None = None, pr
 
     lag = Lagrangian(target=cem.response_tolerance, sense="<=", lr=cem.lagrangian_lr, scale=0.01, lam=1.0,
                      hinge=True)
-    mu, sigma = np.zeros(k), np.asarray(cem.sigma[:k], np.float64).copy()
-    best = {"score": 0.0, "params": mu.copy(), "iteration": 0, "val_cost_change": 0.0, "val_response_change": 0.0}
+    search = CEM(np.zeros(k), np.asarray(cem.sigma[:k], np.float64), population=cem.population, elite=cem.elite,
+                 min_sigma=cem.min_sigma, rng=np.random.default_rng(np.random.SeedSequence([int(cem.seed), 31])),
+                 keep_mean=True)  # the current mean is always a candidate (elitism of the mean)
+    best = {"score": 0.0, "params": search.mean.copy(), "iteration": 0, "val_cost_change": 0.0,
+            "val_response_change": 0.0}
     curve: list[dict] = []
     validation_curve: list[tuple[int, float]] = [(0, 0.0)]  # the warm start (the rule) scores 0 by definition
     simulated = 0
     for it in range(1, cem.iterations + 1):
         seeds = [TRAIN_SEED0 + 10_000 * int(cem.seed) + 100 * it + j for j in range(cem.train_days)]
         rule_t = _days(tcfg, rule_planner, seeds, cem.loads)
-        pop = mu + sigma * rng.standard_normal((cem.population, k))
-        pop[0] = mu  # the current mean is always a candidate (elitism of the mean)
-        cmp_ = [_changes(_days(tcfg, planner(p), seeds, cem.loads), rule_t) for p in pop]
+        cmp_ = [_changes(_days(tcfg, planner(p), seeds, cem.loads), rule_t) for p in search.ask()]
         simulated += (cem.population + 1) * cem.train_days
         scored = [c + lag.penalty(r) for c, r in cmp_]
-        order = np.argsort(scored)[:cem.elite]
-        mu = pop[order].mean(axis=0)
-        sigma = np.maximum(pop[order].std(axis=0), cem.min_sigma)
+        order = search.tell(scored)
         lag.update(float(np.mean([cmp_[i][1] for i in order])), step=it)
+        mu = search.mean
         vs, vc, vr = val_score(mu)
         simulated += cem.val_days
         validation_curve.append((it, vs))

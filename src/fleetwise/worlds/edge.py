@@ -79,6 +79,11 @@ class EdgeConfig:
 
 
 OFFLOAD_CHOICES = ("rule", "never", "now")
+
+
+def n_features(nodes: int) -> int:
+    """Length of the observation (``EdgeView.observe``) for ``nodes`` edge nodes."""
+    return 16 + 3 * (nodes - 1)
 SPLITS = ("train", "validation", "test")
 
 
@@ -160,6 +165,31 @@ def trace_part(alias: str, split: str, cfg: EdgeConfig) -> Workload:
     lo, hi = split_range(cfg, split)
     t = w.arrival_s - w.arrival_s[0]
     return w.take(np.nonzero((t >= lo * span) & (t < hi * span))[0])
+
+
+@dataclass(frozen=True)
+class TrainMix:
+    """The distribution of training segments (robustness: several loads and trace shapes, docs/batching.md).
+
+    With probability ``p_paper`` the paper's request mix at ``rate_rps`` drawn uniformly from ``rate_range``;
+    otherwise one of ``traces`` (its training part only: windows the test never uses) fitted to the edge
+    (``fleetwise.workload.adapt``: prompts clipped to the context) at a load drawn from ``load_range``, each request a
+    request type by ``rate_share``."""
+
+    p_paper: float = 0.5
+    rate_range: tuple[float, float] = (1.0, 2.5)
+    traces: tuple[str, ...] = ("azure-conv", "azure-code", "mooncake")
+    load_range: tuple[float, float] = (0.4, 1.0)
+
+    def draw(self, cfg: EdgeConfig, rng: np.random.Generator, split: bool | str = "train"):
+        """One segment of the mix: (config, segment seed, trace part or None, load or None), the arguments of
+        ``worlds.edge.segment`` (the environment's episodes and ``learn.batching_cem``'s training segments)."""
+        seed = int(rng.integers(2**31))
+        if rng.random() < self.p_paper:
+            return replace(cfg, rate_rps=float(rng.uniform(*self.rate_range))), seed, None, None
+        alias = self.traces[int(rng.integers(len(self.traces)))]
+        part = trace_part(alias, {True: "test", False: "train"}.get(split, split), cfg)
+        return cfg, seed, part, float(rng.uniform(*self.load_range))
 
 
 def edge_workload(cfg: EdgeConfig, rng: np.random.Generator, held_out: bool | str, trace: Workload | None = None,
@@ -250,7 +280,7 @@ class EdgeView:
             p = r.perf
             self.prefill_tps.append(1024.0 / p.iteration_time_s(1024, 1024.0 * 1024.0, 0, 0))
             self.step_s.append([p.decode_coeffs(b)[0] if b else 0.0 for b in range(self.cfg.max_running + 1)])
-        self.n_features = 14 + 3 * (len(sim.replicas) - 1)
+        self.n_features = n_features(len(sim.replicas))
         self.slowest = int(np.argmin(self.prefill_tps))  # where offload_greedy offloads from
         self._chunkers: dict = {}
 
@@ -386,7 +416,13 @@ class EdgeView:
         o[10] = min(step / 0.2, 1.0)
         o[12] = min(sum(view.prefill_left(r) for r in view.prefilling) / 8192.0, 1.0)
         o[13] = 1.0 if self.rule_offload(view) >= 0 else 0.0
-        k = 14
+        own = self.backlog_s(ri, now)
+        o[14] = min(own / 20.0, 1.0)
+        if waiting and o[11]:  # the rule's offload test at this node, whichever node it is
+            to = self.offload_target(view, waiting[0])
+            if to >= 0 and own > self.backlog_s(to, now) + cfg.offload_margin_s:
+                o[15] = 1.0
+        k = 16
         for r in sim.replicas:
             if r.index == ri:
                 continue
