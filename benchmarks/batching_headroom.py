@@ -1,8 +1,12 @@
-"""How much the edge action space holds beyond the rule: fixed (state-independent) adjustments of offload_greedy on
-the validation segments of `fleetwise reproduce batching --quick` (never the test segments). Quoted in
-docs/batching.md. About 1 minute of CPU.
+"""How much the edge action space holds beyond the rule: fixed (state-independent) adjustments of offload_greedy,
+and the ceiling (every request of a segment within its deadline). Quoted in docs/batching.md.
 
-Usage: python benchmarks/batching_headroom.py
+By default on the validation segments of `fleetwise reproduce batching --quick` (never the test segments; about
+1 minute of CPU). With `--test N`: on the first N held-out test segments of `reproduce batching` (seeds 1000..),
+the segments its tables report, to show how far from the ceiling the rule and a fixed adjustment are there (no
+choice is made on them).
+
+Usage: python benchmarks/batching_headroom.py [--test N]
 """
 
 from __future__ import annotations
@@ -37,7 +41,30 @@ def offload_any(view, lane, margin_s=1.0) -> int:
     return 0
 
 
+def test_segments(n: int) -> None:
+    """The rule, its ceiling and the best fixed adjustment on the first ``n`` test segments (paired changes)."""
+    from fleetwise.worlds.edge import OffloadGreedy
+
+    cfg = EdgeConfig()
+    seeds = list(range(1000, 1000 + n))
+    rule = evaluate(cfg, OffloadGreedy, seeds)
+    fixed = evaluate(cfg, lambda view: Fixed(view, lambda v, ln: (2, offload_any(v, ln))), seeds)
+    print("| test segment | requests | offload_greedy on time | ceiling vs rule | chunk 128 + offload from any node |")
+    print("|---|---|---|---|---|")
+    for r, f in zip(rule, fixed):
+        print(f"| {r['seed']} | {r['requests']} | {r['on_time']} | {r['requests'] / r['on_time'] - 1:+.1%} | "
+              f"{f['on_time'] / r['on_time'] - 1:+.1%} |")
+    ceil = np.mean([r["requests"] / r["on_time"] - 1 for r in rule])
+    fx = np.mean([f["on_time"] / r["on_time"] - 1 for r, f in zip(rule, fixed)])
+    print(f"| mean | | | {ceil:+.1%} | {fx:+.1%} |")
+
+
 def main() -> None:
+    import sys
+
+    if "--test" in sys.argv:
+        test_segments(int(sys.argv[sys.argv.index("--test") + 1]))
+        return
     cfg = EdgeConfig()
     wins = validation_windows(cfg, quick=True)
     variants = {"offload_greedy (zero action)": lambda v, ln: (0, 0)}

@@ -212,7 +212,8 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
             c = tr["curve"]
             r["curves"].append({"seed": tr["seed"], "validation": c["validation"], "lagrange": c["lagrange"],
                                 "bc_loss": c["bc_loss"], "best_step": c["best_step"],
-                                "episodes": c["episodes"], "ttft_target": tr["ttft_target"]})
+                                "episodes": c["episodes"], "ttft_target": tr["ttft_target"],
+                                "iterations": c.get("iterations", [])})
             if tr["checkpoint"]:
                 r.setdefault("checkpoints", []).append(tr["checkpoint"])
             if db:
@@ -229,6 +230,10 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
                 if c["lagrange"]:
                     st.add_learning_curve(name, [s for s, *_ in c["lagrange"]], [lam for _, lam, _ in c["lagrange"]],
                                           "ttft_lambda", run_id)
+                if c.get("iterations"):  # CEM: the training elite's change against the rule, per iteration
+                    st.add_learning_curve(name, [x["segments_simulated"] for x in c["iterations"]],
+                                          [x["train_elite_change"] for x in c["iterations"]],
+                                          "train_elite_deadline_rps_change", run_id)
         for name, r in result.items():
             r["gate_passed"] = [g["passed"] for g in r["gates"]]
 
@@ -321,7 +326,10 @@ def _plot_curves(result: dict, path: Path) -> None:
         for c in r["curves"]:
             lab = f"{name} seed {c['seed']}"
             ep = c["episodes"]
-            if ep:
+            if c.get("iterations"):  # CEM: no episodes; the training elite's paired change against the rule
+                axes[0].plot([x["segments_simulated"] for x in c["iterations"]],
+                             [x["train_elite_change"] for x in c["iterations"]], marker=".", label=lab)
+            elif ep:
                 x = np.array([s for s, _ in ep], float)
                 y = np.array([v for _, v in ep], float)
                 k = max(1, len(y) // 20)
@@ -331,8 +339,8 @@ def _plot_curves(result: dict, path: Path) -> None:
             if c["lagrange"]:
                 axes[2].plot([s for s, *_ in c["lagrange"]], [lam for _, lam, _ in c["lagrange"]], label=lab)
     cem = any(r.get("learner") == "cem" for _, r in learned)
-    for ax, t in zip(axes, ("episode return (moving mean; PPO)", "validation score (deadline req/s)",
-                            "TTFT constraint multiplier")):
+    first = "training elite: deadline req/s vs the rule on its segments" if cem else "episode return (moving mean)"
+    for ax, t in zip(axes, (first, "validation score (deadline req/s)", "TTFT constraint multiplier")):
         ax.set_title(t, fontsize=9)
         ax.set_xlabel("training segments simulated (CEM)" if cem else "training steps")
         ax.grid(alpha=0.3)
