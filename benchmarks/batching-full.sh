@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The full budget of `fleetwise reproduce batching` (docs/batching.md): DISPPO and its per-step-discount ablation,
-# each warm-started at offload_greedy and trained 400,000 steps x 3 training seeds (6 jobs, 2 worker processes),
-# 10 held-out segments + the batch-size sweep; then the same on arXiv lengths at load 0.7 (a trace training never saw).
-# Estimated from the quick run's training speed: about 15-20 min per command on 2 free cores (not run yet: the
-# shared machine's cores were busy; the quick figures in docs/batching.md are what was measured).
+# The full budget of `fleetwise reproduce batching` (docs/batching.md): DISPPO trained by CEM (the default learner),
+# 3 training seeds x 12 iterations x 16 candidates x 8 training segments (3 jobs on 2 worker processes), 10 held-out
+# segments + the batch-size sweep; then the same training and arXiv lengths at load 0.7 (a trace training never saw).
+# Measured 2026-12-02 on the shared 2 cores (the two commands overlapping for most of their run): 41 min 12 s and
+# 36 min 12 s wall. `--learner ppo` trains the paper's SMDP PPO instead (DISPPO and its ablation, 400,000 steps each).
 # Usage: benchmarks/batching-full.sh [OUTDIR]
 set -euo pipefail
 out=${1:-results/batching-full}
