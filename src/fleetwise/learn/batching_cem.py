@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-TRAIN_SEED0 = 300_000  # the training segments' draws: seed 300000 + 10000 x training seed + iteration
+TRAIN_SEED0 = 300_000  # the training segments of iteration i: drawn by default_rng([300000, training seed, i])
 
 
 @dataclass
