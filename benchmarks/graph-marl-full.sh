@@ -9,7 +9,7 @@ out=${1:-results/graph-marl-full}
 mkdir -p "$out"
 echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(nproc) CPUs, load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 TIMEFORMAT='%R s wall, %U s user CPU'
-time python -m fleetwise reproduce graph-marl --json --db "$out/results.duckdb" > "$out/held-out.json"
+time python -m fleetwise reproduce graph-marl --json --workers 2 --db "$out/results.duckdb" > "$out/held-out.json"
 for t in mooncake arxiv-summarization; do
   time python -m fleetwise reproduce graph-marl --json --db "$out/results.duckdb" --eval-trace "$t" --load 0.7 \
     > "$out/$t-0.7.json"

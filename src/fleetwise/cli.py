@@ -968,9 +968,11 @@ def reproduce_torta(quick: bool = _QUICK, as_json: bool = _JSON, eval_trace: Opt
 @reproduce_app.command("graph-marl")
 def reproduce_graph_marl(quick: bool = _QUICK, as_json: bool = _JSON, eval_trace: Optional[str] = _EVAL,
                          seeds: Optional[int] = _SEEDS, db: str = _DB, load: Optional[str] = _LOAD,
+                         workers: int = typer.Option(1, min=1, max=MAX_WORKERS, help="training processes (the "
+                                                     "three learned variants are three jobs)"),
                          wide: bool = _WIDE) -> None:
     """Graph-MARL-CloudLLM: a heterogeneous GNN + MAPPO across clouds."""
-    _reproduce("graph_marl", quick, as_json, eval_trace, seeds, db, wide, load)
+    _reproduce("graph_marl", quick, as_json, eval_trace, seeds, db, wide, load, workers=workers)
 
 
 @reproduce_app.command("platform")
