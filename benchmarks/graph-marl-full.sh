@@ -4,6 +4,8 @@
 # 10 held-out test segments; then the same checkpoints on the other real traces at load 0.7.
 # Usage: benchmarks/graph-marl-full.sh [OUT_DIR]   (wall time and load average printed; on a shared 2-core
 # machine run it under `flock /work/heavy.lock`). Checkpoints are kept in OUT_DIR/graph-marl and resumed.
+# Measured 2026-12-02 (2 cores, commit 6a69431): 8 min 11 s wall for the held-out part (Graph-MARL stopped early at
+# 40 updates), then 41 s (Mooncake) and 108 s (arXiv) reusing the checkpoints; figures in docs/graph-marl.md.
 set -euo pipefail
 out=${1:-results/graph-marl-full}
 mkdir -p "$out"
