@@ -4,7 +4,9 @@ arguments overridden from the command line; prints the validation curve (episode
 and the multipliers. Quoted in docs/graph-marl.md. About 5 minutes of CPU per run.
 
 Usage: python benchmarks/graph-marl-slow-actor-probe.py NAME '{"patience": 20}'
-       python benchmarks/graph-marl-slow-actor-probe.py NAME '{"patience": 20, "bc_target": 0.7}'
+       python benchmarks/graph-marl-slow-actor-probe.py NAME '{"patience": 40, "updates": 200, "bc_target": 0.7}'
+       python benchmarks/graph-marl-slow-actor-probe.py NAME --test   (the chosen checkpoint of run NAME on the
+                                                                       10 held-out test segments, against static)
 """
 
 from __future__ import annotations
@@ -17,11 +19,32 @@ from fleetwise.learn.graph_marl import MAPPOArgs, ValidationWindows, train_job
 from fleetwise.worlds.multicloud import GraphMARLConfig
 
 
+def test(name: str) -> None:
+    import numpy as np
+
+    from fleetwise.envs.graph_marl import evaluate
+    from fleetwise.learn.graph_marl import load_trained
+    from fleetwise.metrics.stats import paired_change
+
+    cfg = GraphMARLConfig()
+    seeds = list(range(1000, 1010))
+    st = {r["seed"]: r for r in evaluate(cfg, "static", seeds)}
+    rows = {r["seed"]: r for r in evaluate(cfg, load_trained(f"/tmp/graph-marl-probe-{name}.pt", cfg), seeds)}
+    for k in ("latency_p99_s", "cost_usd", "slo_attainment"):
+        ch = paired_change({s: st[s][k] for s in st}, {s: rows[s][k] for s in rows})
+        print(name, k, round(float(np.mean([r[k] for r in rows.values()])), 3),
+              f"vs static {ch.mean:+.1%} [{ch.lo:+.1%}, {ch.hi:+.1%}]")
+
+
 def main() -> None:
+    if sys.argv[2] == "--test":
+        test(sys.argv[1])
+        return
     name, over = sys.argv[1], json.loads(sys.argv[2])
     cfg = GraphMARLConfig()
     val = ValidationWindows(cfg, range(500, 505), MAPPOArgs().train_segment_s)
-    args = MAPPOArgs(kind="graph", updates=100, episodes_per_update=4, **over)
+    over.setdefault("updates", 100)
+    args = MAPPOArgs(kind="graph", episodes_per_update=4, **over)
     r = train_job({"name": name, "cfg": cfg, "args": asdict(args), "ckpt": f"/tmp/graph-marl-probe-{name}.pt",
                    "validation": val})
     info = r["info"]
