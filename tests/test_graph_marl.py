@@ -140,15 +140,34 @@ def test_checkpoint_resume_equals_uninterrupted(tmp_path):
     _, _, info_k = train(env, args, ckpt_path=ck, stop_after=2)  # killed after update 2 (checkpointed)
     assert info_k["update"] == 2 and ck.exists()
     assert not list(tmp_path.glob("*.tmp*"))  # atomic write left no temporary file
-    saved = torch.load(ck, weights_only=False)
+    saved = torch.load(ck, weights_only=True)  # tensors and plain values only: nothing to unpickle
     assert saved["update"] == 2
     resumed, curve_res, info_res = train(env, args, ckpt_path=ck, resume=True)
     assert info_res["update"] == 4
-    assert [c for c in curve_res] == [c for c in curve_full]
+    assert [tuple(c) for c in curve_res] == [tuple(c) for c in curve_full]
     for (n1, p1), (n2, p2) in zip(full.nets.state_dict().items(), resumed.nets.state_dict().items()):
         assert n1 == n2 and torch.equal(p1, p2), n1
     with pytest.raises(InputError, match="kind"):
         train(env, replace(args, kind="flat"), ckpt_path=ck, resume=True)
+
+
+class _RunsCode:
+    def __reduce__(self):
+        return (print, ("this ran",))
+
+
+def test_checkpoint_that_pickles_an_object_is_refused(tmp_path):
+    from fleetwise.learn.graph_marl import load_checkpoint, load_trained
+
+    bad = tmp_path / "evil.pt"
+    torch.save({"nets": {}, "args": {}, "update": 0, "x": _RunsCode()}, bad)
+    with pytest.raises(InputError, match="not a fleetwise graph-marl checkpoint"):
+        load_checkpoint(bad)
+    with pytest.raises(InputError, match="evil.pt"):
+        load_trained(bad, SMALL)
+    (tmp_path / "junk.pt").write_bytes(b"not a zip")
+    with pytest.raises(InputError, match="junk.pt"):
+        load_checkpoint(tmp_path / "junk.pt")
 
 
 @needs_data

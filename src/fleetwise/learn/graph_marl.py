@@ -275,14 +275,43 @@ def _masks(env, batch: bool = True):
     return {a: torch.as_tensor(m[a]).unsqueeze(0) if batch else torch.as_tensor(m[a]) for a in AGENTS}
 
 
+def _plain(x):
+    """Tensors, and Python scalars / strings / None in dicts, lists and tuples: what ``torch.load(weights_only=True)``
+    reads back without unpickling objects (numpy scalars and arrays become Python numbers and lists)."""
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_plain(v) for v in x)
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    if isinstance(x, np.generic):
+        return x.item()
+    return x
+
+
 def save_checkpoint(path: str | Path, payload: dict) -> None:
-    """Atomic: write a temporary file beside ``path``, then ``os.replace`` it into place."""
+    """Atomic: write a temporary file beside ``path``, then ``os.replace`` it into place. Only tensors and plain
+    Python values are written, so :func:`load_checkpoint` reads it with ``weights_only=True``."""
     torch = _torch()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    torch.save(payload, tmp)
+    torch.save(_plain(payload), tmp)
     os.replace(tmp, path)
+
+
+def load_checkpoint(path: str | Path) -> dict:
+    """A checkpoint written by :func:`save_checkpoint`, read with ``torch.load(weights_only=True)``: tensors and
+    plain values only, nothing unpickled (docs/security.md); anything else is one-line ``InputError``."""
+    torch = _torch()
+    try:
+        ck = torch.load(path, weights_only=True, map_location="cpu")
+    except Exception as e:  # noqa: BLE001 - torch raises several types; the first line says what was refused
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise InputError(f"{path}: not a fleetwise graph-marl checkpoint ({first[:200]})") from None
+    if not isinstance(ck, dict) or not {"nets", "args", "update"} <= set(ck):
+        raise InputError(f"{path}: not a fleetwise graph-marl checkpoint (missing nets/args/update)")
+    return ck
 
 
 def _rule_rollouts(env, episodes: int, seed0: int):
@@ -414,7 +443,7 @@ def train(make_env: Callable[[], object], args: MAPPOArgs, ckpt_path: str | Path
         validator = Validator(score=_score, patience=args.patience)
     val_detail: dict = {}
     if resume and ckpt_path is not None and Path(ckpt_path).exists():
-        ck = torch.load(ckpt_path, weights_only=False)
+        ck = load_checkpoint(ckpt_path)
         if ck["args"]["kind"] != args.kind:
             raise InputError(f"{ckpt_path}: checkpoint of kind {ck['args']['kind']!r}, expected {args.kind!r}")
         if "lagrange" not in ck:
@@ -569,11 +598,10 @@ def train_job(job: dict) -> dict:
 
 def load_trained(ckpt_path: str | Path, cfg) -> TrainedPolicy:
     """The policy a checkpoint chose: the validation's best parameters when it has them, else the last ones.
-    (A trusted file written by :func:`train`: torch.load unpickles; never load one a user sent.)"""
+    (Read with ``torch.load(weights_only=True)``: tensors and plain values, nothing unpickled.)"""
     from fleetwise.envs.graph_marl import make_env
 
-    torch = _torch()
-    ck = torch.load(ckpt_path, weights_only=False)
+    ck = load_checkpoint(ckpt_path)
     a = ck["args"]
     env = make_env(cfg, duration_s=a["train_segment_s"])
     nets = build_networks(a["kind"], env.layout, _sizes(env), env.state_dim, a["hidden"], a["gnn_layers"])
