@@ -38,8 +38,9 @@ def test_check_env():
     check_env(env.unwrapped)
 
 
-def _random_action(m, rng, nc):
-    return [int(rng.choice(np.flatnonzero(m[:nc]))), int(rng.choice(np.flatnonzero(m[nc:])))]
+def _random_action(m, rng, nvec):
+    bounds = np.concatenate([[0], np.cumsum(nvec)])
+    return [int(rng.choice(np.flatnonzero(m[bounds[i]:bounds[i + 1]]))) for i in range(len(nvec))]
 
 
 def test_masked_random_rollout_times_and_rewards():
@@ -53,13 +54,14 @@ def test_masked_random_rollout_times_and_rewards():
     while True:
         m = env.action_masks()
         lane = env._lane
-        assert m[0] and m[nc]  # the rule's choices are always allowed
+        assert m[0] and m[nc] and m[nc + 3]  # the rule's choices are always allowed
+        assert m[nc + 4] == (len(lane.waiting) >= 2)  # deadline order needs two waiting requests
         assert m[1] == bool(lane.running and (lane.waiting or lane.prefilling))  # decode-only needs both
         if not (lane.waiting or lane.prefilling):
             assert not m[1:nc].any()  # nothing to prefill: every chunk budget is the rule's plan
         assert not (m[nc + 1] and m[nc + 2])  # "never" when the rule offloads, "now" when it does not
-        a = _random_action(m, rng, nc)
-        deviations += a != [0, 0]
+        a = _random_action(m, rng, SMALL.action_nvec)
+        deviations += a != [0, 0, 0]
         obs, r, term, trunc, info = env.step(a)
         assert not info["invalid_action"]
         assert info["tau"] >= 0.0 and env.observation_space.contains(obs)
@@ -85,10 +87,10 @@ def test_masked_choice_runs_the_rule_and_is_flagged():
     for _ in range(2000):
         m = env.action_masks()
         if not m[nc + 1]:  # "never" is masked: the rule does not offload
-            _, _, _, _, info = env.step([0, 1])
+            _, _, _, _, info = env.step([0, 1, 0])
             assert info["invalid_action"]
             return
-        env.step([0, 0])
+        env.step([0, 0, 0])
     pytest.skip("no masked choice met")
 
 
@@ -188,7 +190,7 @@ def test_baselines_conserve_requests_and_batch_limit_applies():
     rng = np.random.default_rng(0)
     for _ in range(300):
         assert len(env._lane.running) + len(env._lane.prefilling) <= 2
-        _, _, term, _, _ = env.step(_random_action(env.action_masks(), rng, len(lim.chunk_sizes)))
+        _, _, term, _, _ = env.step(_random_action(env.action_masks(), rng, lim.action_nvec))
         if term:
             break
 
@@ -234,7 +236,7 @@ def test_cem_policy_zero_parameters_are_offload_greedy_decision_for_decision():
 
     cfg = replace(EdgeConfig(), segment_s=60.0)
     pol = LinearEdgePolicy.from_params(np.zeros(n_params(cfg)), cfg)
-    seen: dict[str, list] = {"rule": [], "cem": []}
+    seen: dict[str, list] = {"rule": [], "cem": [], "edf": []}
 
     def recording(name, inner):
         class Rec:
@@ -251,11 +253,47 @@ def test_cem_policy_zero_parameters_are_offload_greedy_decision_for_decision():
     assert len(seen["rule"]) > 100 and seen["cem"] == seen["rule"]
     assert a == b and a["offloaded"] > 0  # the rule offloads on this segment: the test covers offloads
     # a parameter moves the decision: a positive bias on "offload now" offloads more
+    d1 = len(pol.W[0]) + 1
     p = np.zeros(n_params(cfg))
-    p[-1] = 1.0  # the bias of the last row: offload choice 2 ("now")
+    p[8 * d1 - 1] = 1.0  # the bias of row 8 (6 chunk rows, then offload 1 and 2): offload choice 2 ("now")
     c = evaluate(cfg, lambda view: EdgePolicyBatcher(LinearEdgePolicy.from_params(p, cfg), view), [1003],
                  held_out="test")[0]
     assert c["offloaded"] > a["offloaded"]
+    # ... and a positive bias on the last row (queue order 1, "deadline") reorders admissions
+    q = np.zeros(n_params(cfg))
+    q[-1] = 1.0
+    e = evaluate(cfg, lambda view: recording("edf", EdgePolicyBatcher(LinearEdgePolicy.from_params(q, cfg), view)),
+                 [1003], held_out="test")[0]
+    assert seen["edf"] != seen["rule"] and e["requests"] == a["requests"]
+
+
+def test_deadline_order_puts_feasible_requests_first_by_deadline():
+    """EdgeView.deadline_order: requests that can still be prefilled by their TTFT deadline first, earliest
+    deadline first, then the late ones; the plan with queue order 1 admits in that order."""
+    seen: list = []
+
+    class Probe:
+        stationary = False
+
+        def __init__(self, view):
+            self.view = view
+
+        def plan(self, lane):
+            if len(lane.waiting) >= 3 and not seen:
+                order = self.view.deadline_order(lane)
+                now, tps = lane.time_s, self.view.prefill_tps[lane.replica]
+                slack = [self.view._ttft_dl[r] - now - lane.context(r) / tps for r in order]
+                late = [x < 0 for x in slack]
+                assert late == sorted(late)  # feasible ones first
+                dl = [self.view._ttft_dl[r] for r in order]
+                k = late.count(False)
+                assert dl[:k] == sorted(dl[:k]) and dl[k:] == sorted(dl[k:])
+                assert sorted(order) == sorted(lane.waiting)
+                seen.append(order)
+            return self.view.plan(lane, (0, 0, 1))
+
+    evaluate(replace(EdgeConfig(), segment_s=60.0), Probe, [1003], held_out="test")
+    assert seen
 
 
 def test_batching_cem_on_the_recipe_starts_at_the_rule_gates_and_writes_a_numpy_checkpoint(tmp_path):

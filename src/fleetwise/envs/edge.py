@@ -31,17 +31,20 @@ Observation
     ====  =====================================================================================
 
 Action
-    ``MultiDiscrete([len(chunk_sizes), 3])``: an adjustment of the rule ``offload_greedy``
-    (``fleetwise.worlds.edge.OffloadGreedy``), whose own decision is ``[0, 0]``:
+    ``MultiDiscrete([len(chunk_sizes), 3, 2])``: an adjustment of the rule ``offload_greedy``
+    (``fleetwise.worlds.edge.OffloadGreedy``), whose own decision is ``[0, 0, 0]``:
 
     - chunk: the prompt-token budget of this iteration, ``chunk_sizes[i]`` (Sarathi-style chunked prefill, index
       0 = the rule's 512 tokens; a budget of 0 = a decode step only);
     - offload: 0 = the rule's decision, 1 = never (keep the head of the queue here), 2 = offload the head of the
-      queue now, to the neighbour with the smallest estimated backlog.
+      queue now, to the neighbour with the smallest estimated backlog;
+    - queue order of new prompts: 0 = FCFS (the rule's), 1 = deadline (those that can still meet their TTFT
+      deadline first, earliest deadline first; ``EdgeView.deadline_order``).
 
     ``action_masks()`` marks the choices that differ from the rule's: a chunk other than the rule's needs prompt
     tokens to prefill (a budget of 0 needs a decoding sequence), "never" needs the rule to offload, "now" needs
-    the rule not to and a neighbour whose KV cache can hold the head. ``rule_action()`` is ``[0, 0]``, always
+    the rule not to and a neighbour whose KV cache can hold the head, "deadline" two waiting requests.
+    ``rule_action()`` is ``[0, 0, 0]``, always
     allowed; a masked choice runs the rule's and sets ``info["invalid_action"]``.
 
 Reward
@@ -74,7 +77,7 @@ from gymnasium import spaces
 
 from fleetwise.control.controller import Controller
 from fleetwise.workload.request import Workload
-from fleetwise.worlds.edge import OFFLOAD_CHOICES, EdgeConfig, EdgeView, TrainMix, n_features, segment
+from fleetwise.worlds.edge import EdgeConfig, EdgeView, TrainMix, n_features, segment
 
 
 class EdgeBatchingEnv(gym.Env):
@@ -96,13 +99,14 @@ class EdgeBatchingEnv(gym.Env):
         self._last_t = 0.0
 
     def rule_action(self) -> np.ndarray:
-        """The action that reproduces offload_greedy: [0, 0]."""
-        return np.zeros(2, dtype=np.int64)
+        """The action that reproduces offload_greedy: [0, 0, 0]."""
+        return np.zeros(len(self.cfg.action_nvec), dtype=np.int64)
 
     def action_masks(self) -> np.ndarray:
         if self._lane is None:
-            m = np.zeros(sum(self.cfg.action_nvec), dtype=bool)
-            m[0] = m[len(self.cfg.chunk_sizes)] = True
+            nvec = self.cfg.action_nvec
+            m = np.zeros(sum(nvec), dtype=bool)
+            m[np.concatenate([[0], np.cumsum(nvec)[:-1]])] = True  # index 0 of every dimension
             return m
         return self.view.mask(self._lane)
 
@@ -162,13 +166,13 @@ class EdgeBatchingEnv(gym.Env):
             raise RuntimeError("episode is over; call reset()")
         a = np.asarray(action, dtype=np.int64).reshape(-1)
         m = self.action_masks()
-        nc = len(self.cfg.chunk_sizes)
-        invalid = not (a.shape == (2,) and 0 <= a[0] < nc and 0 <= a[1] < len(OFFLOAD_CHOICES)
-                       and m[a[0]] and m[nc + a[1]])
-        if invalid:  # a masked choice runs the rule's instead
-            a = np.array([a[0] if 0 <= a[0] < nc and m[a[0]] else 0,
-                          a[1] if 0 <= a[1] < len(OFFLOAD_CHOICES) and m[nc + a[1]] else 0]) if a.shape == (2,) \
-                else self.rule_action()
+        nvec = self.cfg.action_nvec
+        off = np.concatenate([[0], np.cumsum(nvec)[:-1]])
+        ok = [0 <= a[i] < nvec[i] and m[off[i] + a[i]] for i in range(len(nvec))] if a.shape == (len(nvec),) \
+            else [False] * len(nvec)
+        invalid = not all(ok)
+        if invalid:  # a masked choice runs the rule's instead (per dimension)
+            a = np.where(ok, a, 0) if a.shape == (len(nvec),) else self.rule_action()
         sim.apply(self.view.plan(self._lane, a))
         reward, info = self._next()
         info["invalid_action"] = invalid

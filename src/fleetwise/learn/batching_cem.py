@@ -3,16 +3,16 @@
 
 The policy is DISPPO's: the same semi-Markov decision (whenever a node's engine is free), the same observation
 (``EdgeView.observe``, 22 features for three nodes), the same masked action adjusting the rule ``offload_greedy``
-(a chunk budget x an offload choice, ``EdgeView.plan``). Only the learner differs. PPO from the warm start moved
+(a chunk budget x an offload choice x a queue order, ``EdgeView.plan``). Only the learner differs. PPO from the warm start moved
 the validation score by under 1% in 150,000 decisions (docs/batching.md): what the policy is judged on (requests
 within their deadline per second of a segment, against the rule's on the same segment) is only known once the
 segment has drained, tens of thousands of decisions later. CEM scores each candidate on whole segments instead,
 paired with the rule, numpy only (no torch), as the TORTA, router and scaler learners do.
 
 **The policy** is linear: one logit per action choice, ``W . obs + b``, masked, argmax per action dimension
-(ties to the lowest index). The rows of index 0 (the rule's own choice in both dimensions) are fixed at 0, so
+(ties to the lowest index). The rows of index 0 (the rule's own choice in every dimension) are fixed at 0, so
 **zero parameters are the rule, decision for decision** (masked-out choices are never taken and index 0 is never
-masked); 8 rows x (22 features + 1) = 184 parameters for three nodes.
+masked); (6 + 2 + 1) rows x (22 features + 1) = 207 parameters for three nodes.
 
 **The recipe**, step by step:
 
@@ -62,8 +62,8 @@ class BatchingCEMConfig:
 
 def n_params(cfg) -> int:
     """Parameters of the linear policy for an ``EdgeConfig``: a row per non-rule choice over features + 1."""
-    nc, no = cfg.action_nvec
-    return (nc - 1 + no - 1) * (n_features(cfg) + 1)
+    nvec = cfg.action_nvec
+    return (sum(nvec) - len(nvec)) * (n_features(cfg) + 1)
 
 
 def n_features(cfg) -> int:
@@ -74,16 +74,18 @@ def n_features(cfg) -> int:
 
 def linear_layer(params, cfg) -> tuple[np.ndarray, np.ndarray]:
     """The policy's one layer ``(W, b)`` over the observation: a logit per choice (chunk choices, then offload
-    choices), the rows of index 0 of each dimension (the rule's choice) zero."""
-    nc, no = cfg.action_nvec
+    choices, then queue orders), the rows of index 0 of each dimension (the rule's choice) zero."""
+    nvec = cfg.action_nvec
     d = n_features(cfg)
     p = np.asarray(params, np.float64)
     if p.shape != (n_params(cfg),):
         raise ValueError(f"batching CEM policy: {p.size} parameters, expected {n_params(cfg)}")
-    rows = p.reshape(nc - 1 + no - 1, d + 1)
-    W, b = np.zeros((nc + no, d)), np.zeros(nc + no)
-    W[1:nc], b[1:nc] = rows[:nc - 1, :d], rows[:nc - 1, d]
-    W[nc + 1:], b[nc + 1:] = rows[nc - 1:, :d], rows[nc - 1:, d]
+    rows = p.reshape(sum(nvec) - len(nvec), d + 1)
+    W, b = np.zeros((sum(nvec), d)), np.zeros(sum(nvec))
+    start = r = 0
+    for n in nvec:
+        W[start + 1:start + n], b[start + 1:start + n] = rows[r:r + n - 1, :d], rows[r:r + n - 1, d]
+        start, r = start + n, r + n - 1
     return W, b
 
 
@@ -94,7 +96,7 @@ class LinearEdgePolicy:
     def __init__(self, W: np.ndarray, b: np.ndarray, nvec):
         self.W = np.asarray(W, np.float32).astype(np.float64)
         self.b = np.asarray(b, np.float32).astype(np.float64)
-        self.nc = int(nvec[0])
+        self.bounds = np.concatenate([[0], np.cumsum([int(n) for n in nvec])])
 
     @classmethod
     def from_params(cls, params, cfg) -> "LinearEdgePolicy":
@@ -104,8 +106,8 @@ class LinearEdgePolicy:
         z = self.W @ np.asarray(obs, np.float64) + self.b
         if action_masks is not None:
             z = np.where(action_masks, z, -np.inf)
-        nc = self.nc
-        return np.array([int(np.argmax(z[:nc])), int(np.argmax(z[nc:]))], dtype=np.int64), None
+        bd = self.bounds
+        return np.array([int(np.argmax(z[bd[i]:bd[i + 1]])) for i in range(len(bd) - 1)], dtype=np.int64), None
 
 
 def _segments(cfg, mix, bcfg: BatchingCEMConfig, it: int) -> list[tuple]:

@@ -60,8 +60,10 @@ class EdgeConfig:
     backhaul_rtt_s: float = 0.010
     backhaul_gbps: float = 1.0
     # the action: a prefill chunk budget (tokens per iteration, Sarathi-style; 0 = a decode step only when
-    # anything decodes) x an offload choice (the rule's, never, the head of the queue now). Index 0 of each is
-    # the rule's own (offload_greedy: 512-token chunks, offload from the slowest node), so [0, 0] is the rule.
+    # anything decodes) x an offload choice (the rule's, never, the head of the queue now) x the order in which
+    # new prompts are admitted (FCFS, or deadline: feasible first, earliest TTFT deadline first). Index 0 of each
+    # is the rule's own (offload_greedy: 512-token chunks, offload from the slowest node, FCFS), so [0, 0, 0] is
+    # the rule.
     chunk_sizes: tuple[int, ...] = (512, 0, 128, 256, 1024, 2048, 8192)
     offload_margin_s: float = 1.0  # the rule offloads when its backlog exceeds the neighbour's by this much
     max_running: int = 32
@@ -74,11 +76,12 @@ class EdgeConfig:
     validation_fraction: float = 0.1  # the end of the training part: validation windows (checkpoint choice)
 
     @property
-    def action_nvec(self) -> tuple[int, int]:
-        return (len(self.chunk_sizes), len(OFFLOAD_CHOICES))
+    def action_nvec(self) -> tuple[int, int, int]:
+        return (len(self.chunk_sizes), len(OFFLOAD_CHOICES), len(QUEUE_ORDERS))
 
 
 OFFLOAD_CHOICES = ("rule", "never", "now")
+QUEUE_ORDERS = ("fcfs", "deadline")
 
 
 def n_features(nodes: int) -> int:
@@ -315,13 +318,14 @@ class EdgeView:
         return to
 
     def mask(self, view: LaneView) -> np.ndarray:
-        """The choices (chunk choices, then offload choices) that differ from the rule's (index 0 of each, always
-        allowed): a chunk other than the rule's needs prompt tokens to prefill (a budget of 0 a decoding sequence
-        too), "never" needs the rule to offload, "now" needs the rule not to and a neighbour that can hold the
-        head of the queue."""
-        nc = len(self.cfg.chunk_sizes)
-        m = np.zeros(nc + len(OFFLOAD_CHOICES), dtype=bool)
-        m[0] = m[nc] = True
+        """The choices (chunk choices, then offload choices, then queue orders) that differ from the rule's (index
+        0 of each, always allowed): a chunk other than the rule's needs prompt tokens to prefill (a budget of 0 a
+        decoding sequence too), "never" needs the rule to offload, "now" needs the rule not to and a neighbour
+        that can hold the head of the queue, "deadline" order needs two waiting requests."""
+        nc, no = len(self.cfg.chunk_sizes), len(OFFLOAD_CHOICES)
+        m = np.zeros(nc + no + len(QUEUE_ORDERS), dtype=bool)
+        m[0] = m[nc] = m[nc + no] = True
+        m[nc + no + 1] = len(view.waiting) >= 2
         if view.waiting or view.prefilling:
             m[:nc] = True
             m[1] = bool(view.running)
@@ -331,19 +335,24 @@ class EdgeView:
             m[nc + 2] = self.offload_target(view, view.waiting[0]) >= 0
         return m
 
-    def plan(self, view: LaneView, action=(0, 0)) -> BatchPlan:
-        """The batch plan of ``action`` = (chunk index, offload index); (0, 0) is offload_greedy's own plan.
+    def plan(self, view: LaneView, action=(0, 0, 0)) -> BatchPlan:
+        """The batch plan of ``action`` = (chunk index, offload index, queue order index); (0, 0, 0) is
+        offload_greedy's own plan (a 2-element action means FCFS).
 
         Offload: index 0 the rule's decision (:meth:`rule_offload`), 1 never, 2 the head of the queue now (to
         the least-backlogged neighbour that can hold it; the rule's decision when none can). An offload is the
         whole plan (the node then decides again). Otherwise a Sarathi iteration with ``chunk_sizes[chunk]``
-        prompt tokens (unfinished prefills first, then new requests, FCFS); a budget of 0 is a decode step
-        when anything decodes (else the rule's chunk)."""
+        prompt tokens (unfinished prefills first, then new requests in the queue order: 0 FCFS, 1 deadline:
+        the requests that can still meet their TTFT deadline, estimated by their prefill time alone, earliest
+        deadline first, then the rest, earliest first); a budget of 0 is a decode step when anything decodes
+        (else the rule's chunk)."""
         cfg = self.cfg
         ci, oi = int(action[0]), int(action[1])
-        if not (0 <= ci < len(cfg.chunk_sizes) and 0 <= oi < len(OFFLOAD_CHOICES)):
+        qi = int(action[2]) if len(action) > 2 else 0
+        if not (len(action) in (2, 3) and 0 <= ci < len(cfg.chunk_sizes) and 0 <= oi < len(OFFLOAD_CHOICES)
+                and 0 <= qi < len(QUEUE_ORDERS)):
             raise ValueError(f"action {action!r}: expected (chunk in [0, {len(cfg.chunk_sizes)}), offload in "
-                             f"[0, {len(OFFLOAD_CHOICES)}))")
+                             f"[0, {len(OFFLOAD_CHOICES)}), queue order in [0, {len(QUEUE_ORDERS)}))")
         to = -1
         if oi == 2 and view.waiting and not view.offloaded(view.waiting[0]):
             to = self.offload_target(view, view.waiting[0])
@@ -356,7 +365,16 @@ class EdgeView:
             if view.running:
                 return DECODE
             chunk = cfg.chunk_sizes[0]
+        if qi == 1 and len(view.waiting) >= 2:
+            return self._sarathi(chunk).plan_queue(view, self.deadline_order(view))
         return self._sarathi(chunk).plan(view)
+
+    def deadline_order(self, view: LaneView) -> list[int]:
+        """The waiting queue in deadline order: requests whose prompt can still be prefilled by their TTFT
+        deadline at this node's prefill speed first, earliest deadline first; then the others, earliest first
+        (stable: FCFS among equal deadlines)."""
+        now, tps, dl = view.time_s, self.prefill_tps[view.replica], self._ttft_dl
+        return sorted(view.waiting, key=lambda r: (dl[r] - now - view.context(r) / tps < 0, dl[r]))
 
     def _sarathi(self, chunk: int):
         s = self._chunkers.get(chunk)
@@ -450,7 +468,7 @@ class OffloadGreedy:
     (every iteration decodes the running sequences and fills a ``chunk_sizes[0]``-token budget with prompt chunks),
     and the slowest node offloads the head of its queue to the least-backlogged neighbour while that neighbour's
     backlog is shorter by ``offload_margin_s``. It reads the neighbours' state, so it decides every iteration (not
-    stationary). The learned policy's zero action is this plan (``EdgeView.plan(view, (0, 0))``)."""
+    stationary). The learned policy's zero action is this plan (``EdgeView.plan(view, (0, 0, 0))``)."""
 
     stationary = False
 
@@ -458,12 +476,12 @@ class OffloadGreedy:
         self.view = view
 
     def plan(self, lane: LaneView) -> BatchPlan:
-        return self.view.plan(lane, (0, 0))
+        return self.view.plan(lane, (0, 0, 0))
 
 
 class EdgePolicyBatcher:
     """A trained policy (anything with ``predict(obs, action_masks=..., deterministic=True)`` returning the (chunk,
-    offload) action, e.g. MaskablePPO or ``fleetwise.learn.disppo.NumpyPolicy``) as a ``Batcher`` in the same simulator; it decides every iteration."""
+    offload, queue order) action, e.g. MaskablePPO or ``fleetwise.learn.disppo.NumpyPolicy``) as a ``Batcher`` in the same simulator; it decides every iteration."""
 
     stationary = False
 
