@@ -10,5 +10,6 @@ out=${1:-results/batching-full}
 mkdir -p "$out"
 TIMEFORMAT='%R s wall, %U s user CPU'
 time fleetwise reproduce batching --json --workers 2 --db "$out/held-out/fleetwise.duckdb" > "$out/held-out.json"
+# the same --db: the arXiv run reuses the three trained policies (same job, same checkpoint key) and only evaluates
 time fleetwise reproduce batching --json --workers 2 --eval-trace arxiv-summarization --load 0.7 \
-    --db "$out/arxiv/fleetwise.duckdb" > "$out/arxiv.json"
+    --db "$out/held-out/fleetwise.duckdb" > "$out/arxiv.json"

@@ -315,6 +315,12 @@ def test_batching_cem_on_the_recipe_starts_at_the_rule_gates_and_writes_a_numpy_
     # the checkpoint: numpy only, its card carries the gate; its argmax per dimension is the policy's (no masks)
     ck = load_policy(r["checkpoint"], level="batcher")
     assert ck.algorithm == "cem" and ck.card.validation["passed"] == g["passed"] and ck.card.rule == "offload_greedy"
+    # the same job again reuses the checkpoint (training is deterministic); another seed retrains
+    again = train_batching_cem(tiny, val, bcfg, out=tmp_path / "disppo.npz", reuse=True)
+    assert again["reused"] and again["params"] == r["params"] and again["gate"] == r["gate"]
+    assert again["validation_curve"] == r["validation_curve"] and again["best_step"] == r["best_step"]
+    other = train_batching_cem(tiny, val, replace(bcfg, seed=1), out=tmp_path / "disppo.npz", reuse=True)
+    assert not other.get("reused")
     from fleetwise.learn.batching_cem import save_batching_cem
     from fleetwise.worlds.edge import TrainMix
 

@@ -132,17 +132,56 @@ def _compare(rows: list[dict], rule: list[dict]) -> tuple[float, float]:
     return ch, att
 
 
+def job_key(cfg, validation, bcfg: BatchingCEMConfig, mix) -> str:
+    """What determines a training run's result: the edge scenario, the training mix, the CEM budget and seed, the
+    validation windows (a sha256 of them, stored in the model card; a checkpoint is reused only on a match)."""
+    import hashlib
+    import json
+
+    doc = {"edge": asdict(cfg), "mix": asdict(mix), "cem": asdict(bcfg), "params": n_params(cfg),
+           "validation": [[str(x) for x in w[:3]] + [str(w[4])] for w in validation.windows], "version": 2}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _reuse(out, key: str, cfg) -> dict | None:
+    """The result of an earlier run with the same :func:`job_key` from its checkpoint's model card (read with the
+    safe loader: arrays and JSON only), or None."""
+    from fleetwise.control.checkpoint import CheckpointError, load_policy
+
+    if out is None or not Path(out).exists():
+        return None
+    try:
+        ck = load_policy(out, level="batcher")
+    except CheckpointError:
+        return None
+    t = ck.card.training or {}
+    if t.get("job_key") != key or len(t.get("params", [])) != n_params(cfg):
+        return None
+    params = np.asarray(t["params"], np.float64)
+    g = dict(ck.card.validation or {})
+    return {"policy": LinearEdgePolicy.from_params(params, cfg), "params": [float(x) for x in params],
+            "curve": t["curve"], "validation_curve": [tuple(v) for v in t["validation_curve"]],
+            "lagrange": [tuple(v) for v in t["lagrange"]], "gate": g, "best_step": t["best_step"],
+            "config": t["config"], "segments_simulated": t["segments_simulated"], "wall_s": float(t["wall_s"]),
+            "checkpoint": str(out), "reused": True}
+
+
 def train_batching_cem(cfg, validation, bcfg: BatchingCEMConfig, mix=None, out: str | Path | None = None,
-                       progress=None, policy_name: str = "disppo") -> dict:
+                       progress=None, policy_name: str = "disppo", reuse: bool = False) -> dict:
     """CEM for the linear policy on ``cfg`` (an ``EdgeConfig``) with training segments from ``mix`` (a
     ``TrainMix``), checkpoint choice and gate on ``validation`` (an ``EdgeValidation``); writes ``out``
     (fleetwise checkpoint + model card) when given. Returns the policy, its parameters, the curve (one row per
-    iteration), the multiplier's history, the validation curve (segments simulated, score) and the gate."""
+    iteration), the multiplier's history, the validation curve (segments simulated, score) and the gate.
+    ``reuse``: when ``out`` holds the checkpoint of a run with the same :func:`job_key` (same scenario, mix,
+    budget, seed and validation windows: training is deterministic), return its result without training."""
     from fleetwise.learn.recipe import CEM, Lagrangian
     from fleetwise.worlds.edge import TrainMix
 
     t0 = time.perf_counter()
     mix = mix or TrainMix()
+    key = job_key(cfg, validation, bcfg, mix)
+    if reuse and (old := _reuse(out, key, cfg)) is not None:
+        return old
     k = n_params(cfg)
     sigma = np.full((k // (n_features(cfg) + 1), n_features(cfg) + 1), bcfg.sigma)
     sigma[:, -1] = bcfg.sigma_bias
@@ -183,7 +222,7 @@ def train_batching_cem(cfg, validation, bcfg: BatchingCEMConfig, mix=None, out: 
     result = {"policy": policy, "params": [float(x) for x in best["params"]], "curve": curve,
               "validation_curve": validation_curve, "lagrange": lagrange, "gate": g, "best_step": best["iteration"],
               "config": asdict(bcfg), "segments_simulated": simulated + 2 * len(validation.windows),
-              "wall_s": time.perf_counter() - t0}
+              "wall_s": time.perf_counter() - t0, "job_key": key}
     if out is not None:
         result["checkpoint"] = str(save_batching_cem(out, best["params"], cfg, bcfg, mix, result, policy_name))
     return result
@@ -200,6 +239,10 @@ def save_batching_cem(out, params, cfg, bcfg: BatchingCEMConfig, mix, result: di
     card = ModelCard(level="batcher", policy=policy_name, rule="offload_greedy", validation=result.get("gate"),
                      training={"algorithm": "cem", "params": [float(x) for x in params], "config": asdict(bcfg),
                                "curve": result.get("curve", []), "best_step": result.get("best_step"),
+                               "validation_curve": [list(v) for v in result.get("validation_curve", [])],
+                               "lagrange": [list(v) for v in result.get("lagrange", [])],
+                               "segments_simulated": result.get("segments_simulated"),
+                               "job_key": result.get("job_key"),
                                "wall_s": round(float(result["wall_s"]), 1) if "wall_s" in result else None,
                                "data": "edge segments, first 60% of each trace's span: the paper's mix at "
                                        f"{mix.rate_range[0]:g}-{mix.rate_range[1]:g} req/s, and "

@@ -139,12 +139,12 @@ def _train_cem(job: dict, cfg, val, target: float) -> dict:
     from fleetwise.learn.batching_cem import BatchingCEMConfig, train_batching_cem
 
     bcfg = BatchingCEMConfig(seed=job["seed"], **job["cem"])
-    r = train_batching_cem(cfg, val, bcfg, out=job.get("checkpoint"), policy_name=job["name"])
+    r = train_batching_cem(cfg, val, bcfg, out=job.get("checkpoint"), policy_name=job["name"], reuse=True)
     curve = {"episodes": [], "validation": r["validation_curve"], "lagrange": r["lagrange"], "bc_loss": [],
              "best_step": r["best_step"], "iterations": r["curve"]}
     return {"name": job["name"], "seed": job["seed"], "policy": r["policy"], "curve": curve, "gate": r["gate"],
             "wall_s": r["wall_s"], "checkpoint": r.get("checkpoint"), "ttft_target": target, "learner": "cem",
-            "segments_simulated": r["segments_simulated"]}
+            "segments_simulated": r["segments_simulated"], "reused": bool(r.get("reused"))}
 
 
 def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = None, db: str | None = None,
