@@ -248,6 +248,28 @@ def test_masks_never_leave_a_class_without_a_ready_replica():
     assert not env.mc.covered(env.mc.cloud_choice, env.mc.variant).all()
 
 
+def test_tail_guard_no_correction_cancels_the_rules_reaction_to_a_backlog():
+    """A pool backlogged by more than BACKLOG_S: the masks forbid "one fewer" (hold instead of the rule's scale-up,
+    or a scale-down), and compose does not apply it; other pools are unaffected."""
+    from fleetwise.worlds.multicloud_rules import BACKLOG_S, action_masks, compose
+
+    env = make_env(replace(SMALL, segment_s=120.0, spot=False))
+    env.reset(seed=3)
+    mc = env.mc
+    m0 = action_masks(mc, base=env._base)
+    hot = int(np.flatnonzero(m0["gpu"][:, 1])[0])  # a pool where "one fewer" is allowed without a backlog
+    real = mc.backlog_s
+    mc.backlog_s = lambda i, now: BACKLOG_S + 1.0 if mc.pool_of[i] == hot else real(i, now)
+    base = env._base
+    m = action_masks(mc, base=base)
+    assert not m["gpu"][hot, 1] and m["gpu"][hot, 0]
+    corr = {"gpu": np.where(m["gpu"][:, 1], 1, 0)}
+    corr["gpu"][hot] = 1  # a policy that ignores the mask
+    dec = compose(mc, corr, base=base)
+    assert dec["gpu"][hot] == base["gpu"][hot]  # not applied: the rule's decision stands
+    mc.backlog_s = real
+
+
 @needs_data
 def test_provisioning_delay_is_observed():
     from fleetwise.envs.graph_marl import NODE_TYPES

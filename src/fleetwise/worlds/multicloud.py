@@ -586,6 +586,7 @@ class MultiCloud:
         cost = self.gpu_usd + self.egress_usd
         dur = max(self.t_epoch, 1e-9)
         ri = np.asarray(rec.replica)[comp]
+        cls_c = np.asarray(self.cls)[:n][comp]
         qual = self.quality[[self.pools[self.pool_of[i]].spec.variant for i in ri]] if len(ri) else np.array([np.nan])
         return {
             "requests": n,
@@ -600,6 +601,8 @@ class MultiCloud:
             "cost_per_mtok_usd": float(cost / max(tokens, 1.0) * 1e6),
             "slo_attainment": float(self.slo_ok.sum() / max(n, 1)),
             **{f"slo_attainment_{c.name}": float(self.slo_ok[self.cls == k].sum() / max((self.cls == k).sum(), 1))
+               for k, c in enumerate(self.cfg.classes)},
+            **{f"latency_p99_s_{c.name}": float(np.percentile(ttft[cls_c == k], 99)) if (cls_c == k).any() else math.nan
                for k, c in enumerate(self.cfg.classes)},
             "dropped": int((st != 1).sum()),
             "quality": float(np.mean(qual)),

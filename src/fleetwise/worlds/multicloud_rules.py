@@ -11,6 +11,15 @@ from fleetwise.worlds.multicloud import MultiCloud
 HEURISTICS = ("static", "cheapest", "latency_greedy", "least_loaded")
 
 
+BACKLOG_S = 5.0  # a pool whose on replicas are backlogged by more than this is overloaded (every threshold rule)
+
+
+def backlogged(mc: MultiCloud, pi: int) -> bool:
+    """Whether pool ``pi``'s on replicas hold more than ``BACKLOG_S`` seconds of work on average."""
+    on = [i for i in mc.pools[pi].replicas if mc.inst[i].on]
+    return bool(on) and float(np.mean([mc.backlog_s(i, mc.sim.now) for i in on])) > BACKLOG_S
+
+
 def _threshold_scaling(mc: MultiCloud, hi: float, lo: float, spot: bool) -> np.ndarray:
     """Per pool: one more replica when the pool's on replicas are busier than ``hi`` (or backlogged by
     more than 5 s), one fewer below ``lo`` (at least one: an HPA with ``minReplicas: 1``); new replicas spot when ``spot`` and the region has capacity."""
@@ -22,7 +31,7 @@ def _threshold_scaling(mc: MultiCloud, hi: float, lo: float, spot: bool) -> np.n
         n = len(on)
         util = float(np.mean(mc.busy_frac[on])) if on else 0.0
         backlog = float(np.mean([mc.backlog_s(i, now) for i in on])) if on else 0.0
-        if on and (util > hi or backlog > 5.0) and n < m:
+        if on and (util > hi or backlog > BACKLOG_S) and n < m:
             a[pi] = 3 if spot and mc.spot_frac(p.region, now) > 0.5 else 2
         elif util < lo and n > 1:
             a[pi] = 1
@@ -123,6 +132,8 @@ def compose(mc: MultiCloud, corr: dict, rule: str = RULE, base: dict | None = No
         if c["gpu"][pi] == 0:
             continue
         new = _gpu_code(code, int(c["gpu"][pi]))
+        if _DELTA[new] < _DELTA[code] and backlogged(mc, pi):
+            continue  # would cancel or reverse the rule's reaction to an overloaded pool: not applied
         if new == 1 and code != 1:
             v = _down_victim(mc, pi)
             if v is None or not mc.covered(out["cloud"], out["model"], removed | {v}).all():
@@ -137,8 +148,9 @@ def compose(mc: MultiCloud, corr: dict, rule: str = RULE, base: dict | None = No
 def action_masks(mc: MultiCloud, rule: str = RULE, base: dict | None = None) -> dict:
     """Per agent a boolean array (factors, choices): the corrections allowed now. Choice 0 (the rule) is always
     allowed. Cloud / model: no shift to a (cloud, variant) without a ready replica for the class. GPU: no
-    "one fewer" that switches off the last ready replica a class is served by, none on a pool with nothing on;
-    no "one more" on a full pool; no spot without spot capacity."""
+    "one fewer" that switches off the last ready replica a class is served by, none on a pool with nothing on,
+    none on a pool backlogged by more than ``BACKLOG_S`` (the tail guard: a correction may not cancel the rule's
+    reaction to an overloaded pool); no "one more" on a full pool; no spot without spot capacity."""
     base = base or rule_decision(mc, rule)
     nclouds, nvar, nc = len(mc.clouds) + 1, len(mc.cfg.variants), len(mc.cfg.classes)
     m = {"cloud": np.ones((nc, nclouds), bool), "model": np.ones((nc, nvar), bool),
@@ -154,7 +166,9 @@ def action_masks(mc: MultiCloud, rule: str = RULE, base: dict | None = None) -> 
             new = _gpu_code(code, corr)
             if new == code:
                 continue
-            if new == 1:
+            if _DELTA[new] < _DELTA[code] and backlogged(mc, pi):
+                m["gpu"][pi, corr] = False
+            elif new == 1:
                 v = _down_victim(mc, pi)
                 m["gpu"][pi, corr] = v is not None and bool(mc.covered(base["cloud"], base["model"], {v}).all())
             elif new in (2, 3):
