@@ -378,7 +378,7 @@ class ValidationWindows:
     exceeds the rule's by more than ``p99_margin`` or SLO attainment falls below the target), and the gate
     (``recipe.gate`` on cost, the constraint being P99 and SLO attainment)."""
 
-    def __init__(self, cfg, seeds, duration_s: float, p99_margin: float = 0.10, p99_per_segment: bool = False):
+    def __init__(self, cfg, seeds, duration_s: float, p99_margin: float = 0.10, p99_per_segment: bool = True):
         from fleetwise.envs.graph_marl import HEURISTICS, evaluate
 
         self.cfg, self.seeds, self.duration_s, self.p99_margin = cfg, list(seeds), duration_s, p99_margin
