@@ -2,8 +2,8 @@
 # The full budget of `fleetwise reproduce batching` (docs/batching.md): DISPPO trained by CEM (the default learner),
 # 3 training seeds x 12 iterations x 16 candidates x 8 training segments (3 jobs on 2 worker processes), 10 held-out
 # segments + the batch-size sweep; then the same training and arXiv lengths at load 0.7 (a trace training never saw).
-# Measured 2026-12-02 on the shared 2 cores (the two commands overlapping for most of their run): 41 min 12 s and
-# 36 min 12 s wall. `--learner ppo` trains the paper's SMDP PPO instead (DISPPO and its ablation, 400,000 steps each).
+# Measured 2026-12-02 on the shared 2 cores (commit bd6b56d, beside the Graph-MARL full run for most of it):
+# 47 min 53 s wall, then 57 s for arXiv (the trained policies reused). `--learner ppo` trains the paper's SMDP PPO instead (DISPPO and its ablation, 400,000 steps each).
 # Usage: benchmarks/batching-full.sh [OUTDIR]
 set -euo pipefail
 out=${1:-results/batching-full}

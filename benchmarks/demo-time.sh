@@ -10,7 +10,7 @@ trap 'rm -rf "$dir"' EXIT
 git clone -q "$repo" "$dir/fleetwise"
 cd "$dir/fleetwise"
 if [ "$mode" = cold ]; then export PIP_CACHE_DIR="$dir/pip-cache" MPLCONFIGDIR="$dir/mpl"; fi
-echo "commit $(git rev-parse --short HEAD), $mode pip cache, $(nproc) CPUs, load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "commit $(git rev-parse --short HEAD), $mode pip cache, $(nproc --all) CPUs, load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 TIMEFORMAT='make demo: %R s wall, %U s user + %S s system CPU'
 time make demo > demo.log 2>&1 || { tail -20 demo.log; exit 1; }
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# Graph-MARL at the full budget (docs/graph-marl.md): 100 MAPPO updates x 4 episodes per learned variant
+# Graph-MARL at the full budget (docs/graph-marl.md): 200 MAPPO updates x 4 episodes per learned variant
 # (graph_marl, flat_marl, ippo) on the shared recipe, 5 validation segments for checkpoint choice and the gate,
 # 10 held-out test segments; then the same checkpoints on the other real traces at load 0.7.
 # Usage: benchmarks/graph-marl-full.sh [OUT_DIR]   (wall time and load average printed; on a shared 2-core
 # machine run it under `flock /work/heavy.lock`). Checkpoints are kept in OUT_DIR/graph-marl and resumed.
-# Measured 2026-12-02 (2 cores, commit 6a69431): 8 min 11 s wall for the held-out part (Graph-MARL stopped early at
-# 40 updates), then 41 s (Mooncake) and 108 s (arXiv) reusing the checkpoints; figures in docs/graph-marl.md.
+# Measured 2026-12-02 (2 cores, commit 6cf471e, beside the DISPPO full run for most of it): 26 min 0 s wall for
+# the held-out part (200 updates each, no early stop), then 41 s (Mooncake) and 101 s (arXiv) reusing the
+# checkpoints; figures in docs/graph-marl.md. (`nproc` counts OMP_NUM_THREADS; `nproc --all` the CPUs.)
 set -euo pipefail
 out=${1:-results/graph-marl-full}
 mkdir -p "$out"
-echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(nproc) CPUs, load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(nproc --all) CPUs, load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 TIMEFORMAT='%R s wall, %U s user CPU'
 time python -m fleetwise reproduce graph-marl --json --workers 2 --db "$out/results.duckdb" > "$out/held-out.json"
 for t in mooncake arxiv-summarization; do

@@ -10,7 +10,7 @@
 # Usage: benchmarks/rl-scaler-full.sh [--quick]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-echo "commit $(git rev-parse --short HEAD), $(nproc) CPUs, load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "commit $(git rev-parse --short HEAD), $(nproc --all) CPUs, load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 QUICK=False
 [[ "${1:-}" == "--quick" ]] && QUICK=True
 mkdir -p results/platform-rl

@@ -10,7 +10,7 @@ out=${1:-/tmp/torta-full}
 workers=${2:-$(nproc)}
 shift $(( $# < 2 ? $# : 2 ))
 mkdir -p "$out"
-echo "$(nproc) CPUs, load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "$(nproc --all) CPUs, load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 TIMEFORMAT='reproduce torta (full): %R s wall, %U s user CPU'
 time fleetwise reproduce torta --json --workers "$workers" --db "$out/fleetwise.duckdb" "$@" > "$out/result.json"
 python3 - "$out/result.json" <<'PY'
