@@ -80,6 +80,33 @@ def test_workload_held_out_differs_and_classes_present():
 
 
 @needs_data
+def test_training_segments_vary_each_class_rate_and_the_others_do_not():
+    """Robustness: a training segment scales each class's rate by a factor from train_rate_range (one value: that
+    factor); validation and test segments are unchanged by it."""
+    from fleetwise.worlds.multicloud import multicloud_workload
+
+    def counts(cfg, split, seed):
+        w = multicloud_workload(cfg, np.random.default_rng(seed), split != "train", 300.0, split=split)
+        return np.bincount(w.slo_class, minlength=len(cfg.classes)), w
+
+    cfg = GraphMARLConfig()
+    one, half = replace(cfg, train_rate_range=(1.0, 1.0)), replace(cfg, train_rate_range=(0.5, 0.5))
+    for seed in (1, 2):
+        full_n, _ = counts(one, "train", seed)
+        half_n, _ = counts(half, "train", seed)
+        assert np.all(np.abs(half_n / full_n - 0.5) < 0.1), (half_n, full_n)
+        for split in ("validation", "test"):
+            a, wa = counts(cfg, split, seed)
+            b, wb = counts(one, split, seed)
+            assert np.array_equal(wa.arrival_s, wb.arrival_s) and np.array_equal(a, b)
+    # the default range: per-class factors, so the class mix of training segments varies
+    mix = np.array([counts(cfg, "train", s)[0] / counts(one, "train", s)[0] for s in range(6)])
+    assert mix.min() < 0.8 and mix.max() > 1.2
+    with pytest.raises(InputError, match="train_rate_range"):
+        replace(cfg, train_rate_range=(1.5, 0.5))
+
+
+@needs_data
 def test_scale_up_waits_for_provisioning_and_costs_more():
     cfg = SMALL
     w = multicloud_workload(cfg, np.random.default_rng(1), held_out=True)

@@ -31,7 +31,8 @@ METRICS = ("latency_p50_s", "latency_p99_s", "e2e_p99_s", "throughput_rps", "gpu
            "cost_per_mtok_usd", "slo_attainment", "quality")
 
 
-WORLD_VERSION = 2  # bumped when the environment changes what a trained checkpoint means (2: the tail guard)
+WORLD_VERSION = 3  # bumped when the environment changes what a trained checkpoint means (2: the tail guard;
+# 3: training segments at per-class rate factors, GraphMARLConfig.train_rate_range)
 
 
 def _budget(quick: bool) -> dict:
@@ -108,7 +109,7 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
             args = MAPPOArgs(kind=kind, updates=bud["updates"], episodes_per_update=bud["episodes_per_update"],
                              **bud["recipe"])
             # the name says what trained it: a checkpoint of other arguments or an older world is never resumed
-            key = hashlib.sha256(json.dumps([asdict(args), WORLD_VERSION, bud["val_seeds"]],
+            key = hashlib.sha256(json.dumps([asdict(args), WORLD_VERSION, bud["val_seeds"], cfg.train_rate_range],
                                             sort_keys=True).encode()).hexdigest()[:10]
             ckpt = out_dir / f"{kind}-recipe-u{args.updates}x{args.episodes_per_update}-s{args.seed}-{key}.pt"
             jobs.append({"name": name, "cfg": cfg, "args": asdict(args), "ckpt": str(ckpt), "validation": validation})

@@ -88,6 +88,9 @@ class GraphMARLConfig:
     load_gb_per_s: float = 2.0
     max_context: int = 8192
     validation_fraction: float = 0.1  # the last part of the training range: validation segments (checkpoint choice)
+    # robustness (the shared recipe): each training segment scales each class's rate by its own factor drawn from
+    # this range (light load to surges of one class); validation and test segments run at the classes' rates
+    train_rate_range: tuple[float, float] = (0.6, 1.5)
     slo_target: float = 0.94  # SLO attainment a policy must reach to "meet the SLO" (the best rule is chosen among those)
     cost_weight: float = 0.5
     late_penalty: float = 0.5  # a request that completed outside its SLO
@@ -102,6 +105,9 @@ class GraphMARLConfig:
                              f"region), got {self.origin_weights}")
         if not self.classes or any(c.rate_rps <= 0 for c in self.classes):
             raise InputError(f"{where}: classes need rate_rps > 0")
+        lo, hi = self.train_rate_range
+        if not (0 < lo <= hi <= 10):
+            raise InputError(f"{where}: train_rate_range needs 0 < low <= high <= 10, got {self.train_rate_range}")
         if self.epoch_s <= 0 or self.segment_s < self.epoch_s:
             raise InputError(f"{where}: need 0 < epoch_s <= segment_s, got epoch_s={self.epoch_s}, "
                              f"segment_s={self.segment_s}")
@@ -219,11 +225,15 @@ def multicloud_workload(cfg: GraphMARLConfig, rng: np.random.Generator, held_out
                         load: float | None = None, split: str | None = None) -> Workload:
     """One segment of ``duration_s``: each class's arrivals from its trace, time-scaled to its rate, from the
     training, validation or held-out (test) part of the trace (:func:`split_range`; ``split`` None: test when
-    ``held_out``, else train); origins drawn by ``origin_weights``.
+    ``held_out``, else train); origins drawn by ``origin_weights``. A training segment scales each class's rate by
+    a factor drawn uniformly from ``cfg.train_rate_range`` (one per class).
     A user's ``trace`` is fitted by :func:`fit_multicloud_trace` (at ``load``) instead."""
     dur = cfg.segment_s if duration_s is None else duration_s
     split = split or ("test" if held_out else "train")
     parts = []
+    lo_f, hi_f = cfg.train_rate_range
+    factor = rng.uniform(lo_f, hi_f, len(cfg.classes)) if split == "train" and trace is None and hi_f > lo_f \
+        else np.full(len(cfg.classes), lo_f if split == "train" and trace is None else 1.0)
     if trace is not None:
         fw, cls, _ = fit_multicloud_trace(cfg, trace, rng, dur, load)
         parts = [(cls, fw.arrival_s, fw.prompt_tokens, fw.output_tokens)]
@@ -233,7 +243,7 @@ def multicloud_workload(cfg: GraphMARLConfig, rng: np.random.Generator, held_out
             if len(w) < 2:
                 raise InputError(f"trace {w.name!r}: needs at least 2 requests")
             span = float(w.arrival_s[-1] - w.arrival_s[0]) or 1.0
-            speed = c.rate_rps / (len(w) / span)
+            speed = c.rate_rps * factor[ci] / (len(w) / span)
             seg = dur * speed
             lo, hi = split_range(cfg, split, span)
             start = lo + rng.uniform(0.0, max(hi - lo - seg, 0.0))
@@ -247,7 +257,7 @@ def multicloud_workload(cfg: GraphMARLConfig, rng: np.random.Generator, held_out
             rates = _servegen(c.source.split(":", 1)[1])
             day = float(rates.window_start_s[-1] + rates.window_s)
             mean_rate = float(np.nansum(rates.rate) * rates.window_s / day)  # requests/s over the trace
-            scale = c.rate_rps / max(mean_rate, 1e-9)
+            scale = c.rate_rps * factor[ci] / max(mean_rate, 1e-9)
             lo, hi = split_range(cfg, split, day)
             start = lo + rng.uniform(0.0, max(hi - lo - dur, 0.0))
             arr, _ = servegen_arrivals(rates, rng, start, start + dur, rate_scale=scale)
