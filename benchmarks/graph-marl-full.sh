@@ -4,9 +4,9 @@
 # 10 held-out test segments; then the same checkpoints on the other real traces at load 0.7.
 # Usage: benchmarks/graph-marl-full.sh [OUT_DIR]   (wall time and load average printed; on a shared 2-core
 # machine run it under `flock /work/heavy.lock`). Checkpoints are kept in OUT_DIR/graph-marl and resumed.
-# Measured 2026-12-02 (2 cores, commit 6cf471e, beside the DISPPO full run for most of it): 26 min 0 s wall for
-# the held-out part (200 updates each, no early stop), then 41 s (Mooncake) and 101 s (arXiv) reusing the
-# checkpoints; figures in docs/graph-marl.md. (`nproc` counts OMP_NUM_THREADS; `nproc --all` the CPUs.)
+# Measured 2026-12-02 (2 cores, commit 1f30d2b, alone): 19 min 31 s wall for the held-out part (200 updates each,
+# no early stop), then 37 s (Mooncake) and 98 s (arXiv) reusing the checkpoints; figures in docs/graph-marl.md.
+# (`nproc` counts OMP_NUM_THREADS; `nproc --all` the CPUs.)
 set -euo pipefail
 out=${1:-results/graph-marl-full}
 mkdir -p "$out"
