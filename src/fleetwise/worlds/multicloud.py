@@ -232,8 +232,9 @@ def multicloud_workload(cfg: GraphMARLConfig, rng: np.random.Generator, held_out
     split = split or ("test" if held_out else "train")
     parts = []
     lo_f, hi_f = cfg.train_rate_range
-    factor = rng.uniform(lo_f, hi_f, len(cfg.classes)) if split == "train" and trace is None and hi_f > lo_f \
-        else np.full(len(cfg.classes), lo_f if split == "train" and trace is None else 1.0)
+    vary = split == "train" and trace is None
+    factor = rng.uniform(lo_f, hi_f, len(cfg.classes)) if vary and hi_f > lo_f \
+        else np.full(len(cfg.classes), lo_f if vary else 1.0)
     if trace is not None:
         fw, cls, _ = fit_multicloud_trace(cfg, trace, rng, dur, load)
         parts = [(cls, fw.arrival_s, fw.prompt_tokens, fw.output_tokens)]
