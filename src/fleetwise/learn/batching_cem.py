@@ -139,7 +139,8 @@ def job_key(cfg, validation, bcfg: BatchingCEMConfig, mix) -> str:
     import json
 
     doc = {"edge": asdict(cfg), "mix": asdict(mix), "cem": asdict(bcfg), "params": n_params(cfg),
-           "validation": [[str(x) for x in w[:3]] + [str(w[4])] for w in validation.windows], "version": 2}
+           "validation": [[str(x) for x in w[:3]] + [str(w[4])] for w in validation.windows],
+           "version": 2}  # bump when the edge world or the policy changes behaviour without changing the config
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
