@@ -81,8 +81,8 @@ def test_workload_held_out_differs_and_classes_present():
 
 @needs_data
 def test_training_segments_vary_each_class_rate_and_the_others_do_not():
-    """Robustness: a training segment scales each class's rate by a factor from train_rate_range (one value: that
-    factor); validation and test segments are unchanged by it."""
+    """Robustness: a training (and validation) segment scales each class's rate by a factor from train_rate_range
+    (one value: that factor); test segments are unchanged by it, and validation too with validation_varies off."""
     from fleetwise.worlds.multicloud import multicloud_workload
 
     def counts(cfg, split, seed):
@@ -95,13 +95,14 @@ def test_training_segments_vary_each_class_rate_and_the_others_do_not():
         full_n, _ = counts(one, "train", seed)
         half_n, _ = counts(half, "train", seed)
         assert np.all(np.abs(half_n / full_n - 0.5) < 0.1), (half_n, full_n)
-        for split in ("validation", "test"):
-            a, wa = counts(cfg, split, seed)
-            b, wb = counts(one, split, seed)
+        for c, split in ((cfg, "test"), (replace(cfg, validation_varies=False), "validation")):
+            a, wa = counts(c, split, seed)
+            b, wb = counts(replace(one, validation_varies=False), split, seed)
             assert np.array_equal(wa.arrival_s, wb.arrival_s) and np.array_equal(a, b)
+        assert np.all(np.abs(counts(half, "validation", seed)[0] / counts(one, "validation", seed)[0] - 0.5) < 0.1)
     # the default range: per-class factors, so the class mix of training segments varies
     mix = np.array([counts(cfg, "train", s)[0] / counts(one, "train", s)[0] for s in range(6)])
-    assert mix.min() < 0.8 and mix.max() > 1.2
+    assert mix.min() < 0.8 and mix.max() > 2.0
     with pytest.raises(InputError, match="train_rate_range"):
         replace(cfg, train_rate_range=(1.5, 0.5))
 
@@ -344,3 +345,16 @@ def test_recipe_training_logs_multipliers_validates_and_gates(tmp_path):
     g = card.validation["gate"]
     assert set(g) >= {"passed", "change", "ci95", "constraint_ok"} and g["windows"] == 2
     assert isinstance(g["passed"], bool)
+
+
+def test_a_window_reads_only_its_split_and_wraps_around():
+    """A segment longer than its split of a trace repeats the split's requests; it never reads the next split
+    (a validation window at a high rate factor would otherwise read the test part of the trace)."""
+    from fleetwise.worlds.multicloud import _window
+
+    t = np.arange(0.0, 100.0, 1.0)  # one request a second; split [20, 30)
+    idx, rel = _window(t, 20.0, 30.0, 25.0, 3.0)  # fits: requests 25, 26, 27
+    assert idx.tolist() == [25, 26, 27] and rel.tolist() == [0.0, 1.0, 2.0]
+    idx, rel = _window(t, 20.0, 30.0, 20.0, 25.0)  # 2.5 laps of the split
+    assert idx.min() >= 20 and idx.max() <= 29 and len(idx) == 25
+    assert np.all(np.diff(rel) > 0) and rel[0] == 0.0 and rel[-1] == 24.0

@@ -88,9 +88,12 @@ class GraphMARLConfig:
     load_gb_per_s: float = 2.0
     max_context: int = 8192
     validation_fraction: float = 0.1  # the last part of the training range: validation segments (checkpoint choice)
-    # robustness (the shared recipe): each training segment scales each class's rate by its own factor drawn from
-    # this range (light load to surges of one class); validation and test segments run at the classes' rates
-    train_rate_range: tuple[float, float] = (0.6, 1.5)
+    # robustness (the shared recipe): each training and validation segment scales each class's rate by its own
+    # factor drawn log-uniformly from this range (the classes' rates are about 0.2 of the starting fleet's capacity
+    # for their lengths, so 0.6-3.5 spans light load to about 0.7 of it, one class's surge or all of them); test
+    # segments run at the classes' rates. validation_varies=False: validation at the classes' rates too.
+    train_rate_range: tuple[float, float] = (0.6, 3.5)
+    validation_varies: bool = True
     slo_target: float = 0.94  # SLO attainment a policy must reach to "meet the SLO" (the best rule is chosen among those)
     cost_weight: float = 0.5
     late_penalty: float = 0.5  # a request that completed outside its SLO
@@ -220,20 +223,38 @@ def split_range(cfg: GraphMARLConfig, split: str, span: float) -> tuple[float, f
     raise InputError(f"graph-marl split {split!r}: expected train, validation or test")
 
 
+def _window(t: np.ndarray, lo: float, hi: float, start: float, seg: float) -> tuple[np.ndarray, np.ndarray]:
+    """The requests of trace times ``t`` in ``[start, start + seg)``, never outside the split ``[lo, hi)``: a
+    window longer than the split wraps around to ``lo`` (the split's requests repeat, at later times). Returns
+    (indices into ``t``, times from the window's start)."""
+    idx, rel, done, at = [], [], 0.0, start
+    while done < seg and hi > lo:
+        take = min(seg - done, hi - at)
+        i = np.nonzero((t >= at) & (t < at + take))[0]
+        idx.append(i)
+        rel.append(t[i] - at + done)
+        done, at = done + take, lo
+    if not idx:
+        return np.zeros(0, np.int64), np.zeros(0)
+    return np.concatenate(idx), np.concatenate(rel)
+
+
 def multicloud_workload(cfg: GraphMARLConfig, rng: np.random.Generator, held_out: bool,
                         duration_s: float | None = None, trace: Workload | None = None,
                         load: float | None = None, split: str | None = None) -> Workload:
     """One segment of ``duration_s``: each class's arrivals from its trace, time-scaled to its rate, from the
     training, validation or held-out (test) part of the trace (:func:`split_range`; ``split`` None: test when
     ``held_out``, else train); origins drawn by ``origin_weights``. A training segment scales each class's rate by
-    a factor drawn uniformly from ``cfg.train_rate_range`` (one per class).
+    a factor drawn log-uniformly from ``cfg.train_rate_range`` (one per class), and so does a validation segment
+    when ``cfg.validation_varies``.
+    A window reads only its split of a trace, wrapping around where the split is shorter (:func:`_window`).
     A user's ``trace`` is fitted by :func:`fit_multicloud_trace` (at ``load``) instead."""
     dur = cfg.segment_s if duration_s is None else duration_s
     split = split or ("test" if held_out else "train")
     parts = []
     lo_f, hi_f = cfg.train_rate_range
-    vary = split == "train" and trace is None
-    factor = rng.uniform(lo_f, hi_f, len(cfg.classes)) if vary and hi_f > lo_f \
+    vary = trace is None and (split == "train" or (split == "validation" and cfg.validation_varies))
+    factor = np.exp(rng.uniform(np.log(lo_f), np.log(hi_f), len(cfg.classes))) if vary and hi_f > lo_f \
         else np.full(len(cfg.classes), lo_f if vary else 1.0)
     if trace is not None:
         fw, cls, _ = fit_multicloud_trace(cfg, trace, rng, dur, load)
@@ -248,8 +269,8 @@ def multicloud_workload(cfg: GraphMARLConfig, rng: np.random.Generator, held_out
             seg = dur * speed
             lo, hi = split_range(cfg, split, span)
             start = lo + rng.uniform(0.0, max(hi - lo - seg, 0.0))
-            idx = np.nonzero((w.arrival_s >= start) & (w.arrival_s < start + seg))[0]
-            arr = (w.arrival_s[idx] - start) / speed
+            idx, arr = _window(w.arrival_s, lo, hi, start, seg)
+            arr = arr / speed
             pr, out = w.prompt_tokens[idx], w.output_tokens[idx]
         else:
             from fleetwise.workload.readers import servegen_arrivals
