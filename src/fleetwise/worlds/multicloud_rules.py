@@ -102,6 +102,12 @@ def _gpu_code(rule_code: int, corr: int) -> int:
     return 3 if corr == 3 or rule_code == 3 else 2
 
 
+def _guarded(mc: MultiCloud, pi: int, rule_code: int, new: int) -> bool:
+    """The tail guard: a correction may add capacity or remove it where the rule holds, but never cancel the rule's
+    scale-up (its reaction to a busy or backlogged pool) nor shrink a pool backlogged by more than ``BACKLOG_S``."""
+    return _DELTA[new] < _DELTA[rule_code] and (_DELTA[rule_code] > 0 or backlogged(mc, pi))
+
+
 def rule_decision(mc: MultiCloud, rule: str = RULE) -> dict:
     return heuristic(rule, mc)
 
@@ -132,8 +138,8 @@ def compose(mc: MultiCloud, corr: dict, rule: str = RULE, base: dict | None = No
         if c["gpu"][pi] == 0:
             continue
         new = _gpu_code(code, int(c["gpu"][pi]))
-        if _DELTA[new] < _DELTA[code] and backlogged(mc, pi):
-            continue  # would cancel or reverse the rule's reaction to an overloaded pool: not applied
+        if _guarded(mc, pi, code, new):
+            continue  # would cancel the rule's scale-up or shrink an overloaded pool: not applied
         if new == 1 and code != 1:
             v = _down_victim(mc, pi)
             if v is None or not mc.covered(out["cloud"], out["model"], removed | {v}).all():
@@ -149,8 +155,8 @@ def action_masks(mc: MultiCloud, rule: str = RULE, base: dict | None = None) -> 
     """Per agent a boolean array (factors, choices): the corrections allowed now. Choice 0 (the rule) is always
     allowed. Cloud / model: no shift to a (cloud, variant) without a ready replica for the class. GPU: no
     "one fewer" that switches off the last ready replica a class is served by, none on a pool with nothing on,
-    none on a pool backlogged by more than ``BACKLOG_S`` (the tail guard: a correction may not cancel the rule's
-    reaction to an overloaded pool); no "one more" on a full pool; no spot without spot capacity."""
+    none where the rule scales up nor on a pool backlogged by more than ``BACKLOG_S`` (the tail guard,
+    :func:`_guarded`); no "one more" on a full pool; no spot without spot capacity."""
     base = base or rule_decision(mc, rule)
     nclouds, nvar, nc = len(mc.clouds) + 1, len(mc.cfg.variants), len(mc.cfg.classes)
     m = {"cloud": np.ones((nc, nclouds), bool), "model": np.ones((nc, nvar), bool),
@@ -166,7 +172,7 @@ def action_masks(mc: MultiCloud, rule: str = RULE, base: dict | None = None) -> 
             new = _gpu_code(code, corr)
             if new == code:
                 continue
-            if _DELTA[new] < _DELTA[code] and backlogged(mc, pi):
+            if _guarded(mc, pi, code, new):
                 m["gpu"][pi, corr] = False
             elif new == 1:
                 v = _down_victim(mc, pi)
