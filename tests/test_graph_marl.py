@@ -301,12 +301,12 @@ def test_tail_guard_no_correction_cancels_the_rules_reaction_to_a_backlog():
 
 
 @needs_data
-def test_tail_guard_no_correction_cancels_the_rules_scale_up():
-    """Where the rule adds a replica (a busy pool, no backlog), "one fewer" (hold instead) is masked and not
-    applied; where the rule holds, "one fewer" is allowed."""
+def test_tail_guard_with_guard_scale_ups_no_correction_cancels_the_rules_scale_up():
+    """With guard_scale_ups, where the rule adds a replica (a busy pool, no backlog), "one fewer" (hold instead) is
+    masked and not applied; without it (the default), it is allowed."""
     from fleetwise.worlds.multicloud_rules import action_masks, compose
 
-    env = make_env(replace(SMALL, segment_s=120.0, spot=False))
+    env = make_env(replace(SMALL, segment_s=120.0, spot=False, guard_scale_ups=True))
     env.reset(seed=3)
     mc = env.mc
     m0 = action_masks(mc, base=env._base)
@@ -319,6 +319,8 @@ def test_tail_guard_no_correction_cancels_the_rules_scale_up():
     corr = {"gpu": np.zeros(len(mc.pools), np.int64)}
     corr["gpu"][pi] = 1  # a policy that ignores the mask
     assert compose(mc, corr, base=base)["gpu"][pi] == 2
+    env.mc.cfg = replace(env.mc.cfg, guard_scale_ups=False)  # the default: the correction may cancel the scale-up
+    assert action_masks(mc, base=base)["gpu"][pi, 1] and compose(mc, corr, base=base)["gpu"][pi] == 0
 
 
 @needs_data

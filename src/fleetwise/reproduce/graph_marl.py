@@ -31,10 +31,11 @@ METRICS = ("latency_p50_s", "latency_p99_s", "e2e_p99_s", "throughput_rps", "gpu
            "cost_per_mtok_usd", "slo_attainment", "quality")
 
 
-WORLD_VERSION = 5  # bumped when the environment changes what a trained checkpoint means (2: the tail guard;
+# bumped when the environment changes what a trained checkpoint means (2: the tail guard;
 # 3: training segments at per-class rate factors, GraphMARLConfig.train_rate_range; 4: factors log-uniform over
 # 0.6-3.5, validation segments varied too, windows within their split; 5: factors log-uniform over 0.6-1.5, the
-# guard keeps the rule's scale-ups)
+# guard keeps the rule's scale-ups; 6: without that; the key covers the whole GraphMARLConfig)
+WORLD_VERSION = 6
 
 
 def _budget(quick: bool) -> dict:
@@ -113,7 +114,7 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
             args = MAPPOArgs(kind=kind, updates=bud["updates"], episodes_per_update=bud["episodes_per_update"],
                              **{**bud["recipe"], **bud["by_kind"].get(kind, {})})
             # the name says what trained it: a checkpoint of other arguments or an older world is never resumed
-            key = hashlib.sha256(json.dumps([asdict(args), WORLD_VERSION, bud["val_seeds"], cfg.train_rate_range],
+            key = hashlib.sha256(json.dumps([asdict(args), WORLD_VERSION, bud["val_seeds"], repr(cfg)],
                                             sort_keys=True).encode()).hexdigest()[:10]
             ckpt = out_dir / f"{kind}-recipe-u{args.updates}x{args.episodes_per_update}-s{args.seed}-{key}.pt"
             jobs.append({"name": name, "cfg": cfg, "args": asdict(args), "ckpt": str(ckpt), "validation": validation})

@@ -103,9 +103,12 @@ def _gpu_code(rule_code: int, corr: int) -> int:
 
 
 def _guarded(mc: MultiCloud, pi: int, rule_code: int, new: int) -> bool:
-    """The tail guard: a correction may add capacity or remove it where the rule holds, but never cancel the rule's
-    scale-up (its reaction to a busy or backlogged pool) nor shrink a pool backlogged by more than ``BACKLOG_S``."""
-    return _DELTA[new] < _DELTA[rule_code] and (_DELTA[rule_code] > 0 or backlogged(mc, pi))
+    """The tail guard: a correction that removes capacity against the rule's decision (one fewer than the rule)
+    is not allowed on a pool backlogged by more than ``BACKLOG_S`` (it would cancel or reverse the rule's reaction
+    to an overloaded pool), nor, with ``cfg.guard_scale_ups``, wherever the rule scales up."""
+    if _DELTA[new] >= _DELTA[rule_code]:
+        return False
+    return (mc.cfg.guard_scale_ups and _DELTA[rule_code] > 0) or backlogged(mc, pi)
 
 
 def rule_decision(mc: MultiCloud, rule: str = RULE) -> dict:
@@ -155,8 +158,9 @@ def action_masks(mc: MultiCloud, rule: str = RULE, base: dict | None = None) -> 
     """Per agent a boolean array (factors, choices): the corrections allowed now. Choice 0 (the rule) is always
     allowed. Cloud / model: no shift to a (cloud, variant) without a ready replica for the class. GPU: no
     "one fewer" that switches off the last ready replica a class is served by, none on a pool with nothing on,
-    none where the rule scales up nor on a pool backlogged by more than ``BACKLOG_S`` (the tail guard,
-    :func:`_guarded`); no "one more" on a full pool; no spot without spot capacity."""
+    none on a pool backlogged by more than ``BACKLOG_S`` (the tail guard, :func:`_guarded`; with
+    ``cfg.guard_scale_ups`` also none where the rule scales up); no "one more" on a full pool; no spot without spot
+    capacity."""
     base = base or rule_decision(mc, rule)
     nclouds, nvar, nc = len(mc.clouds) + 1, len(mc.cfg.variants), len(mc.cfg.classes)
     m = {"cloud": np.ones((nc, nclouds), bool), "model": np.ones((nc, nvar), bool),
