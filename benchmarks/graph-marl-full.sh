@@ -4,10 +4,10 @@
 # 10 held-out test segments; then the same checkpoints on the other real traces at load 0.7.
 # Usage: benchmarks/graph-marl-full.sh [OUT_DIR]   (wall time and load average printed; on a shared 2-core
 # machine run it under `flock /work/heavy.lock`). Checkpoints are kept in OUT_DIR/graph-marl and resumed.
-# Measured 2026-12-02 (2 cores, alone): 19 min 31 s wall for the held-out part at commit 1f30d2b (200 updates
-# each, no early stop); at 2bac7b7 (Graph-MARL's step size 3e-3) on the same folder, where the flat and IPPO
-# checkpoints resumed complete, 11 min 48 s; then 35 s (Mooncake) and 97 s (arXiv) reusing the checkpoints;
-# figures in docs/graph-marl.md. (`nproc` counts OMP_NUM_THREADS; `nproc --all` the CPUs.)
+# Measured 2026-12-03 (2 cores, alone, a fresh folder): 23 min 35 s wall at commit 467e068, of which 21 min 7 s
+# for the held-out part (200 updates each, no early stop; training 687 s graph, 578 s flat, 597 s IPPO), 41 s
+# (Mooncake) and 107 s (arXiv) reusing the checkpoints; figures in docs/graph-marl.md. (`nproc` counts
+# OMP_NUM_THREADS; `nproc --all` the CPUs.)
 set -euo pipefail
 out=${1:-results/graph-marl-full}
 mkdir -p "$out"
