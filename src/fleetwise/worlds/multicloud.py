@@ -93,7 +93,7 @@ class GraphMARLConfig:
     # starting fleet's capacity for their lengths); test segments run at the classes' rates, and validation
     # segments too unless validation_varies (then drawn like training segments). Measured in docs/graph-marl.md:
     # (0.6, 3.5) with validation_varies (up to about 0.7 of the capacity) made every learned variant keep close
-    # to its rule, and lose its savings on the test segments.
+    # to its rule, and lose most of its savings on the test segments.
     train_rate_range: tuple[float, float] = (0.6, 1.5)
     validation_varies: bool = False
     # the tail guard (multicloud_rules): no correction shrinks a pool backlogged > 5 s; with guard_scale_ups also

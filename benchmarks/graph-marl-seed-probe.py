@@ -1,0 +1,52 @@
+"""One learned variant of `reproduce graph-marl` at the full budget with another training seed: the same arguments
+as `benchmarks/graph-marl-full.sh` (200 updates x 4 episodes, warm start to 0.7, 5 validation segments, no early
+stop; Graph-MARL at step size 3e-3) but `MAPPOArgs.seed`; then the chosen checkpoint on the 10 held-out test
+segments against `static` and on arXiv at load 0.7 against `least_loaded`, paired. Quoted in docs/graph-marl.md
+(how much the arXiv result depends on the training seed). About 10-12 minutes of one CPU per run.
+
+Usage: python benchmarks/graph-marl-seed-probe.py KIND SEED     (KIND: graph, flat or ippo)
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import asdict
+
+import numpy as np
+
+from fleetwise.envs.graph_marl import evaluate
+from fleetwise.learn.graph_marl import MAPPOArgs, ValidationWindows, load_trained, train_job
+from fleetwise.metrics.stats import paired_change
+from fleetwise.reproduce.graph_marl import _budget
+from fleetwise.workload.spec import load_trace
+from fleetwise.worlds.multicloud import GraphMARLConfig
+
+
+def main() -> None:
+    kind, seed = sys.argv[1], int(sys.argv[2])
+    bud = _budget(False)
+    cfg = GraphMARLConfig()
+    val = ValidationWindows(cfg, range(500, 500 + bud["val_seeds"]), MAPPOArgs().train_segment_s)
+    args = MAPPOArgs(kind=kind, updates=bud["updates"], episodes_per_update=bud["episodes_per_update"], seed=seed,
+                     **{**bud["recipe"], **bud["by_kind"].get(kind, {})})
+    ckpt = f"/tmp/graph-marl-seed-probe-{kind}-s{seed}.pt"
+    r = train_job({"name": kind, "cfg": cfg, "args": asdict(args), "ckpt": ckpt, "validation": val})
+    info = r["info"]
+    print(kind, "seed", seed, "best step", info["best_step"], "gate", (info["validation"] or {}).get("gate"))
+    pol = load_trained(ckpt, cfg)
+    seeds = list(range(1000, 1010))
+    for label, ref, kw in (("test vs static", "static", {}),
+                           ("arXiv@0.7 vs least_loaded", "least_loaded",
+                            {"trace": load_trace("arxiv-summarization"), "load": 0.7})):
+        base = {x["seed"]: x for x in evaluate(cfg, ref, seeds, **kw)}
+        rows = {x["seed"]: x for x in evaluate(cfg, pol, seeds, **kw)}
+        out = []
+        for k in ("latency_p99_s", "cost_usd"):
+            ch = paired_change({s: base[s][k] for s in base}, {s: rows[s][k] for s in rows})
+            out.append(f"{k} {np.mean([x[k] for x in rows.values()]):.3f} {ch.mean:+.1%} [{ch.lo:+.1%}, {ch.hi:+.1%}]")
+        att = np.mean([x["slo_attainment"] for x in rows.values()])
+        print(kind, "seed", seed, label, "|", " | ".join(out), f"| attainment {att:.3f}")
+
+
+if __name__ == "__main__":
+    main()
