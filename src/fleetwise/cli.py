@@ -968,11 +968,15 @@ def reproduce_torta(quick: bool = _QUICK, as_json: bool = _JSON, eval_trace: Opt
 @reproduce_app.command("graph-marl")
 def reproduce_graph_marl(quick: bool = _QUICK, as_json: bool = _JSON, eval_trace: Optional[str] = _EVAL,
                          seeds: Optional[int] = _SEEDS, db: str = _DB, load: Optional[str] = _LOAD,
-                         workers: int = typer.Option(1, min=1, max=MAX_WORKERS, help="training processes (the "
-                                                     "three learned variants are three jobs)"),
+                         workers: int = typer.Option(1, min=1, max=MAX_WORKERS, help="training processes (each "
+                                                     "learned variant and training seed is a job)"),
+                         train_seeds: Optional[int] = typer.Option(None, min=1, max=MAX_SEEDS,
+                                                                   help="training seeds per learned variant "
+                                                                   "(default 3; 1 with --quick)"),
                          wide: bool = _WIDE) -> None:
     """Graph-MARL-CloudLLM: a heterogeneous GNN + MAPPO across clouds."""
-    _reproduce("graph_marl", quick, as_json, eval_trace, seeds, db, wide, load, workers=workers)
+    _reproduce("graph_marl", quick, as_json, eval_trace, seeds, db, wide, load, workers=workers,
+               train_seeds=train_seeds)
 
 
 @reproduce_app.command("platform")

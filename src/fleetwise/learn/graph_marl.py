@@ -246,17 +246,25 @@ class TrainedPolicy:
     likely correction among the allowed ones (masks): where the policy learned nothing, that is the rule's own
     decision. ``deterministic=False`` samples the stochastic policy, as it acted in training, from a generator
     reseeded at each episode start (``reset(seed)``; ``evaluate`` does it), so the same seed gives the same
-    actions."""
+    actions.
 
-    def __init__(self, nets, deterministic: bool = True):
+    ``fallback`` (a ``recipe.RuleFallback``, or None): while a request class's SLO attainment over the last epoch
+    is below the target, the next ``fallback.hold`` epochs take the rule's decision (no correction)."""
+
+    def __init__(self, nets, deterministic: bool = True, fallback=None):
         self.nets = nets
         self.deterministic = deterministic
+        self.fallback = fallback
         self.gen = None
 
     def reset(self, seed: int) -> None:
         self.gen = _torch().Generator().manual_seed(int(seed))
+        if self.fallback is not None:
+            self.fallback.reset()
 
     def __call__(self, env, obs, state):
+        if self.fallback is not None and self.fallback.step(env.mc.cls_ok, env.mc.cls_ended):
+            return env.rule_action()
         torch = _torch()
         o = next(iter(obs.values()))
         if self.gen is None:

@@ -13,7 +13,8 @@
    few rollouts, keeps the best parameters and stops when they stop improving; only test windows are reported.
 5. **The deployment gate**: :func:`gate` compares the policy with its rule on paired windows (mean change and
    its 95% CI); the result goes into the checkpoint's model card, and ``fleetwise serve`` refuses a checkpoint whose
-   card does not say it passed (``--force`` overrides).
+   card does not say it passed (``--force`` overrides). At run time :class:`RuleFallback` hands decisions back to
+   the rule while the service level the policy is constrained by is violated.
    Learners judged only on whole runs search the policy directly instead: :class:`CEM`.
 6. **Training at scale**: :func:`run_jobs` runs training jobs (topologies x training seeds x variants) on the
    same backends as sweeps: local processes by default, Ray for a cluster.
@@ -252,6 +253,47 @@ def gate(policy: dict[Any, float], rule: dict[Any, float], *, lower_is_better: b
     passed = bool(constraint_ok and math.isfinite(bad_side) and bad_side < margin)
     return {"change": ch.mean, "ci95": [ch.lo, ch.hi], "windows": ch.n, "lower_is_better": lower_is_better,
             "margin": margin, "constraint_ok": bool(constraint_ok), "passed": passed}
+
+
+# --------------------------------------------------------------------------------------------- 5b. at run time
+@dataclass
+class RuleFallback:
+    """A run-time monitor that hands control back to the rule (the Simplex architecture: a learned controller
+    runs only while the service level it is constrained by holds, and a trusted one takes over otherwise).
+
+    Before each decision, ``step(ok, ended)`` is given what ended since the previous one, per group (e.g. request
+    class): requests within their SLO and all requests that ended. When a group with at least ``min_count``
+    ended requests is below ``target`` attainment, the next ``hold`` decisions (this one included) are the rule's
+    (for a residual policy: the zero action); every further violation starts the hold again. ``step`` returns
+    whether this decision is the rule's. The threshold is the SLO target the policy was trained under, not a
+    value fitted to any trace. ``hold = 0`` turns the monitor off."""
+
+    target: float
+    hold: int = 10
+    min_count: int = 10
+    left: int = 0  # rule decisions still to come
+    trips: int = 0  # violations seen since reset
+    rule_steps: int = 0  # decisions handed to the rule since reset
+
+    def __post_init__(self) -> None:
+        if not (0.0 <= self.target <= 1.0 and self.hold >= 0 and self.min_count >= 1):
+            raise ValueError("RuleFallback: 0 <= target <= 1, hold >= 0, min_count >= 1")
+
+    def reset(self) -> None:
+        self.left = self.trips = self.rule_steps = 0
+
+    def step(self, ok: Sequence[float], ended: Sequence[float]) -> bool:
+        if self.hold <= 0:
+            return False
+        ok_a, end_a = np.asarray(ok, float), np.asarray(ended, float)
+        if bool(((end_a >= self.min_count) & (ok_a < self.target * end_a)).any()):
+            self.trips += 1
+            self.left = self.hold
+        if self.left > 0:
+            self.left -= 1
+            self.rule_steps += 1
+            return True
+        return False
 
 
 # --------------------------------------------------------------------------------------------- 6. at scale

@@ -62,6 +62,8 @@ def store_rows(db: str | None, experiment: str, scenario: str, policy: str, rows
     res = []
     for r in rows:
         key = f"{experiment}|{scenario}|{json.dumps(params or {}, sort_keys=True)}|{policy}|{r['seed']}"
+        if "train_seed" in r:  # a learned policy's row per (training seed, segment)
+            key += f"|train{r['train_seed']}"
         router, batcher = (policy, "-") if level != "batcher" else ("-", policy)
         res.append({"run_id": hashlib.sha256(key.encode()).hexdigest()[:20], "experiment": experiment,
                     "scenario": scenario, "scenario_hash": "", "params": json.dumps(params or {}, sort_keys=True),

@@ -40,12 +40,13 @@ WORLD_VERSION = 6
 
 def _budget(quick: bool) -> dict:
     if quick:
-        return {"updates": 35, "episodes_per_update": 4, "seeds": 5, "val_seeds": 3, "recipe": {}, "by_kind": {}}
+        return {"updates": 35, "episodes_per_update": 4, "seeds": 5, "val_seeds": 3, "train_seeds": 1, "recipe": {},
+                "by_kind": {}}
     # 200 updates with a weaker warm start (the rule's probability 0.7) and no early stop before update 200: the
     # graph actor starts to move only after 55-60 updates (benchmarks/graph-marl-slow-actor-probe.py, docs)
     # graph_marl's step size 3e-3, chosen on validation (benchmarks/graph-marl-slow-actor-probe.py: at 1e-3 its best
     # validation score was -0.279, at 3e-3 +0.799); flat_marl and ippo keep 1e-3 (not tuned)
-    return {"updates": 200, "episodes_per_update": 4, "seeds": 10, "val_seeds": 5,
+    return {"updates": 200, "episodes_per_update": 4, "seeds": 10, "val_seeds": 5, "train_seeds": 3,
             "recipe": {"bc_target": 0.7, "patience": 40}, "by_kind": {"graph": {"learning_rate": 3e-3}}}
 
 
@@ -61,11 +62,13 @@ def _summ(rows: list[dict]) -> dict:
 def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = None, db: str | None = None,
         progress: bool = True, load: float | str = 0.7, updates: int | None = None,
         segment_s: float | None = None, episodes_per_update: int | None = None, backend: str = "local",
-        workers: int | None = 1) -> dict:
+        workers: int | None = 1, train_seeds: int | None = None) -> dict:
     """``load``: with ``eval_trace``, its rate as a fraction of the starting fleet's capacity
     (fleetwise.workload.adapt) or "real"; ``updates`` and ``segment_s`` (evaluation segments) shrink the
-    budget (tests). The three variants train as jobs on the sweep backends (``recipe.run_jobs``: ``backend``
-    local or ray, ``workers`` processes; 1: in this process)."""
+    budget (tests). Each learned variant trains ``train_seeds`` times (seeds 0..K-1; default 3, 1 with ``quick``);
+    the jobs run on the sweep backends (``recipe.run_jobs``: ``backend`` local or ray, ``workers`` processes; 1:
+    in this process). A learned variant's rows are one per (training seed, segment), its changes paired by both;
+    ``by_train_seed`` gives each training seed's checkpoint, gate, curves and changes on its own."""
     from fleetwise.envs.graph_marl import (
         HEURISTICS,
         GraphMARLConfig,
@@ -83,6 +86,9 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
         bud["updates"] = int(updates)
     if episodes_per_update is not None:
         bud["episodes_per_update"] = int(episodes_per_update)
+    if train_seeds is not None:
+        bud["train_seeds"] = int(train_seeds)
+    n_train = bud["train_seeds"]
     n_seeds = seeds or bud["seeds"]
     cfg = GraphMARLConfig()
     trace, scenario = None, "multicloud-3x2"
@@ -111,43 +117,55 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
         prog.remove_task(val_task)
         jobs = []
         for name, kind in LEARNED.items():
-            args = MAPPOArgs(kind=kind, updates=bud["updates"], episodes_per_update=bud["episodes_per_update"],
-                             **{**bud["recipe"], **bud["by_kind"].get(kind, {})})
-            # the name says what trained it: a checkpoint of other arguments or an older world is never resumed
-            key = hashlib.sha256(json.dumps([asdict(args), WORLD_VERSION, bud["val_seeds"], repr(cfg)],
-                                            sort_keys=True).encode()).hexdigest()[:10]
-            ckpt = out_dir / f"{kind}-recipe-u{args.updates}x{args.episodes_per_update}-s{args.seed}-{key}.pt"
-            jobs.append({"name": name, "cfg": cfg, "args": asdict(args), "ckpt": str(ckpt), "validation": validation})
-        task = prog.add_task("training (graph_marl, flat_marl, ippo)", total=len(jobs))
+            for ts in range(n_train):
+                args = MAPPOArgs(kind=kind, updates=bud["updates"], episodes_per_update=bud["episodes_per_update"],
+                                 seed=ts, **{**bud["recipe"], **bud["by_kind"].get(kind, {})})
+                # the name says what trained it: a checkpoint of other arguments or an older world is never resumed
+                key = hashlib.sha256(json.dumps([asdict(args), WORLD_VERSION, bud["val_seeds"], repr(cfg)],
+                                                sort_keys=True).encode()).hexdigest()[:10]
+                ckpt = out_dir / f"{kind}-recipe-u{args.updates}x{args.episodes_per_update}-s{args.seed}-{key}.pt"
+                jobs.append({"name": name, "train_seed": ts, "cfg": cfg, "args": asdict(args), "ckpt": str(ckpt),
+                             "validation": validation})
+        task = prog.add_task(f"training (graph_marl, flat_marl, ippo; {n_train} seed{'s' if n_train > 1 else ''} "
+                             f"each)", total=len(jobs))
         done = run_jobs(train_job, jobs, backend=backend, workers=workers,
                         on_result=lambda _r: prog.advance(task))
         for job, res in zip(jobs, done):
-            name, info, curve = job["name"], res["info"], res["curve"]
-            policies[name] = load_trained(res["ckpt"], cfg)
+            name, ts, info, curve = job["name"], job["train_seed"], res["info"], res["curve"]
+            policies[(name, ts)] = load_trained(res["ckpt"], cfg)
             val = info["validation"] or {}
-            result[name] = {"train_wall_s": info["wall_s"], "train_env_steps": info["env_steps"],
-                            "train_updates": info["update"], "early_stopped": info["early_stopped"],
-                            "best_step": info["best_step"], "checkpoint": res["ckpt"],
-                            "validation": {k: val.get(k) for k in ("rule", "cost_change", "p99_s", "rule_p99_s",
-                                                                   "slo_attainment")},
-                            "gate": val.get("gate"),
-                            "lagrange": [{"class": c.name, "target": g["target"], "lam": g["lam"]}
-                                         for c, g in zip(cfg.classes, info["lagrange"])],
-                            "curve": {"episode_return": curve, "validation_score": info["validation_curve"],
-                                      **{f"lambda_{c.name}": [(h[0], h[1]) for h in g["history"]]
-                                         for c, g in zip(cfg.classes, info["lagrange"])},
-                                      **{f"slo_attainment_{c.name}": [(h[0], h[2]) for h in g["history"]]
-                                         for c, g in zip(cfg.classes, info["lagrange"])}}}
+            one = {"train_seed": ts, "train_wall_s": info["wall_s"], "train_env_steps": info["env_steps"],
+                   "train_updates": info["update"], "early_stopped": info["early_stopped"],
+                   "best_step": info["best_step"], "checkpoint": res["ckpt"],
+                   "validation": {k: val.get(k) for k in ("rule", "cost_change", "p99_s", "rule_p99_s",
+                                                          "slo_attainment")},
+                   "gate": val.get("gate"),
+                   "lagrange": [{"class": c.name, "target": g["target"], "lam": g["lam"]}
+                                for c, g in zip(cfg.classes, info["lagrange"])],
+                   "curve": {"episode_return": curve, "validation_score": info["validation_curve"],
+                             **{f"lambda_{c.name}": [(h[0], h[1]) for h in g["history"]]
+                                for c, g in zip(cfg.classes, info["lagrange"])},
+                             **{f"slo_attainment_{c.name}": [(h[0], h[2]) for h in g["history"]]
+                                for c, g in zip(cfg.classes, info["lagrange"])}}}
+            result.setdefault(name, {"by_train_seed": []})["by_train_seed"].append(one)
             if db and curve:
                 from fleetwise.experiments.store import Store
 
                 st = Store(db)
-                for metric, pts in result[name]["curve"].items():
+                for metric, pts in one["curve"].items():
                     if pts:
-                        st.add_learning_curve(name, [p[0] for p in pts], [p[1] for p in pts], metric)
+                        st.add_learning_curve(name, [p[0] for p in pts], [p[1] for p in pts], metric, f"seed{ts}")
+        for name in LEARNED:
+            per = result[name]["by_train_seed"]
+            passed = [o["train_seed"] for o in per if (o["gate"] or {}).get("passed")]
+            # the variant passes when every training seed's checkpoint did; each seed's own gate is in by_train_seed
+            result[name].update({"train_seeds": n_train, "train_wall_s": sum(o["train_wall_s"] for o in per),
+                                 "gate": {"passed": len(passed) == len(per), "passed_train_seeds": passed,
+                                          "train_seeds": len(per)}})
         task = prog.add_task("evaluating", total=len(policies) + len(HEURISTICS))
-        for name, pol in policies.items():
-            rows[name] = evaluate(cfg, pol, eval_seeds, trace=trace, duration_s=segment_s, load=fit_load)
+        for (name, ts), pol in policies.items():
+            rs = evaluate(cfg, pol, eval_seeds, trace=trace, duration_s=segment_s, load=fit_load)
+            rows.setdefault(name, []).extend({**r, "train_seed": ts} for r in rs)
             prog.advance(task)
         for h in HEURISTICS:
             rows[h] = evaluate(cfg, h, eval_seeds, trace=trace, duration_s=segment_s, load=fit_load)
@@ -157,14 +175,20 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
         store_rows(db, "reproduce-graph-marl", scenario, name, r, level="multicloud")
     best = best_rule({h: rows[h] for h in HEURISTICS}, cfg.slo_target)
     for ref_name, tag in (("flat_marl", "vs_flat"), (best, "vs_best_rule")):
-        base = {r["seed"]: r for r in rows[ref_name]}
         for name in rows:
             if name == ref_name:
                 continue
             for k in ("latency_p99_s", "cost_usd", "gpu_util", "slo_attainment"):
-                ch = paired_change({s: base[s][k] for s in base}, {r["seed"]: r[k] for r in rows[name]})
+                ch = paired_change(*_paired(rows[ref_name], rows[name], k))
                 result[name][f"{tag}_{k}_change"] = ch.mean
                 result[name][f"{tag}_{k}_change_ci95"] = [ch.lo, ch.hi]
+            if tag == "vs_best_rule" and name in LEARNED:
+                for one in result[name]["by_train_seed"]:
+                    mine = [r for r in rows[name] if r["train_seed"] == one["train_seed"]]
+                    for k in ("latency_p99_s", "cost_usd"):
+                        ch = paired_change(*_paired(rows[ref_name], mine, k))
+                        one[f"{tag}_{k}_change"] = ch.mean
+                        one[f"{tag}_{k}_change_ci95"] = [ch.lo, ch.hi]
     result["_meta"] = {"scenario": scenario, "load": load if eval_trace is not None else None,
                        "overloaded": sorted(n for n in rows if result[n]["dropped_share"] > WARN_SHARE),
                        "best_rule": best, "slo_target": cfg.slo_target, "validation_rule": validation.best_rule,
@@ -175,6 +199,21 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "result.json").write_text(json.dumps(result, indent=1))
     return result
+
+
+def _paired(base_rows: list[dict], rows: list[dict], k: str) -> tuple[dict, dict]:
+    """Metric ``k`` of two policies' rows keyed for ``paired_change``: by (training seed, segment) where a row has
+    a training seed; a policy without training seeds (a rule) pairs each segment with every training seed's
+    row of that segment."""
+    def keyed(rs):
+        return {(r.get("train_seed"), r["seed"]): r[k] for r in rs}
+
+    b, p = keyed(base_rows), keyed(rows)
+    if all(t is None for t, _ in b) and any(t is not None for t, _ in p):
+        b = {(t, s): b[(None, s)] for t, s in p}
+    elif all(t is None for t, _ in p) and any(t is not None for t, _ in b):
+        p = {(t, s): p[(None, s)] for t, s in b}
+    return b, p
 
 
 def _plot_tradeoff(result: dict, path: Path) -> None:
