@@ -382,3 +382,54 @@ def test_a_window_reads_only_its_split_and_wraps_around():
     idx, rel = _window(t, 20.0, 30.0, 20.0, 25.0)  # 2.5 laps of the split
     assert idx.min() >= 20 and idx.max() <= 29 and len(idx) == 25
     assert np.all(np.diff(rel) > 0) and rel[0] == 0.0 and rel[-1] == 24.0
+
+
+def test_rule_fallback_trips_holds_and_resets():
+    from fleetwise.learn.recipe import RuleFallback
+
+    fb = RuleFallback(target=0.9, hold=2, min_count=10)
+    assert not fb.step([0, 0], [0, 0])  # nothing ended yet
+    assert not fb.step([5, 9], [9, 10])  # a class below target but with fewer than min_count ended
+    assert fb.step([8, 10], [10, 10])  # 0.8 < 0.9: this decision and the next are the rule's
+    assert fb.step([10, 10], [10, 10])
+    assert not fb.step([10, 10], [10, 10])
+    assert (fb.trips, fb.rule_steps) == (1, 2)
+    fb.reset()
+    assert (fb.trips, fb.rule_steps, fb.left) == (0, 0, 0)
+    assert not RuleFallback(target=1.0, hold=0).step([0], [100])  # hold 0: off
+    with pytest.raises(ValueError):
+        RuleFallback(target=1.5)
+
+
+@needs_data
+def test_trained_policy_with_a_tripped_fallback_takes_the_rules_decisions():
+    """A policy whose monitor has tripped decides exactly as the rule does (zero correction) for its hold."""
+    from fleetwise.learn.graph_marl import TrainedPolicy, _sizes, build_networks
+    from fleetwise.learn.recipe import RuleFallback
+
+    env = make_env(SMALL, held_out=True)
+    obs, _ = env.reset(seed=3)
+    nets = build_networks("flat", env.layout, _sizes(env), env.state_dim)
+    pol = TrainedPolicy(nets, fallback=RuleFallback(target=1.0, hold=100, min_count=1))
+    pol.reset(3)
+    env.step(pol(env, obs, env.state()))  # first epoch: nothing ended, the networks decide
+    while env.agents:
+        a = pol(env, obs, env.state())
+        if env.mc.cls_ended.sum() or pol.fallback.left:
+            assert all((a[k] == 0).all() for k in a)
+        obs, *_ = env.step(a)
+    assert pol.fallback.trips >= 1
+
+
+def test_paired_rows_by_training_seed_and_segment():
+    from fleetwise.reproduce.graph_marl import _paired
+
+    rule = [{"seed": s, "x": 10.0} for s in (1, 2)]
+    learned = [{"seed": s, "train_seed": t, "x": 10.0 - t - s} for t in (0, 1) for s in (1, 2)]
+    b, p = _paired(rule, learned, "x")
+    assert set(b) == set(p) == {(0, 1), (0, 2), (1, 1), (1, 2)}
+    assert b[(1, 2)] == 10.0 and p[(1, 2)] == 7.0
+    b, p = _paired(learned, rule, "x")  # the other way round
+    assert set(b) == set(p) and p[(0, 1)] == 10.0
+    b, p = _paired(learned, learned, "x")
+    assert b == p

@@ -70,7 +70,7 @@ def test_graph_marl_eval_trace_fits_the_starting_fleet(data_dir, tmp_path):
     from fleetwise.reproduce import graph_marl as G
 
     res = G.run(quick=True, seeds=2, eval_trace="azure-code", db=str(tmp_path / "db.duckdb"), progress=False,
-                load=0.7, updates=1, episodes_per_update=1, segment_s=60.0)
+                load=0.7, updates=1, episodes_per_update=1, segment_s=60.0, train_seeds=2)
     fit = "\n".join(res["_trace_fit"])
     assert "load 0.7" in fit and "instance(s) per pool" in fit and "context: prompt + output <= 8192" in fit
     for name in ("least_loaded", "latency_greedy", "static"):
@@ -78,6 +78,11 @@ def test_graph_marl_eval_trace_fits_the_starting_fleet(data_dir, tmp_path):
         assert r["dropped_share"] < 0.01, (name, r["dropped_share"])
         assert _width(r, "latency_p99_s") > 0
     assert res["_meta"]["load"] == 0.7
+    for name in ("graph_marl", "flat_marl", "ippo"):  # one row per (training seed, segment); each seed's gate
+        r = res[name]
+        assert r["seeds"] == 4 and r["train_seeds"] == 2
+        assert [o["train_seed"] for o in r["by_train_seed"]] == [0, 1]
+        assert r["gate"]["train_seeds"] == 2 and "vs_best_rule_cost_usd_change" in r["by_train_seed"][1]
 
 
 def test_allocation_eval_trace_bitbrains_layout_at_load(data_dir, tmp_path):
