@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Graph-MARL at the full budget (docs/graph-marl.md): 200 MAPPO updates x 4 episodes per learned variant
-# (graph_marl, flat_marl, ippo) on the shared recipe, 5 validation segments for checkpoint choice and the gate,
-# 10 held-out test segments; then the same checkpoints on the other real traces at load 0.7.
+# (graph_marl, flat_marl, ippo) and training seed (3) on the shared recipe, 5 validation segments for checkpoint
+# choice and the gates, 10 held-out test segments (each checkpoint bare and behind the run-time monitor,
+# `+fallback`); then the same checkpoints on the other real traces at load 0.7.
 # Usage: benchmarks/graph-marl-full.sh [OUT_DIR]   (wall time and load average printed; on a shared 2-core
 # machine run it under `flock /work/heavy.lock`). Checkpoints are kept in OUT_DIR/graph-marl and resumed.
 # Measured 2026-12-03 (2 cores, alone, a fresh folder): 23 min 35 s wall at commit 467e068, of which 21 min 7 s
@@ -25,9 +26,18 @@ for f in sorted(pathlib.Path(sys.argv[1]).glob("*.json")):
     r = json.loads(f.read_text())
     best = r["_meta"]["best_rule"]
     print(f.name, "best rule:", best)
-    for n in ("graph_marl", "flat_marl", "ippo", best):
+    def ch(x, k):
+        lo, hi = x[k + "_ci95"]
+        return f"{x[k]:+.1%} [{lo:+.1%}, {hi:+.1%}]"
+    for n in ("graph_marl", "flat_marl", "ippo", "graph_marl+fallback", "flat_marl+fallback", "ippo+fallback", best):
         x = r[n]
-        print(f"  {n:12s} P99 {x['latency_p99_s']:.3f} s  cost {x['cost_usd']:.1f}  SLO {x['slo_attainment']:.3f}"
-              + (f"  vs {best}: P99 {x['vs_best_rule_latency_p99_s_change']:+.1%} cost {x['vs_best_rule_cost_usd_change']:+.1%}"
-                 f"  gate {'passed' if (x.get('gate') or {}).get('passed') else 'failed'}" if n != best else ""))
+        print(f"  {n:20s} P99 {x['latency_p99_s']:.3f} s  cost {x['cost_usd']:.1f}  SLO {x['slo_attainment']:.3f}"
+              + (f"  vs {best}: P99 {ch(x, 'vs_best_rule_latency_p99_s_change')} cost {ch(x, 'vs_best_rule_cost_usd_change')}"
+                 if n != best else "")
+              + (f"  gates passed by training seeds {x['gate']['passed_train_seeds']}" if "gate" in x else "")
+              + (f"  rule took over in {x['segments_handed_to_rule']}/{x['seeds']}" if "segments_handed_to_rule" in x else ""))
+        for o in x.get("by_train_seed", []):
+            print(f"    training seed {o['train_seed']}: P99 {ch(o, 'vs_best_rule_latency_p99_s_change')} cost "
+                  f"{ch(o, 'vs_best_rule_cost_usd_change')}; behind the monitor P99 "
+                  f"{ch(o, 'fallback_vs_best_rule_latency_p99_s_change')} cost {ch(o, 'fallback_vs_best_rule_cost_usd_change')}")
 PY

@@ -384,41 +384,43 @@ def test_a_window_reads_only_its_split_and_wraps_around():
     assert np.all(np.diff(rel) > 0) and rel[0] == 0.0 and rel[-1] == 24.0
 
 
-def test_rule_fallback_trips_holds_and_resets():
+def test_rule_fallback_trips_on_the_attainment_so_far_and_stays_tripped():
     from fleetwise.learn.recipe import RuleFallback
 
-    fb = RuleFallback(target=0.9, hold=2, min_count=10)
+    fb = RuleFallback(target=0.9, min_count=20)
     assert not fb.step([0, 0], [0, 0])  # nothing ended yet
-    assert not fb.step([5, 9], [9, 10])  # a class below target but with fewer than min_count ended
-    assert fb.step([8, 10], [10, 10])  # 0.8 < 0.9: this decision and the next are the rule's
-    assert fb.step([10, 10], [10, 10])
-    assert not fb.step([10, 10], [10, 10])
-    assert (fb.trips, fb.rule_steps) == (1, 2)
+    assert not fb.step([5, 0], [9, 0])  # 5 of 9 below target, but fewer than min_count ended
+    assert fb.step([20, 0], [20, 0])  # 25 of 29 since reset (pooled) = 0.86 < 0.9: the rule's from here
+    assert fb.tripped_at == 2 and fb.rule_steps == 1
+    assert fb.step([100], [100])  # and for the rest of the run, whatever follows
+    assert fb.rule_steps == 2
     fb.reset()
-    assert (fb.trips, fb.rule_steps, fb.left) == (0, 0, 0)
-    assert not RuleFallback(target=1.0, hold=0).step([0], [100])  # hold 0: off
+    assert (fb.ok, fb.ended, fb.tripped_at, fb.rule_steps) == (0, 0, -1, 0)
+    assert not fb.step([9], [10])
+    assert not fb.step([9], [10])  # 18 of 20 = 0.9: not below
+    assert fb.step([0], [1])  # 18 of 21
     with pytest.raises(ValueError):
         RuleFallback(target=1.5)
 
 
 @needs_data
 def test_trained_policy_with_a_tripped_fallback_takes_the_rules_decisions():
-    """A policy whose monitor has tripped decides exactly as the rule does (zero correction) for its hold."""
+    """A policy whose monitor has tripped decides exactly as the rule does (zero correction) from then on."""
     from fleetwise.learn.graph_marl import TrainedPolicy, _sizes, build_networks
     from fleetwise.learn.recipe import RuleFallback
 
     env = make_env(SMALL, held_out=True)
     obs, _ = env.reset(seed=3)
     nets = build_networks("flat", env.layout, _sizes(env), env.state_dim)
-    pol = TrainedPolicy(nets, fallback=RuleFallback(target=1.0, hold=100, min_count=1))
+    pol = TrainedPolicy(nets, fallback=RuleFallback(target=1.0, min_count=1))
     pol.reset(3)
     env.step(pol(env, obs, env.state()))  # first epoch: nothing ended, the networks decide
     while env.agents:
         a = pol(env, obs, env.state())
-        if env.mc.cls_ended.sum() or pol.fallback.left:
+        if pol.fallback.tripped_at >= 0:
             assert all((a[k] == 0).all() for k in a)
         obs, *_ = env.step(a)
-    assert pol.fallback.trips >= 1
+    assert pol.fallback.tripped_at >= 1  # some request missed its SLO (the target is 1.0): the rule took over
 
 
 def test_paired_rows_by_training_seed_and_segment():

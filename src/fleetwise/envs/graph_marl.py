@@ -234,7 +234,8 @@ def evaluate(cfg: GraphMARLConfig, policy, seeds: Sequence[int], held_out: bool 
     """Run ``policy`` on the held-out segments drawn by ``seeds`` (or those of ``split``); per seed the metrics.
 
     ``policy``: a heuristic name (its world decisions, ``step_raw``), or a callable ``(env, obs, state) ->
-    actions`` (a trained policy: corrections of the rule)."""
+    actions`` (a trained policy: corrections of the rule). A policy with a run-time monitor (``fallback``) also
+    reports ``rule_epochs``: the epochs of the segment in which the rule decided."""
     out = []
     for seed in seeds:
         env = make_env(cfg, held_out=held_out, trace=trace, duration_s=duration_s, load=load, split=split)
@@ -248,5 +249,6 @@ def evaluate(cfg: GraphMARLConfig, policy, seeds: Sequence[int], held_out: bool 
             else:
                 obs, _, _, _, info = env.step(policy(env, obs, env.state()))
             m = next(iter(info.values())).get("metrics", m)
-        out.append({"seed": seed, **m})
+        fb = getattr(policy, "fallback", None)
+        out.append({"seed": seed, **m, **({"rule_epochs": fb.rule_steps} if fb is not None else {})})
     return out

@@ -248,8 +248,8 @@ class TrainedPolicy:
     reseeded at each episode start (``reset(seed)``; ``evaluate`` does it), so the same seed gives the same
     actions.
 
-    ``fallback`` (a ``recipe.RuleFallback``, or None): while a request class's SLO attainment over the last epoch
-    is below the target, the next ``fallback.hold`` epochs take the rule's decision (no correction)."""
+    ``fallback`` (a ``recipe.RuleFallback``, or None): once the SLO attainment of all requests that ended in the
+    episode so far falls below the target, every later epoch takes the rule's decision (no correction)."""
 
     def __init__(self, nets, deterministic: bool = True, fallback=None):
         self.nets = nets

@@ -14,7 +14,7 @@
 5. **The deployment gate**: :func:`gate` compares the policy with its rule on paired windows (mean change and
    its 95% CI); the result goes into the checkpoint's model card, and ``fleetwise serve`` refuses a checkpoint whose
    card does not say it passed (``--force`` overrides). At run time :class:`RuleFallback` hands decisions back to
-   the rule while the service level the policy is constrained by is violated.
+   the rule once the service level the policy is constrained by is violated.
    Learners judged only on whole runs search the policy directly instead: :class:`CEM`.
 6. **Training at scale**: :func:`run_jobs` runs training jobs (topologies x training seeds x variants) on the
    same backends as sweeps: local processes by default, Ray for a cluster.
@@ -258,42 +258,44 @@ def gate(policy: dict[Any, float], rule: dict[Any, float], *, lower_is_better: b
 # --------------------------------------------------------------------------------------------- 5b. at run time
 @dataclass
 class RuleFallback:
-    """A run-time monitor that hands control back to the rule (the Simplex architecture: a learned controller
-    runs only while the service level it is constrained by holds, and a trusted one takes over otherwise).
+    """A run-time monitor that hands control back to the rule for good (the Simplex architecture: a learned
+    controller runs only while the service level it is constrained by holds; a trusted one takes over otherwise).
 
-    Before each decision, ``step(ok, ended)`` is given what ended since the previous one, per group (e.g. request
-    class): requests within their SLO and all requests that ended. When a group with at least ``min_count``
-    ended requests is below ``target`` attainment, the next ``hold`` decisions (this one included) are the rule's
-    (for a residual policy: the zero action); every further violation starts the hold again. ``step`` returns
-    whether this decision is the rule's. The threshold is the SLO target the policy was trained under, not a
-    value fitted to any trace. ``hold = 0`` turns the monitor off."""
+    Before each decision, ``step(ok, ended)`` is given what ended since the previous one (requests within their
+    SLO, all requests that ended; numbers, or per-group arrays that are summed). Once at least ``min_count``
+    requests have ended since ``reset`` and the attainment over all of them is below ``target``, this decision
+    and every later one of the run are the rule's (for a residual policy: the zero action); ``step`` returns
+    whether this decision is the rule's. The threshold is the SLO target the policy was trained and gated under,
+    not a value fitted to any trace. Measured in docs/graph-marl.md, with the variants that did worse: a
+    per-class, per-epoch trigger, a hold of a few epochs, and starting a run with the rule."""
 
     target: float
-    hold: int = 10
-    min_count: int = 10
-    left: int = 0  # rule decisions still to come
-    trips: int = 0  # violations seen since reset
-    rule_steps: int = 0  # decisions handed to the rule since reset
+    min_count: int = 50
+    ok: int = 0  # requests within their SLO since reset
+    ended: int = 0  # requests that ended since reset
+    tripped_at: int = -1  # the decision (0-based, since reset) from which the rule decides; -1: not tripped
+    steps: int = 0  # decisions since reset
 
     def __post_init__(self) -> None:
-        if not (0.0 <= self.target <= 1.0 and self.hold >= 0 and self.min_count >= 1):
-            raise ValueError("RuleFallback: 0 <= target <= 1, hold >= 0, min_count >= 1")
+        if not (0.0 <= self.target <= 1.0 and self.min_count >= 1):
+            raise ValueError("RuleFallback: 0 <= target <= 1 and min_count >= 1")
 
     def reset(self) -> None:
-        self.left = self.trips = self.rule_steps = 0
+        self.ok = self.ended = self.steps = 0
+        self.tripped_at = -1
 
-    def step(self, ok: Sequence[float], ended: Sequence[float]) -> bool:
-        if self.hold <= 0:
-            return False
-        ok_a, end_a = np.asarray(ok, float), np.asarray(ended, float)
-        if bool(((end_a >= self.min_count) & (ok_a < self.target * end_a)).any()):
-            self.trips += 1
-            self.left = self.hold
-        if self.left > 0:
-            self.left -= 1
-            self.rule_steps += 1
-            return True
-        return False
+    @property
+    def rule_steps(self) -> int:
+        """Decisions handed to the rule since reset."""
+        return 0 if self.tripped_at < 0 else self.steps - self.tripped_at
+
+    def step(self, ok, ended) -> bool:
+        self.ok += int(np.sum(ok))
+        self.ended += int(np.sum(ended))
+        if self.tripped_at < 0 and self.ended >= self.min_count and self.ok < self.target * self.ended:
+            self.tripped_at = self.steps
+        self.steps += 1
+        return self.tripped_at >= 0
 
 
 # --------------------------------------------------------------------------------------------- 6. at scale

@@ -27,6 +27,9 @@ from fleetwise.workload.adapt import WARN_SHARE
 PAPER = {"latency_p99_s": (0.271, 0.194), "cost_change": -0.177, "gpu_util": 0.869}
 PAPER_NOTE = "paper (vs MARL baseline): P99 271 -> 194 ms, cost -17.7%, GPU utilization 86.9%"
 LEARNED = {"graph_marl": "graph", "flat_marl": "flat", "ippo": "ippo"}
+# each learned variant is also evaluated behind the run-time monitor (``recipe.RuleFallback``: once the segment's SLO
+# attainment so far is below the target, the rule decides for the rest of it), as ``<name>+fallback``
+FALLBACK = "+fallback"
 METRICS = ("latency_p50_s", "latency_p99_s", "e2e_p99_s", "throughput_rps", "gpu_util", "cost_usd",
            "cost_per_mtok_usd", "slo_attainment", "quality")
 
@@ -56,6 +59,9 @@ def _summ(rows: list[dict]) -> dict:
     out = summarize_rows(rows, METRICS)
     out["dropped_per_segment"] = float(np.mean([r["dropped"] for r in rows]))
     out["dropped_share"] = float(sum(r["dropped"] for r in rows) / max(1, sum(r["requests"] for r in rows)))
+    if rows and "rule_epochs" in rows[0]:  # behind the run-time monitor: epochs per segment the rule decided
+        out["rule_epochs_per_segment"] = float(np.mean([r["rule_epochs"] for r in rows]))
+        out["segments_handed_to_rule"] = int(sum(r["rule_epochs"] > 0 for r in rows))
     return out
 
 
@@ -69,12 +75,8 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
     the jobs run on the sweep backends (``recipe.run_jobs``: ``backend`` local or ray, ``workers`` processes; 1:
     in this process). A learned variant's rows are one per (training seed, segment), its changes paired by both;
     ``by_train_seed`` gives each training seed's checkpoint, gate, curves and changes on its own."""
-    from fleetwise.envs.graph_marl import (
-        HEURISTICS,
-        GraphMARLConfig,
-        evaluate,
-    )
-    from fleetwise.learn.graph_marl import MAPPOArgs, ValidationWindows, best_rule, load_trained, train_job
+    from fleetwise.envs.graph_marl import HEURISTICS, GraphMARLConfig
+    from fleetwise.learn.graph_marl import MAPPOArgs, ValidationWindows, best_rule, train_job
     from fleetwise.learn.recipe import run_jobs
     from fleetwise.metrics.stats import paired_change
     from fleetwise.reproduce.common import fit_load as _fit_load
@@ -132,7 +134,7 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
                         on_result=lambda _r: prog.advance(task))
         for job, res in zip(jobs, done):
             name, ts, info, curve = job["name"], job["train_seed"], res["info"], res["curve"]
-            policies[(name, ts)] = load_trained(res["ckpt"], cfg)
+            policies[(name, ts)] = res["ckpt"]
             val = info["validation"] or {}
             one = {"train_seed": ts, "train_wall_s": info["wall_s"], "train_env_steps": info["env_steps"],
                    "train_updates": info["update"], "early_stopped": info["early_stopped"],
@@ -162,14 +164,16 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
             result[name].update({"train_seeds": n_train, "train_wall_s": sum(o["train_wall_s"] for o in per),
                                  "gate": {"passed": len(passed) == len(per), "passed_train_seeds": passed,
                                           "train_seeds": len(per)}})
-        task = prog.add_task("evaluating", total=len(policies) + len(HEURISTICS))
-        for (name, ts), pol in policies.items():
-            rs = evaluate(cfg, pol, eval_seeds, trace=trace, duration_s=segment_s, load=fit_load)
-            rows.setdefault(name, []).extend({**r, "train_seed": ts} for r in rs)
-            prog.advance(task)
-        for h in HEURISTICS:
-            rows[h] = evaluate(cfg, h, eval_seeds, trace=trace, duration_s=segment_s, load=fit_load)
-            prog.advance(task)
+        # evaluation jobs on the same backend: every checkpoint bare and behind the monitor, and every rule
+        common = {"cfg": cfg, "seeds": eval_seeds, "eval_trace": eval_trace, "segment_s": segment_s,
+                  "load": fit_load}
+        ejobs = [{**common, "name": name + (FALLBACK if fb else ""), "train_seed": ts, "ckpt": ck, "fallback": fb}
+                 for (name, ts), ck in policies.items() for fb in (False, True)]
+        ejobs += [{**common, "name": h, "train_seed": None, "ckpt": None, "fallback": False} for h in HEURISTICS]
+        task = prog.add_task("evaluating", total=len(ejobs))
+        for job, rs in zip(ejobs, run_jobs(_eval_job, ejobs, backend=backend, workers=workers,
+                                           on_result=lambda _r: prog.advance(task))):
+            rows.setdefault(job["name"], []).extend(rs)
     for name, r in rows.items():
         result.setdefault(name, {}).update(_summ(r))
         store_rows(db, "reproduce-graph-marl", scenario, name, r, level="multicloud")
@@ -184,11 +188,12 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
                 result[name][f"{tag}_{k}_change_ci95"] = [ch.lo, ch.hi]
             if tag == "vs_best_rule" and name in LEARNED:
                 for one in result[name]["by_train_seed"]:
-                    mine = [r for r in rows[name] if r["train_seed"] == one["train_seed"]]
-                    for k in ("latency_p99_s", "cost_usd"):
-                        ch = paired_change(*_paired(rows[ref_name], mine, k))
-                        one[f"{tag}_{k}_change"] = ch.mean
-                        one[f"{tag}_{k}_change_ci95"] = [ch.lo, ch.hi]
+                    for pre, nm in (("", name), ("fallback_", name + FALLBACK)):
+                        mine = [r for r in rows[nm] if r["train_seed"] == one["train_seed"]]
+                        for k in ("latency_p99_s", "cost_usd"):
+                            ch = paired_change(*_paired(rows[ref_name], mine, k))
+                            one[f"{pre}{tag}_{k}_change"] = ch.mean
+                            one[f"{pre}{tag}_{k}_change_ci95"] = [ch.lo, ch.hi]
     result["_meta"] = {"scenario": scenario, "load": load if eval_trace is not None else None,
                        "overloaded": sorted(n for n in rows if result[n]["dropped_share"] > WARN_SHARE),
                        "best_rule": best, "slo_target": cfg.slo_target, "validation_rule": validation.best_rule,
@@ -199,6 +204,28 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "result.json").write_text(json.dumps(result, indent=1))
     return result
+
+
+def _eval_job(job: dict) -> list[dict]:
+    """One evaluation job (``recipe.run_jobs``): a rule (``ckpt`` None) or a checkpoint, bare or behind the
+    run-time monitor, on the evaluation segments; its rows (with ``train_seed`` for a checkpoint)."""
+    from fleetwise.envs.graph_marl import evaluate
+    from fleetwise.learn.graph_marl import load_trained
+    from fleetwise.learn.recipe import RuleFallback
+
+    cfg = job["cfg"]
+    trace = None
+    if job["eval_trace"] is not None:
+        from fleetwise.workload.spec import load_trace
+
+        trace = load_trace(job["eval_trace"])
+    kw = {"trace": trace, "duration_s": job["segment_s"], "load": job["load"]}
+    if job["ckpt"] is None:
+        return evaluate(cfg, job["name"], job["seeds"], **kw)
+    pol = load_trained(job["ckpt"], cfg)
+    if job["fallback"]:
+        pol.fallback = RuleFallback(cfg.slo_target)
+    return [{**r, "train_seed": job["train_seed"]} for r in evaluate(cfg, pol, job["seeds"], **kw)]
 
 
 def _paired(base_rows: list[dict], rows: list[dict], k: str) -> tuple[dict, dict]:
@@ -231,7 +258,8 @@ def _plot_tradeoff(result: dict, path: Path) -> None:
         (xl, xh), (yl, yh) = r["cost_usd_ci95"], r["latency_p99_s_ci95"]
         xerr = [[x - xl], [xh - x]] if xl == xl else None
         yerr = [[y - yl * 1000], [yh * 1000 - y]] if yl == yl else None
-        ax.errorbar([x], [y], xerr=xerr, yerr=yerr, marker="o" if name in LEARNED else "s", capsize=3, label=name)
+        marker = "o" if name in LEARNED else "^" if name.endswith(FALLBACK) else "s"
+        ax.errorbar([x], [y], xerr=xerr, yerr=yerr, marker=marker, capsize=3, label=name)
     ax.set_yscale("log")
     ax.set_xlabel("cost per held-out segment (USD)")
     ax.set_ylabel("P99 latency (TTFT, ms)")
@@ -276,6 +304,8 @@ def render(result: dict):
         gate_s = "" if g is None else ("passed" if g.get("passed") else "failed")
         if name == meta.get("best_rule"):
             gate_s = "best rule"
+        if "segments_handed_to_rule" in r:
+            gate_s = f"rule took over in {r['segments_handed_to_rule']}/{r['seeds']}"
         t.add_row(name, ci(r, "latency_p50_s", 1000, "{:.0f}"), ci(r, "latency_p99_s", 1000, "{:.0f}"),
                   f"{r['throughput_rps']:.2f}", ci(r, "gpu_util", 1, "{:.2f}"), ci(r, "cost_usd"),
                   f"{r['cost_per_mtok_usd']:.2f}", ci(r, "slo_attainment", 1, "{:.3f}"), f"{r['quality']:.3f}",
