@@ -16,7 +16,7 @@ echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(nproc --al
 TIMEFORMAT='%R s wall, %U s user CPU'
 time python -m fleetwise reproduce graph-marl --json --workers 2 --db "$out/results.duckdb" > "$out/held-out.json"
 for t in mooncake arxiv-summarization; do
-  time python -m fleetwise reproduce graph-marl --json --db "$out/results.duckdb" --eval-trace "$t" --load 0.7 \
+  time python -m fleetwise reproduce graph-marl --json --workers 2 --db "$out/results.duckdb" --eval-trace "$t" --load 0.7 \
     > "$out/$t-0.7.json"
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
