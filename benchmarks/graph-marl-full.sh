@@ -40,4 +40,8 @@ for f in sorted(pathlib.Path(sys.argv[1]).glob("*.json")):
             print(f"    training seed {o['train_seed']}: P99 {ch(o, 'vs_best_rule_latency_p99_s_change')} cost "
                   f"{ch(o, 'vs_best_rule_cost_usd_change')}; behind the monitor P99 "
                   f"{ch(o, 'fallback_vs_best_rule_latency_p99_s_change')} cost {ch(o, 'fallback_vs_best_rule_cost_usd_change')}")
+        if n != "least_loaded" and r["_meta"]["load"] is not None:  # other traces: against the rule inside
+            print(f"    vs least_loaded: P99 {ch(x, 'vs_rule_latency_p99_s_change')} cost {ch(x, 'vs_rule_cost_usd_change')}"
+                  + "".join(f"; seed {o['train_seed']} {o['vs_rule_latency_p99_s_change']:+.1%} (monitor "
+                            f"{o['fallback_vs_rule_latency_p99_s_change']:+.1%})" for o in x.get("by_train_seed", [])))
 PY

@@ -84,6 +84,7 @@ def test_graph_marl_eval_trace_fits_the_starting_fleet(data_dir, tmp_path):
         assert [o["train_seed"] for o in r["by_train_seed"]] == [0, 1]
         assert r["gate"]["train_seeds"] == 2 and "vs_best_rule_cost_usd_change" in r["by_train_seed"][1]
         assert "fallback_vs_best_rule_cost_usd_change" in r["by_train_seed"][0]
+        assert "vs_rule_latency_p99_s_change" in r and "fallback_vs_rule_latency_p99_s_change" in r["by_train_seed"][1]
         g = res[name + "+fallback"]  # the same checkpoints behind the run-time monitor
         assert g["seeds"] == 4 and 0 <= g["rule_epochs_per_segment"] <= 2 and "vs_best_rule_latency_p99_s_change" in g
 
