@@ -5,10 +5,11 @@
 # `+fallback`); then the same checkpoints on the other real traces at load 0.7.
 # Usage: benchmarks/graph-marl-full.sh [OUT_DIR]   (wall time and load average printed; on a shared 2-core
 # machine run it under `flock /work/heavy.lock`). Checkpoints are kept in OUT_DIR/graph-marl and resumed.
-# Measured 2026-12-03 (2 cores, alone, a fresh folder): 23 min 35 s wall at commit 467e068, of which 21 min 7 s
-# for the held-out part (200 updates each, no early stop; training 687 s graph, 578 s flat, 597 s IPPO), 41 s
-# (Mooncake) and 107 s (arXiv) reusing the checkpoints; figures in docs/graph-marl.md. (`nproc` counts
-# OMP_NUM_THREADS; `nproc --all` the CPUs.)
+# Measured 2026-12-03 (2 cores): the nine training jobs take 500-780 s each (200 updates, no early stop); five of
+# them ran in 32 min 3 s of the first command at commit 734baf8 (four checkpoints were already there, a probe beside
+# it for part of the time); with all nine checkpoints in place the script ran in 5 min 35 s at commit ea23fb3, alone
+# (107 s held-out, 62 s Mooncake, 166 s arXiv). A single training seed per variant (commit 467e068) took 23 min 35 s
+# from a fresh folder. Figures in docs/graph-marl.md. (`nproc` counts OMP_NUM_THREADS; `nproc --all` the CPUs.)
 set -euo pipefail
 out=${1:-results/graph-marl-full}
 mkdir -p "$out"
