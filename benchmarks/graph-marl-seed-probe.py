@@ -4,13 +4,16 @@ stop; Graph-MARL at step size 3e-3) but `MAPPOArgs.seed`; then the chosen checkp
 segments against `static` and on arXiv at load 0.7 against `least_loaded`, paired. Quoted in docs/graph-marl.md
 (how much the arXiv result depends on the training seed). About 10-12 minutes of one CPU per run.
 
-Usage: python benchmarks/graph-marl-seed-probe.py KIND SEED     (KIND: graph, flat or ippo)
+Usage: python benchmarks/graph-marl-seed-probe.py KIND SEED ['{GraphMARLConfig overrides as JSON}']
+(KIND: graph, flat or ippo; e.g. '{"train_prompt_range": [1, 4]}')
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import numpy as np
 
@@ -24,16 +27,19 @@ from fleetwise.worlds.multicloud import GraphMARLConfig
 
 def main() -> None:
     kind, seed = sys.argv[1], int(sys.argv[2])
+    over = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
     bud = _budget(False)
-    cfg = GraphMARLConfig()
+    cfg = replace(GraphMARLConfig(), **{k: tuple(v) if isinstance(v, list) else v for k, v in over.items()})
     val = ValidationWindows(cfg, range(500, 500 + bud["val_seeds"]), MAPPOArgs().train_segment_s)
     args = MAPPOArgs(kind=kind, updates=bud["updates"], episodes_per_update=bud["episodes_per_update"], seed=seed,
                      **{**bud["recipe"], **bud["by_kind"].get(kind, {})})
-    ckpt = f"/tmp/graph-marl-seed-probe-{kind}-s{seed}.pt"
+    tag = "-" + hashlib.sha256(json.dumps(over, sort_keys=True).encode()).hexdigest()[:8] if over else ""
+    ckpt = f"/tmp/graph-marl-seed-probe-{kind}-s{seed}{tag}.pt"
     r = train_job({"name": kind, "cfg": cfg, "args": asdict(args), "ckpt": ckpt, "validation": val})
     info = r["info"]
     print(kind, "seed", seed, "best step", info["best_step"], "gate", (info["validation"] or {}).get("gate"))
     pol = load_trained(ckpt, cfg)
+    cfg = GraphMARLConfig()  # evaluated in the default world (test segments, arXiv) whatever it trained on
     seeds = list(range(1000, 1010))
     for label, ref, kw in (("test vs static", "static", {}),
                            ("arXiv@0.7 vs least_loaded", "least_loaded",

@@ -109,6 +109,26 @@ def test_training_segments_vary_each_class_rate_and_the_others_do_not():
 
 
 @needs_data
+def test_training_segments_scale_prompts_by_train_prompt_range_and_the_others_do_not():
+    """Workload shapes: a training segment multiplies its prompts by one factor from train_prompt_range (clipped to
+    the context); the same arrivals; test segments keep the traces' lengths."""
+    from fleetwise.worlds.multicloud import multicloud_workload
+
+    cfg = GraphMARLConfig()
+    x3 = replace(cfg, train_prompt_range=(3.0, 3.0))
+    for seed in (1, 2):
+        a = multicloud_workload(cfg, np.random.default_rng(seed), False, 300.0)
+        b = multicloud_workload(x3, np.random.default_rng(seed), False, 300.0)
+        assert np.array_equal(a.arrival_s, b.arrival_s) and np.array_equal(a.output_tokens, b.output_tokens)
+        want = np.clip(np.round(a.prompt_tokens * 3.0), 1, cfg.max_context - a.output_tokens)
+        assert np.array_equal(b.prompt_tokens, want)
+        t1, t3 = (multicloud_workload(c, np.random.default_rng(seed), True, 300.0) for c in (cfg, x3))
+        assert np.array_equal(t1.prompt_tokens, t3.prompt_tokens)
+    with pytest.raises(InputError, match="train_prompt_range"):
+        replace(cfg, train_prompt_range=(2.0, 1.0))
+
+
+@needs_data
 def test_scale_up_waits_for_provisioning_and_costs_more():
     cfg = SMALL
     w = multicloud_workload(cfg, np.random.default_rng(1), held_out=True)

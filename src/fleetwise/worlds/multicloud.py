@@ -96,6 +96,10 @@ class GraphMARLConfig:
     # to its rule, and lose most of its savings on the test segments.
     train_rate_range: tuple[float, float] = (0.6, 1.5)
     validation_varies: bool = False
+    # workload shapes (the shared recipe's "several traces' shapes"): each training segment (and validation segment
+    # when validation_varies) multiplies every prompt length by one factor drawn log-uniformly from this range,
+    # clipped to the context; (1, 1): the traces' own lengths. Measured in docs/graph-marl.md; not the default.
+    train_prompt_range: tuple[float, float] = (1.0, 1.0)
     # the tail guard (multicloud_rules): no correction shrinks a pool backlogged > 5 s; with guard_scale_ups also
     # none cancels the rule's scale-up of a busy pool (measured in docs/graph-marl.md: not kept as the default)
     guard_scale_ups: bool = False
@@ -116,6 +120,9 @@ class GraphMARLConfig:
         lo, hi = self.train_rate_range
         if not (0 < lo <= hi <= 10):
             raise InputError(f"{where}: train_rate_range needs 0 < low <= high <= 10, got {self.train_rate_range}")
+        lo, hi = self.train_prompt_range
+        if not (0 < lo <= hi <= 20):
+            raise InputError(f"{where}: train_prompt_range needs 0 < low <= high <= 20, got {self.train_prompt_range}")
         if self.epoch_s <= 0 or self.segment_s < self.epoch_s:
             raise InputError(f"{where}: need 0 < epoch_s <= segment_s, got epoch_s={self.epoch_s}, "
                              f"segment_s={self.segment_s}")
@@ -298,6 +305,10 @@ def multicloud_workload(cfg: GraphMARLConfig, rng: np.random.Generator, held_out
     cls = np.concatenate([p[0] for p in parts])[order].astype(np.int16)
     prompt = np.concatenate([p[2] for p in parts])[order].astype(np.int64)
     output = np.maximum(np.concatenate([p[3] for p in parts])[order].astype(np.int64), 1)
+    plo, phi = cfg.train_prompt_range
+    if vary and (plo, phi) != (1.0, 1.0):  # one prompt-length factor for the segment (drawn when not a point)
+        f = np.exp(rng.uniform(np.log(plo), np.log(phi))) if phi > plo else plo
+        prompt = np.round(prompt * f).astype(np.int64)
     prompt = np.clip(prompt, 1, cfg.max_context - output)
     ow = np.asarray(cfg.origin_weights, float)
     origin = rng.choice(len(cfg.regions), size=len(arr), p=ow / ow.sum()).astype(np.int16)
