@@ -82,6 +82,7 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
     from fleetwise.reproduce.common import fit_load as _fit_load
     from fleetwise.reproduce.common import out_dir as _out_dir
     from fleetwise.reproduce.common import progress as _progress
+    from fleetwise.worlds.multicloud_rules import RULE
 
     bud = _budget(quick)
     if updates is not None:
@@ -178,8 +179,6 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
         result.setdefault(name, {}).update(_summ(r))
         store_rows(db, "reproduce-graph-marl", scenario, name, r, level="multicloud")
     best = best_rule({h: rows[h] for h in HEURISTICS}, cfg.slo_target)
-    from fleetwise.worlds.multicloud_rules import RULE
-
     # against flat-MARL (the paper's comparison), the best rule (issue 18's bar) and the rule inside the actions
     # (what "not behind its rule on other traces" is judged against)
     for ref_name, tag in (("flat_marl", "vs_flat"), (best, "vs_best_rule"), (RULE, "vs_rule")):
