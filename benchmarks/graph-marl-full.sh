@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# Graph-MARL at the full budget (docs/graph-marl.md): 200 MAPPO updates x 4 episodes per learned variant
-# (graph_marl, flat_marl, ippo) and training seed (3) on the shared recipe, 5 validation segments for checkpoint
-# choice and the gates, 10 held-out test segments (each checkpoint bare and behind the run-time monitor,
-# `+fallback`); then the same checkpoints on the other real traces at load 0.7.
+# Graph-MARL at the full budget (docs/graph-marl.md): up to 400 MAPPO updates x 4 episodes per learned variant
+# (graph_marl, flat_marl, ippo) and training seed (3) on the shared recipe (early stop after 40 validation checks
+# without improvement, none for graph_marl), 5 validation segments for checkpoint choice and the gates, 10 held-out
+# test segments (each checkpoint bare and behind the run-time monitor, `+fallback`); then the same checkpoints on the
+# other real traces at load 0.7.
 # Usage: benchmarks/graph-marl-full.sh [OUT_DIR]   (wall time and load average printed; on a shared 2-core
 # machine run it under `flock /work/heavy.lock`). Checkpoints are kept in OUT_DIR/graph-marl and resumed.
-# Measured 2026-12-03 (2 cores): the nine training jobs take 500-780 s each (200 updates, no early stop); five of
-# them ran in 32 min 3 s of the first command at commit 734baf8 (four checkpoints were already there, a probe beside
-# it for part of the time); with all nine checkpoints in place the script ran in 5 min 35 s at commit ea23fb3, alone
-# (107 s held-out, 62 s Mooncake, 166 s arXiv). A single training seed per variant (commit 467e068) took 23 min 35 s
-# from a fresh folder. Figures in docs/graph-marl.md. (`nproc` counts OMP_NUM_THREADS; `nproc --all` the CPUs.)
+# Measured 2026-12-03 (2 cores): 200 updates of one job take 500-780 s (updates 200-400 of Graph-MARL's seeds 0
+# and 1: 663 s and 680 s, side by side); a 400-update job from a fresh folder was not timed (the checkpoints were
+# resumed from the 200-update run, docs; early-stopped jobs end sooner); with all nine
+# checkpoints in place the script ran in 115 + 65 + 165 s (held-out, Mooncake, arXiv). Figures in
+# docs/graph-marl.md. (`nproc` counts OMP_NUM_THREADS; `nproc --all` the CPUs.)
 set -euo pipefail
 out=${1:-results/graph-marl-full}
 mkdir -p "$out"

@@ -1,8 +1,9 @@
 """One learned variant of `reproduce graph-marl` at the full budget with another training seed: the same arguments
-as `benchmarks/graph-marl-full.sh` (200 updates x 4 episodes, warm start to 0.7, 5 validation segments, no early
-stop; Graph-MARL at step size 3e-3) but `MAPPOArgs.seed`; then the chosen checkpoint on the 10 held-out test
-segments against `static` and on arXiv at load 0.7 against `least_loaded`, paired. Quoted in docs/graph-marl.md
-(how much the arXiv result depends on the training seed). About 10-12 minutes of one CPU per run.
+as `benchmarks/graph-marl-full.sh` (up to 400 updates x 4 episodes, warm start to 0.7, 5 validation segments, early
+stop after 40 checks without improvement, none for Graph-MARL; its step size 3e-3) but `MAPPOArgs.seed`; then the
+chosen checkpoint on the 10 held-out test segments against `static` and on arXiv at load 0.7 against
+`least_loaded`, paired. Quoted in docs/graph-marl.md (how much the arXiv result depends on the training seed; those
+runs had 200 updates). About 10-12 minutes of one CPU per 200 updates.
 
 Usage: python benchmarks/graph-marl-seed-probe.py KIND SEED ['{GraphMARLConfig overrides as JSON}']
 (KIND: graph, flat or ippo; e.g. '{"train_prompt_range": [1, 4]}')
@@ -20,7 +21,7 @@ import numpy as np
 from fleetwise.envs.graph_marl import evaluate
 from fleetwise.learn.graph_marl import MAPPOArgs, ValidationWindows, load_trained, train_job
 from fleetwise.metrics.stats import paired_change
-from fleetwise.reproduce.graph_marl import _budget
+from fleetwise.reproduce.graph_marl import _budget, _train_args
 from fleetwise.workload.spec import load_trace
 from fleetwise.worlds.multicloud import GraphMARLConfig
 
@@ -31,8 +32,7 @@ def main() -> None:
     bud = _budget(False)
     cfg = replace(GraphMARLConfig(), **{k: tuple(v) if isinstance(v, list) else v for k, v in over.items()})
     val = ValidationWindows(cfg, range(500, 500 + bud["val_seeds"]), MAPPOArgs().train_segment_s)
-    args = MAPPOArgs(kind=kind, updates=bud["updates"], episodes_per_update=bud["episodes_per_update"], seed=seed,
-                     **{**bud["recipe"], **bud["by_kind"].get(kind, {})})
+    args = _train_args(bud, kind, seed)
     tag = "-" + hashlib.sha256(json.dumps(over, sort_keys=True).encode()).hexdigest()[:8] if over else ""
     ckpt = f"/tmp/graph-marl-seed-probe-{kind}-s{seed}{tag}.pt"
     r = train_job({"name": kind, "cfg": cfg, "args": asdict(args), "ckpt": ckpt, "validation": val})

@@ -455,3 +455,38 @@ def test_paired_rows_by_training_seed_and_segment():
     assert set(b) == set(p) and p[(0, 1)] == 10.0
     b, p = _paired(learned, learned, "x")
     assert b == p
+
+
+def test_budget_per_variant_and_an_override_applies_to_every_variant():
+    from fleetwise.reproduce.graph_marl import _budget, _train_args
+
+    full = _budget(False)
+    assert [_train_args(full, k, 0).updates for k in ("graph", "flat", "ippo")] == [400, 400, 400]
+    assert _train_args(full, "graph", 1).learning_rate == 3e-3 and _train_args(full, "flat", 1).learning_rate == 1e-3
+    assert _train_args(full, "ippo", 2).patience == 40 and _train_args(full, "ippo", 2).seed == 2
+    full["by_kind"]["flat"] = {"updates": 50}  # a variant's own budget wins over the shared one ...
+    assert _train_args(full, "flat", 0).updates == 50 and _train_args(full, "ippo", 0).updates == 400
+    small = _budget(False, updates=3)  # ... and an override (tests) applies to every variant
+    assert [_train_args(small, k, 0).updates for k in ("graph", "flat", "ippo")] == [3, 3, 3]
+    assert _budget(True)["updates"] == 35 and _budget(False, train_seeds=2)["train_seeds"] == 2
+
+
+@needs_data
+def test_a_resumed_run_stops_early_under_its_own_patience(tmp_path):
+    """Early stopping on resume follows this run's patience, not the flag of the run that wrote the checkpoint: a
+    run resumed with more patience goes on where a fresh run of those arguments would."""
+    from fleetwise.learn.graph_marl import MAPPOArgs, ValidationWindows, load_checkpoint, save_checkpoint, train
+
+    cfg = replace(SMALL, segment_s=60.0, drain_s=30.0)
+    val = ValidationWindows(cfg, [1], 60.0)
+    make = lambda: make_env(cfg, duration_s=60.0)  # noqa: E731
+    args = MAPPOArgs(kind="flat", updates=1, episodes_per_update=1, n_epochs=1, hidden=8, val_every=1, patience=3)
+    ck = tmp_path / "f.pt"
+    train(make, args, ckpt_path=ck, validation=val)
+    c = load_checkpoint(ck)
+    c["validator"]["bad_checks"], c["stopped"] = 3, True  # as if three checks had brought nothing
+    save_checkpoint(ck, c)
+    _, _, info = train(make, replace(args, updates=2), ckpt_path=ck, resume=True, validation=val)
+    assert info["early_stopped"] and info["update"] == 1  # patience 3: stopped
+    _, _, info = train(make, replace(args, updates=2, patience=5), ckpt_path=ck, resume=True, validation=val)
+    assert not info["early_stopped"] and info["update"] == 2  # patience 5: one more update

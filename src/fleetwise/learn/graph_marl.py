@@ -472,6 +472,7 @@ def train(make_env: Callable[[], object], args: MAPPOArgs, ckpt_path: str | Path
         if validator is not None and val_state:
             for k, v in val_state.items():
                 setattr(validator, k, v)
+            stopped = validator.bad_checks >= validator.patience  # under this run's patience
     else:
         # identical initial weights for every kind's seed, independent of construction order elsewhere
         g0 = torch.Generator().manual_seed(args.seed + 17)
