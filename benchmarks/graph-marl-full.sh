@@ -7,8 +7,9 @@
 # Usage: benchmarks/graph-marl-full.sh [OUT_DIR]   (wall time and load average printed; on a shared 2-core
 # machine run it under `flock /work/heavy.lock`). Checkpoints are kept in OUT_DIR/graph-marl and resumed.
 # Measured 2026-12-03 (2 cores): 200 updates of one job take 500-780 s (updates 200-400 of Graph-MARL's seeds 0
-# and 1: 663 s and 680 s, side by side); a 400-update job from a fresh folder was not timed (the checkpoints were
-# resumed from the 200-update run, docs; early-stopped jobs end sooner); with all nine
+# and 1: 663 s and 680 s, side by side); from scratch, two jobs side by side, Graph-MARL seed 0 took 1,310 s and
+# flat-MARL seed 2 1,070 s for 400 updates (early-stopped jobs end sooner; the documented checkpoints were resumed
+# from the 200-update run and are identical to those, docs); with all nine
 # checkpoints in place the script ran in 115 + 65 + 165 s (held-out, Mooncake, arXiv). Figures in
 # docs/graph-marl.md. (`nproc` counts OMP_NUM_THREADS; `nproc --all` the CPUs.)
 set -euo pipefail
