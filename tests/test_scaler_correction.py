@@ -3,12 +3,14 @@ zero parameters are the rule decision for decision; the redundancy switch waits 
 a short CEM training writes a checkpoint with its model card that the registered scaler "rl" runs."""
 
 import json
+import math
 
 import numpy as np
 import pytest
 
 from fleetwise.learn.scaler_cem import N_PARAMS, ScalerCEMConfig, save_scaler, train_scaler_cem, windows
-from fleetwise.policies.scaler_correction import N_FEATURES, CorrectedSLOAware, LinearCorrection, model_features
+from fleetwise.policies.scaler_correction import (N_FEATURES, N_STEP_FEATURES, CorrectedSLOAware, LinearCorrection,
+                                                  ModelMemory, model_features)
 from fleetwise.workload.readers import cached_servegen
 from test_autoscaling_env import _group, assert_answers_as_slo_aware
 
@@ -67,11 +69,79 @@ def test_redundancy_lifted_only_after_the_scale_down_window():
 def test_features_bounded_and_nan_safe():
     x = model_features(need=1e9, unit=0.0, rps=float("nan"), history=(float("nan"),), ready=np.array([0]),
                        starting=np.array([0]), waiting=10**9, busy=np.array([float("nan")]), ratios=np.array([]))
-    assert x.shape == (N_FEATURES,) and np.isfinite(x).all() and x[0] == 1.0 and x[1] == 2.0
+    assert x.shape == (N_STEP_FEATURES,) and np.isfinite(x).all() and x[0] == 1.0 and x[1] == 2.0
     y = model_features(need=1.0, unit=1.0, rps=float("inf"), history=(1.0,), ready=np.array([2]),
                        starting=np.array([0]), waiting=0, busy=np.array([float("nan")]),
                        ratios=np.array([float("inf")]))
     assert np.isfinite(y).all() and y[4] == 0.0
+
+
+def _x(need_replicas=0.1, ratio=0.2, waiting=0.0):
+    x = np.zeros(N_STEP_FEATURES)
+    x[0], x[1], x[2], x[3] = 1.0, need_replicas / 4.0, ratio, waiting
+    return x
+
+
+def test_memory_features_calm_share_lift_restore_and_hold():
+    m = ModelMemory(0.0)
+    f = m.features(0.0, _x(), 1.0, False)
+    assert f.shape == (N_FEATURES - N_STEP_FEATURES,)
+    assert f[0] == pytest.approx(0.0, abs=1e-9) and f[2] == 0.0 and f[3] == 1.0 and f[4] == 0.0
+    for t in range(30, 901, 30):  # 15 calm minutes: the 15-minute share reaches 1, the hour's a quarter
+        f = m.features(float(t), _x(), 1.0, False)
+    assert f[0] == 1.0 and f[1] == pytest.approx(0.25)
+    f = m.features(930.0, _x(ratio=0.9), 0.8, True)  # a busy epoch (ratio 0.9), lifted, the need down 20%
+    assert f[0] == pytest.approx(29 / 30) and f[2] == 1.0 and f[4] == pytest.approx(math.log(1.25) / 0.3)
+    for bad in (_x(need_replicas=0.6), _x(waiting=0.1)):
+        assert not ModelMemory(0.0).features(0.0, bad, 1.0, False)[0] and True
+    m.restored = 930.0
+    assert m.features(2730.0, _x(), 1.0, False)[3] == pytest.approx(0.5)
+    assert np.isfinite(ModelMemory(0.0).features(0.0, _x(), float("nan"), False)).all()
+
+
+def test_a_policy_on_the_calm_share_lifts_after_fifteen_calm_minutes_and_holds():
+    """a[1] = 2 x_calm15 - 1.9 + x_lifted: the spread is lifted once the model was calm for 15 minutes and the
+    scale-down window passed, and stays lifted through a busy epoch (hysteresis), but not through many."""
+    w, b = np.zeros((2, N_FEATURES)), np.array([0.0, -1.9])
+    w[1, N_STEP_FEATURES], w[1, N_STEP_FEATURES + 2] = 2.0, 1.0
+    sc = CorrectedSLOAware(LinearCorrection(w, b), downscale_window_s=120.0)
+
+    def zones(rps):
+        return [_group(key=f"m/g/z-{z}/on_demand", zone=f"z-{z}", ready=1, starting=0, arrivals_rps=rps,
+                       capacity_rps=5.0, max_replicas=6, min_replicas=0, busy=0.1, waiting=0, tpot_p90_s=0.01)
+                for z in "ab"]
+
+    groups = zones(0.3)
+    first_lift = None
+    for t in range(0, 1500, 30):
+        if sum(sc.scale(_obs(float(t), groups)).values()) == 1 and first_lift is None:
+            first_lift = t
+    assert first_lift is not None and 960 <= first_lift <= 1080  # ~15 calm minutes, then the 120-s window
+    busy = zones(4.0)  # the need at 4 / 5 x 1.2 = ~1 replica: not calm
+    assert sum(sc.scale(_obs(1500.0, busy)).values()) >= 1 and sc._drop["m"]  # one busy epoch: still lifted
+    t = 1530.0
+    while sc._drop["m"] and t < 3000:
+        sc.scale(_obs(t, busy))
+        t += 30.0
+    assert not sc._drop["m"] and sc._memory["m"].restored == t - 30.0
+
+
+def test_a_checkpoint_of_one_epochs_features_still_loads(tmp_path):
+    """A checkpoint saved before the memory features (7 inputs) runs as the same policy: it reads the first 7."""
+    from fleetwise.control.checkpoint import ActionSpec, ModelCard, save_policy
+    from fleetwise.policies import make
+
+    w = np.zeros((2, N_STEP_FEATURES))
+    b = np.array([0.0, 1.0])
+    card = ModelCard(level="scaler", policy="rl", rule="slo_aware", validation={"passed": True},
+                     training={"algorithm": "cem", "action": "model_correction", "rule_params": {}})
+    ck = save_policy(tmp_path / "old", level="scaler", algorithm="cem", obs_low=np.zeros(N_STEP_FEATURES, np.float32),
+                     obs_high=np.ones(N_STEP_FEATURES, np.float32), action=ActionSpec("box", shape=(2,)),
+                     layers=[(w, b)], activation="identity", card=card, act_low=-np.ones(2, np.float32),
+                     act_high=np.ones(2, np.float32))
+    rl = make("scaler", "rl", {"checkpoint": str(ck)})
+    x = np.concatenate([_x(), np.ones(N_FEATURES - N_STEP_FEATURES)])
+    assert list(rl.correction.policy(x)) == [0.0, 1.0]
 
 
 def test_windows_are_reproducible_and_inside_the_day():

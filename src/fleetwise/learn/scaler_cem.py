@@ -1,7 +1,8 @@
 """Training the RL scaler's model-level correction of ``slo_aware`` (fleetwise.policies.scaler_correction) with the
 shared recipe (docs/learning.md, docs/autoscaling.md).
 
-The policy is linear (7 features -> 2 bounded outputs per model and epoch, 16 parameters) and what it is judged
+The policy is linear (12 features, 7 of one epoch and 5 of the model's last hour -> 2 bounded outputs per model
+and epoch, 26 parameters) and what it is judged
 on (cost per token and SLO attainment over hours of a day) is only known at the end of a whole simulated window,
 so it is trained by the cross-entropy method (CEM; Rubinstein 1999, Szita & Lorincz 2006), a derivative-free
 policy search, as the learned router is (fleetwise.learn.router): numpy only, no torch. Each candidate runs the
@@ -38,8 +39,8 @@ from fleetwise.policies.scaler_correction import ACTION_KIND, N_FEATURES, N_OUTP
 from fleetwise.policies.scaler_features import RULE
 
 N_PARAMS = N_OUTPUTS * N_FEATURES + N_OUTPUTS
-OBS_LOW = np.array([1.0, 0.0, 0.0, 0.0, 0.0, -2.0, 0.0], np.float32)
-OBS_HIGH = np.array([1.0, 2.0, 3.0, 1.2, 1.0, 2.0, 1.0], np.float32)
+OBS_LOW = np.array([1.0, 0.0, 0.0, 0.0, 0.0, -2.0, 0.0] + [0.0] * 5, np.float32)
+OBS_HIGH = np.array([1.0, 2.0, 3.0, 1.2, 1.0, 2.0, 1.0] + [1.0, 1.0, 1.0, 1.0, 2.0], np.float32)
 TRAIN_DAYS = range(1, 6)  # ServeGen days 2-6 (0-based 1-5): training windows
 VAL_DAY = 6  # ServeGen day 7: validation windows (the choice and the gate); day 1 (0) is reproduce platform's test day
 # reproduce platform's budgets (ScalerCEMConfig fields)
@@ -63,6 +64,7 @@ class ScalerCEMConfig:
     population: int = 8
     elite: int = 3
     sigma: float = 0.5
+    min_sigma: float = 0.05  # the search's spread never falls below this (noisy CEM, Szita & Lorincz 2006)
     slack: float = 0.001  # SLO attainment at most this much (0.1 point) below the rule's, on average
     seed: int = 0
     rule_params: dict[str, Any] = field(default_factory=dict)
@@ -162,7 +164,7 @@ def _train(base, cfg, out, backend, workers, address, progress) -> dict:
         viol = max(-cfg.slack - c["attainment_diff"], 0.0) / cfg.slack
         return -c["log_cost_ratio"] - 0.05 * viol - penalty(c)
 
-    search = CEM(np.zeros(N_PARAMS), cfg.sigma, population=cfg.population, elite=cfg.elite, min_sigma=0.05,
+    search = CEM(np.zeros(N_PARAMS), cfg.sigma, population=cfg.population, elite=cfg.elite, min_sigma=cfg.min_sigma,
                  rng=np.random.default_rng(cfg.seed))
     best = {"score": 0.0, "params": search.mean.copy(), "iteration": 0}  # the rule scores 0 by definition
     curve: list[dict] = []

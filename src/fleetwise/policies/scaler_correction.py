@@ -1,9 +1,10 @@
 """The RL scaler's model-level correction of ``slo_aware`` (the ``rl`` scaler with a checkpoint whose model card
 says ``training.action: "model_correction"``; trained by ``fleetwise.learn.scaler_cem``). docs/autoscaling.md.
 
-It contains its rule. Per model and scaling epoch, a linear policy maps ``N_FEATURES`` features of what the
-rule sees (:func:`model_features`) to two numbers in [-1, 1], which adjust two of ``slo_aware``'s parameters for
-that model in that epoch:
+It contains its rule. Per model and scaling epoch, a linear policy maps ``N_FEATURES`` features -- what the
+rule sees this epoch (:func:`model_features`) and what the scaler remembers of the model's last hour
+(:class:`ModelMemory`) -- to two numbers in [-1, 1], which adjust two of ``slo_aware``'s parameters for that model
+in that epoch:
 
 * ``a[0]``, the capacity: the rule's need (``predicted x (1 + headroom) x correction + waiting / drain_s``) is
   multiplied by ``exp(NEED_SCALE x a[0])`` (a factor in [0.74, 1.35]), before the rule's scale-down window;
@@ -14,19 +15,26 @@ that model in that epoch:
 Zero parameters give ``a = 0``: factor 1 and the redundancy kept, i.e. ``slo_aware`` decision for decision
 (``tests/test_scaler_correction.py``). What it can learn is when the rule's insurance (headroom, N+1 across zones)
 buys no service level: a model whose demand is a small fraction of one replica, at ease with its SLO, pays for a
-second zone's replica that a burst would fill only after a cold start anyway. The features carry no time of day
-and no model identity, so a policy cannot learn a scenario's fault schedule or its model names.
+second zone's replica that a burst would fill only after a cold start anyway. One epoch's view cannot tell a calm
+hour from a lull between bursts, so the memory features can: how much of the last 15 and 60 minutes the model was
+calm, whether its spread is lifted now (so a policy can hold a decision: hysteresis), how long ago it was last
+restored, and how far the need fell below its 15-minute high (so a policy can hold capacity through a dip, as a
+longer scale-down window does). The features carry no time of day and no model identity, so a policy cannot learn
+a scenario's fault schedule or its model names.
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
 
 import numpy as np
 
 from fleetwise.policies.scalers import SLOAware, model_demand
 
-N_FEATURES = 7  # bias + 6 (model_features)
+N_STEP_FEATURES = 7  # bias + 6 (model_features): one epoch's view
+N_MEMORY_FEATURES = 5  # ModelMemory
+N_FEATURES = N_STEP_FEATURES + N_MEMORY_FEATURES
 N_OUTPUTS = 2
 NEED_SCALE = 0.3  # a[0] = +-1: the need x exp(+-0.3)
 ACTION_KIND = "model_correction"  # the model card's training["action"]
@@ -34,7 +42,7 @@ ACTION_KIND = "model_correction"  # the model card's training["action"]
 
 def model_features(need: float, unit: float, rps: float, history: tuple, ready: np.ndarray, starting: np.ndarray,
                    waiting: int, busy: np.ndarray, ratios: np.ndarray) -> np.ndarray:
-    """What the policy sees of one model in one epoch, ``N_FEATURES`` values:
+    """What the policy sees of one model in one epoch, ``N_STEP_FEATURES`` values:
 
     0. 1 (bias);
     1. the rule's need in replicas of the model's largest unit (``need / unit``), /4, at most 2;
@@ -61,6 +69,53 @@ def model_features(need: float, unit: float, rps: float, history: tuple, ready: 
         nstart / max(nready + nstart, 1),
     ])
     return np.nan_to_num(x, nan=0.0, posinf=2.0, neginf=-2.0)  # (a NaN a producer sent never reaches the policy)
+
+
+CALM_NEED_REPLICAS = 0.5  # a calm epoch: the rule's need below half a replica,
+CALM_RATIO = 0.8  # the worst p90 / SLO ratio below 0.8, and nothing waiting
+SHORT_S, LONG_S, HOLD_S = 900.0, 3600.0, 900.0  # the memory's windows
+
+
+class ModelMemory:
+    """What the scaler remembers of one model, ``N_MEMORY_FEATURES`` values appended to :func:`model_features`:
+
+    7. the share of the last 15 minutes' epochs that were calm (the rule's need below ``CALM_NEED_REPLICAS``
+       replicas, the worst p90 / SLO ratio below ``CALM_RATIO``, nothing waiting), scaled by how much of the 15
+       minutes the scaler has seen (a model seen for 5 minutes has at most 1/3);
+    8. the same over the last 60 minutes;
+    9. 1 when the model's N+1 spread is lifted now (after the previous epoch), else 0;
+    10. the time since the spread was last restored, in hours, at most 1 (1 when it never was);
+    11. the need's fall below its high of the last 15 minutes, ``log(high / need) / NEED_SCALE``, in [0, 2]
+        (``a[0]`` equal to it holds the need at that high, as a 15-minute scale-down window would).
+    """
+
+    __slots__ = ("first", "calm", "needs", "restored")
+
+    def __init__(self, now: float):
+        self.first = now
+        self.calm: deque = deque()  # (time, calm) of the epochs of the last LONG_S
+        self.needs: deque = deque()  # (time, need) of the last HOLD_S
+        self.restored = -math.inf
+
+    def features(self, now: float, x: np.ndarray, need: float, lifted: bool) -> np.ndarray:
+        calm, needs = self.calm, self.needs
+        calm.append((now, x[1] * 4.0 < CALM_NEED_REPLICAS and x[2] < CALM_RATIO and x[3] <= 0.0))
+        while calm[0][0] <= now - LONG_S:
+            calm.popleft()
+        need = need if need > 0.0 and math.isfinite(need) else 0.0
+        needs.append((now, need))
+        while needs[0][0] <= now - HOLD_S:
+            needs.popleft()
+        seen = now - self.first
+        out = []
+        for span in (SHORT_S, LONG_S):
+            inside = [c for t, c in calm if t > now - span]
+            out.append(sum(inside) / len(inside) * min(1.0, (seen + 1e-9) / span) if inside else 0.0)
+        high = max(v for _, v in needs)
+        out.append(1.0 if lifted else 0.0)
+        out.append(min(1.0, (now - self.restored) / 3600.0))
+        out.append(min(2.0, math.log(high / need) / NEED_SCALE) if need > 0.0 else 0.0)
+        return np.array(out)
 
 
 def _ratios(ttft: np.ndarray, slo_ttft: np.ndarray, tpot: np.ndarray, slo_tpot: np.ndarray) -> np.ndarray:
@@ -96,10 +151,15 @@ class CorrectedSLOAware(SLOAware):
         self.policy = policy if policy is not None else LinearCorrection.zeros()
         self._drop_since: dict[str, float] = {}  # model -> when a[1] > 0 began (held since)
         self._drop: dict[str, bool] = {}  # model -> redundancy lifted this epoch
+        self._memory: dict[str, ModelMemory] = {}
         self.decisions = 0  # (model, epoch) pairs the policy answered
 
     def _apply(self, model: str, need: float, now: float, x: np.ndarray) -> float:
-        a = self.policy(x)
+        mem = self._memory.get(model)
+        if mem is None:
+            mem = self._memory[model] = ModelMemory(now)
+        was = self._drop.get(model, False)
+        a = self.policy(np.concatenate([x, mem.features(now, x, need, was)]))
         self.decisions += 1
         if a[1] > 0.0:
             since = self._drop_since.setdefault(model, now)
@@ -107,6 +167,8 @@ class CorrectedSLOAware(SLOAware):
         else:
             self._drop_since.pop(model, None)
             self._drop[model] = False
+        if was and not self._drop[model]:
+            mem.restored = now
         return need * math.exp(NEED_SCALE * float(a[0]))  # (a[0] = 0: exactly the need)
 
     def redundant(self, model: str, now: float) -> bool:
