@@ -2,8 +2,8 @@
 # The RL scaler at its full budget (issue 17; docs/autoscaling.md, docs/learning.md): the recipe's training of the
 # model-level correction of slo_aware (CEM, 6 iterations of 8 candidates on 4 two-hour windows of ServeGen days
 # 2-6; the parameters kept on 4 windows of day 7, the gate on 4 others), then the RL scaler and slo_aware on the
-# whole of day 1 (the test day), 5 seeds, and slo_aware all on-demand. Measured 2026-12-01: 24 min 22 s wall on 2
-# shared CPUs (training 740 s, then 15 whole-day runs of ~170 s). Needs fleetwise on PATH's python (a venv). The other scalers' figures are `fleetwise reproduce platform` (all of
+# whole of day 1 (the test day), 5 seeds, and slo_aware all on-demand. Measured 2026-12-03 (with the memory
+# features): 9 min 46 s wall on 2 CPUs (training 286 s, then the whole-day runs of 40-70 s each). Needs fleetwise on PATH's python (a venv). The other scalers' figures are `fleetwise reproduce platform` (all of
 # them, ~60 min). Writes results/platform-rl/platform/ (result.json, rl_scaler.npz + rl_scaler.card.json with the gate,
 # rl_scaler.curve.json) and prints `{scaler: {slo_attainment, cost_per_mtok_usd, oscillations, lost_requests}}` and
 # rl's paired change against slo_aware.

@@ -40,6 +40,8 @@ CALM = {  # name: CalmLift parameters
     "calm 30 min, restore at 0.7 replicas, 60 min between lifts, 15-min hold":
         dict(calm_s=1800, q_below=0.8, q_restore=2.0, waiting_restore=0.4, need_restore=0.7, relift_s=3600,
              hold_s=900),
+    "calm 20 min, restore at 0.7 replicas, 60 min between lifts":
+        dict(calm_s=1200, q_below=0.8, q_restore=2.0, waiting_restore=0.4, need_restore=0.7, relift_s=3600),
     "15-min hold only": dict(calm_s=1200, q_below=-1.0, q_restore=2.0, waiting_restore=0.4, hold_s=900),
     "calm 15 min, restore at ratio 2": dict(calm_s=900, q_below=0.8, q_restore=2.0, waiting_restore=0.4),
     "calm 15 min, restore at ratio 2, need x 1.16": dict(calm_s=900, q_below=0.8, q_restore=2.0, waiting_restore=0.4,

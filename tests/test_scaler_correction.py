@@ -144,6 +144,21 @@ def test_a_checkpoint_of_one_epochs_features_still_loads(tmp_path):
     assert list(rl.correction.policy(x)) == [0.0, 1.0]
 
 
+def test_free_parameters_name_weights_and_biases():
+    """ScalerCEMConfig.free: "output:feature" and "output:b" index the parameter vector (w row-major, then b)."""
+    from fleetwise.learn.scaler_cem import SPARSE, free_index, params_policy
+
+    idx = free_index(["0:b", "1:7", "0:11"])
+    p = np.zeros(N_PARAMS)
+    p[idx] = [0.5, 2.0, 1.0]
+    pol = params_policy(p)
+    assert pol.b[0] == 0.5 and pol.w[1, 7] == 2.0 and pol.w[0, 11] == 1.0 and np.count_nonzero(pol.w) == 2
+    assert len(free_index(SPARSE)) == len(SPARSE) and len(free_index(None)) == N_PARAMS
+    for bad in (["2:1"], ["0:12"], ["x"], ["1:b", "1:b"]):
+        with pytest.raises(ValueError, match="free parameter"):
+            free_index(bad)
+
+
 def test_windows_are_reproducible_and_inside_the_day():
     a = windows([1, 2], 5, 7200.0, seed=3)
     assert a == windows([1, 2], 5, 7200.0, seed=3) and a != windows([1, 2], 5, 7200.0, seed=4)
