@@ -92,8 +92,11 @@ def test_memory_features_calm_share_lift_restore_and_hold():
     assert f[0] == 1.0 and f[1] == pytest.approx(0.25)
     f = m.features(930.0, _x(ratio=0.9), 0.8, True)  # a busy epoch (ratio 0.9), lifted, the need down 20%
     assert f[0] == pytest.approx(29 / 30) and f[2] == 1.0 and f[4] == pytest.approx(math.log(1.25) / 0.3)
-    for bad in (_x(need_replicas=0.6), _x(waiting=0.1)):
-        assert not ModelMemory(0.0).features(0.0, bad, 1.0, False)[0] and True
+    for bad in (_x(need_replicas=0.6), _x(waiting=0.1)):  # a need of 0.6 replicas, or a backlog: not calm either
+        m2 = ModelMemory(0.0)
+        for t in range(0, 901, 30):
+            m2.features(float(t), _x(), 1.0, False)
+        assert m2.features(930.0, bad, 1.0, False)[0] == pytest.approx(29 / 30)
     m.restored = 930.0
     assert m.features(2730.0, _x(), 1.0, False)[3] == pytest.approx(0.5)
     assert np.isfinite(ModelMemory(0.0).features(0.0, _x(), float("nan"), False)).all()
@@ -118,7 +121,7 @@ def test_a_policy_on_the_calm_share_lifts_after_fifteen_calm_minutes_and_holds()
             first_lift = t
     assert first_lift is not None and 960 <= first_lift <= 1080  # ~15 calm minutes, then the 120-s window
     busy = zones(4.0)  # the need at 4 / 5 x 1.2 = ~1 replica: not calm
-    assert sum(sc.scale(_obs(1500.0, busy)).values()) >= 1 and sc._drop["m"]  # one busy epoch: still lifted
+    assert sum(sc.scale(_obs(1500.0, busy)).values()) == 1 and sc._drop["m"]  # one busy epoch: still lifted
     t = 1530.0
     while sc._drop["m"] and t < 3000:
         sc.scale(_obs(t, busy))

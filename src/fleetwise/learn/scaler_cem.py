@@ -66,8 +66,7 @@ class ScalerCEMConfig:
     sigma: float = 0.5
     min_sigma: float = 0.05  # the search's spread never falls below this (noisy CEM, Szita & Lorincz 2006)
     # the parameters searched, as "output:feature" ("1:7": a[1]'s weight on feature 7, "0:b": a[0]'s bias); the
-    # others stay zero. None: all N_PARAMS. A sparse search finds in a few hundred runs what a 26-dimensional one
-    # does not (docs/autoscaling.md)
+    # others stay zero. None (the budgets' default): all N_PARAMS
     free: list[str] | None = None
     slack: float = 0.001  # SLO attainment at most this much (0.1 point) below the rule's, on average
     seed: int = 0
@@ -82,9 +81,10 @@ def windows(days: list[int], n: int, window_s: float, seed: int) -> list[tuple[i
             for k in range(n)]
 
 
-SPARSE = ["0:b", "0:11", "1:b", "1:1", "1:2", "1:3", "1:7", "1:8", "1:9", "1:10"]  # the full budget's search:
-# a[0] on its bias and the need's fall below its 15-minute high (a hold); a[1] on its bias, the need, the worst
-# ratio, the waiting, the calm shares, the lifted state and the time since the last restore
+SPARSE = ["0:b", "0:11", "1:b", "1:1", "1:2", "1:3", "1:7", "1:8", "1:9", "1:10"]  # a sparse search (tried in
+# docs/autoscaling.md; it kept the rule's neighbourhood too): a[0] on its bias and the need's fall below its
+# 15-minute high (a hold); a[1] on its bias, the need, the worst ratio, the waiting, the calm shares, the lifted
+# state and the time since the last restore
 
 
 def free_index(free: list[str] | None) -> np.ndarray:
