@@ -57,6 +57,10 @@ class SimOptions:
 
 
 class Simulator:
+    # the event heap is compacted (``_compact``) when it outgrows twice its size after the last compaction, and
+    # never below this size (a small fleet's heap stays small and is never compacted)
+    COMPACT_MIN = 4096
+
     def __init__(self, replicas: Sequence[Replica], workload: "Workload", *, rtt_s: np.ndarray | None = None,
                  bandwidth_gbps: np.ndarray | None = None,
                  model_index: Sequence[int] | None = None, max_context: Sequence[int] | None = None,
@@ -122,7 +126,7 @@ class Simulator:
         # event machinery
         self.now = 0.0
         self._heap: list = []
-        self._compact_at = 4096  # heap size at which stale lane events are dropped (_compact)
+        self._compact_at = self.COMPACT_MIN  # heap size at which stale lane events are dropped (_compact)
         self._seq = 0
         self._ghost_t = -INF  # the latest lane event scheduled without a push of its own (_schedule)
         self._next = 0  # next arrival
@@ -171,7 +175,7 @@ class Simulator:
                 self._ghost_t = t
         heap[:] = keep
         heapq.heapify(heap)
-        self._compact_at = max(4096, 2 * len(heap))
+        self._compact_at = max(self.COMPACT_MIN, 2 * len(heap))
 
     def _schedule(self, lane: Lane) -> None:
         """(Re)schedule ``lane``'s end event at ``lane.t_end``, replacing the one scheduled before.
@@ -191,7 +195,10 @@ class Simulator:
         else:
             lane.version = v = lane.version + 1
             lane.ev_t = t
-            heapq.heappush(self._heap, (t, LANE_DONE, s, lane, v))
+            heap = self._heap
+            heapq.heappush(heap, (t, LANE_DONE, s, lane, v))
+            if len(heap) > self._compact_at:
+                self._compact()
 
     def _unschedule(self, lane: Lane) -> None:
         """Cancel ``lane``'s end event (if any)."""
