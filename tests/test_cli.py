@@ -104,9 +104,22 @@ def test_bench_sim_speed_against_fleet_size():
     assert [r["replicas"] for r in rows] == [2, 8] and all(r["requests"] == 300 for r in rows)
     assert all(r["req_per_s"] > 0 and r["peak_rss_mb"] > 0 for r in rows)
     assert rows[1]["replicas_used"] == 8  # the load was scaled with the fleet: every replica got requests
+    assert rows[0]["ratio_to_first"] == 1.0 and rows[1]["ratio_to_first"] == rows[1]["req_per_s"] / rows[0]["req_per_s"]
+    p = cli("bench", "sim-speed", "--replicas", "2,8", "--requests", "200", "--scenario", "vidur-parity", "--repeat",
+            "3", "--json")
+    assert p.returncode == 0, p.stderr
+    rows = json.loads(p.stdout)
+    for r in rows:  # each size's median run of 3 rounds, and its rate over the 2-replica run of the same round
+        assert len(r["req_per_s_runs"]) == len(r["ratio_to_first_runs"]) == 3
+        assert r["req_per_s"] == sorted(r["req_per_s_runs"])[1] and r["events"] > 0
+    assert rows[0]["ratio_to_first_runs"] == [1.0, 1.0, 1.0]
+    assert rows[1]["ratio_to_first_runs"] == [a / b for a, b in zip(rows[1]["req_per_s_runs"], rows[0]["req_per_s_runs"])]
+    assert rows[1]["ratio_to_first"] == sorted(rows[1]["ratio_to_first_runs"])[1]
     for bad in ("0", "4,x", "20000"):
         p = cli("bench", "sim-speed", "--replicas", bad, "--requests", "10")
         assert p.returncode == 2 and "--replicas" in p.stderr and "Traceback" not in p.stderr
+    p = cli("bench", "sim-speed", "--replicas", "2", "--repeat", "0")
+    assert p.returncode == 2 and "--repeat" in p.stderr and "Traceback" not in p.stderr
 
 
 def test_scenarios_and_policies_list():

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
+from typing import Callable
 
 
 def _one(n: int, scenario: str, router: str) -> dict:
@@ -82,13 +84,31 @@ def _fleet_one(replicas: int, n: int, scenario: str, router: str) -> dict:
 
 
 def fleet_speed(replicas: list[int], n: int, scenario: str = "vidur-parity", router: str = "least_outstanding_tokens",
-                ) -> list[dict]:
-    """Simulated requests per wall-second against the number of replicas, each fleet size in a fresh process."""
+                repeat: int = 1, on_run: Callable[[int, int], None] | None = None) -> list[dict]:
+    """Simulated requests per wall-second against the number of replicas, each fleet size in a fresh process.
+
+    ``repeat`` rounds, each running every size once in order, so that the runs of one round are close in time:
+    on a shared machine the host's speed drifts, and a ratio of two sizes is steadier within a round than across
+    them. Each size's row is its median run by ``req_per_s`` (the other figures are that run's), with
+    ``req_per_s_runs`` (every round's rate), ``ratio_to_first_runs`` (every round's rate over the first size's rate
+    in the same round) and ``ratio_to_first`` (their median). ``on_run(done, total)`` after each run."""
+    runs: list[list[dict]] = [[] for _ in replicas]
+    total = repeat * len(replicas)
+    for k in range(repeat):
+        for i, r in enumerate(replicas):
+            code = (f"import json; from fleetwise.bench import _fleet_one; "
+                    f"print(json.dumps(_fleet_one({int(r)}, {int(n)}, {scenario!r}, {router!r})))")
+            runs[i].append(_child(code, f"bench run with {r} replicas"))
+            if on_run is not None:
+                on_run(k * len(replicas) + i + 1, total)
     res = []
-    for r in replicas:
-        code = (f"import json; from fleetwise.bench import _fleet_one; "
-                f"print(json.dumps(_fleet_one({int(r)}, {int(n)}, {scenario!r}, {router!r})))")
-        res.append(_child(code, f"bench run with {r} replicas"))
+    for rows in runs:
+        rates = [x["req_per_s"] for x in rows]
+        ratios = [x["req_per_s"] / f["req_per_s"] for x, f in zip(rows, runs[0])]
+        row = dict(sorted(rows, key=lambda x: x["req_per_s"])[(len(rows) - 1) // 2])  # (the lower median)
+        row |= {"req_per_s_runs": rates, "ratio_to_first_runs": ratios,
+                "ratio_to_first": float(statistics.median(ratios))}
+        res.append(row)
     return res
 
 

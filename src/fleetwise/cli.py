@@ -786,16 +786,18 @@ def bench_sim_speed(
     replicas: str = typer.Option("", help="comma-separated fleet sizes (e.g. 4,1024,10000): simulate --requests "
                                  "requests at each size, the load per replica kept as in the scenario"),
     requests: int = typer.Option(50_000, help="requests per fleet size (with --replicas)"),
+    repeat: int = typer.Option(1, min=1, max=20, help="with --replicas: rounds of runs, every size once per round; "
+                               "each size's median run, and its rate over the first size's rate in each round"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Simulated requests per wall-second and peak memory, each size in a fresh process. With --replicas: the same
-    against the number of replicas, printing [{replicas, requests, req_per_s, peak_rss_mb, ...}]."""
+    against the number of replicas, printing [{replicas, requests, req_per_s, peak_rss_mb, ratio_to_first, ...}]."""
     from fleetwise.bench import sim_speed
     from fleetwise.policies import make
     from fleetwise.scenario import load_scenario
 
     if replicas.strip():
-        _bench_fleet_speed(replicas, requests, scenario, router, as_json)
+        _bench_fleet_speed(replicas, requests, scenario, router, as_json, repeat)
         return
 
     ns = []
@@ -825,7 +827,8 @@ def bench_sim_speed(
     out.print(t)
 
 
-def _bench_fleet_speed(replicas: str, requests: int, scenario: str, router: str, as_json: bool) -> None:
+def _bench_fleet_speed(replicas: str, requests: int, scenario: str, router: str, as_json: bool, repeat: int = 1
+                       ) -> None:
     from fleetwise.bench import fleet_speed, scaled_scenario
     from fleetwise.policies import make
 
@@ -846,15 +849,21 @@ def _bench_fleet_speed(replicas: str, requests: int, scenario: str, router: str,
         raise InputError(f"--requests {requests}: expected 1 to {MAX_REQUESTS:,}")
     scaled_scenario(scenario, sizes[0])  # a bad name, file or workload kind fails here, before any child process
     make("router", router, where="--router: ")
-    res = fleet_speed(sizes, requests, scenario=scenario, router=router)
+    with _progress() as prog:
+        task = prog.add_task(f"{len(sizes)} fleet sizes x {repeat}", total=len(sizes) * repeat)
+        res = fleet_speed(sizes, requests, scenario=scenario, router=router, repeat=repeat,
+                          on_run=lambda d, n: prog.update(task, completed=d))
     if as_json:
         out.print_json(json.dumps(res))
         return
-    t = Table(title=f"simulator speed against fleet size on {scenario} ({router}, load per replica kept)")
-    for c in ("replicas", "requests", "requests/s", "wall s", "peak RSS MB"):
+    t = Table(title=f"simulator speed against fleet size on {scenario} ({router}, load per replica kept"
+                    + (f", median of {repeat} rounds" if repeat > 1 else "") + ")")
+    for c in ("replicas", "requests", "requests/s", f"÷ {sizes[0]:,} replicas", "wall s", "peak RSS MB"):
         t.add_column(c, justify="right")
     for r in res:
-        t.add_row(str(r["replicas"]), str(r["requests"]), f"{r['req_per_s']:.0f}", f"{r['wall_s']:.2f}",
+        ratios = ", ".join(f"{x:.2f}" for x in r["ratio_to_first_runs"])
+        t.add_row(str(r["replicas"]), str(r["requests"]), f"{r['req_per_s']:.0f}",
+                  f"{r['ratio_to_first']:.2f}" + (f" ({ratios})" if repeat > 1 else ""), f"{r['wall_s']:.2f}",
                   f"{r['peak_rss_mb']:.0f}")
     out.print(t)
 
