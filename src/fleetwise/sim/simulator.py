@@ -130,7 +130,10 @@ class Simulator:
         self._seq = 0
         self._ghost_t = -INF  # the latest lane event scheduled without a push of its own (_schedule)
         self._next = 0  # next arrival
-        self._pending: list[DecisionPoint] = []
+        # decisions due now, last first: DecisionPoints, or a Lane whose batch decision run_until answers without
+        # one (``_fast_plan``; advance makes it a DecisionPoint for any other caller)
+        self._pending: list = []
+        self._fast_plan = None
         self._dp: DecisionPoint | None = None
         self.batcher_stationary = True
         self.events = 0
@@ -150,6 +153,7 @@ class Simulator:
         # load indexes of the load-aware routers (fleetwise.sim.route_index), made when a router first asks
         self._tok_index: LoadIndex | None = None
         self._req_index: LoadIndex | None = None
+        self._dirty: list[set[int]] = []  # their ``dirty`` sets (empty: no index, nothing to mark; ``_touch``)
         self._prefix_index: PrefixIndex | None = None
         for r in self.replicas:
             if r.ready_s > 0:
@@ -206,11 +210,10 @@ class Simulator:
         lane.ev_t = INF
 
     def _touch(self, rep: Replica) -> None:
-        """Something a load index reads of ``rep`` changed (its counters, a lane's run, its candidacy)."""
-        if self._tok_index is not None:
-            self._tok_index.dirty.add(rep.index)
-        if self._req_index is not None:
-            self._req_index.dirty.add(rep.index)
+        """Something a load index reads of ``rep`` changed (its counters, a lane's run, its candidacy). The hot
+        paths test ``self._dirty`` first (no index: no call)."""
+        for d in self._dirty:
+            d.add(rep.index)
 
     def least_loaded(self, model: int, tokens: bool) -> int:
         """The candidate of ``model`` with the fewest outstanding tokens as of now (``tokens``) or outstanding
@@ -219,10 +222,12 @@ class Simulator:
             ix = self._tok_index
             if ix is None:
                 ix = self._tok_index = LoadIndex(self, True)
+                self._dirty.append(ix.dirty)
         else:
             ix = self._req_index
             if ix is None:
                 ix = self._req_index = LoadIndex(self, False)
+                self._dirty.append(ix.dirty)
         return ix.argmin(model, self.now)
 
     def prefix_holders(self, block: int):
@@ -244,7 +249,14 @@ class Simulator:
         n = self.n
         while True:
             if self._pending:
-                self._dp = dp = self._pending.pop()
+                dp = self._pending.pop()
+                if dp.__class__ is Lane:
+                    fast = self._fast_plan
+                    if fast is not None:  # run_until's batcher, answered here (what apply would do)
+                        self._start(dp, fast(dp.view))
+                        continue
+                    dp = DecisionPoint("batch", self.now, lane=dp, view=dp.view)
+                self._dp = dp
                 if dp.kind == "route":
                     self._rview.at(dp.request, self.now)
                 return dp
@@ -345,26 +357,35 @@ class Simulator:
         route = controller.router.route
         plan = getattr(controller.batcher, "plan", None)  # None: every batch decision is returned (``stop``)
         decide = controller.decide
-        advance, apply = self.advance, self.apply
+        advance, apply, start = self.advance, self.apply, self._start
         if t < INF and self._pause_t != t:
             self._pause_t = t
             self.at(t, self._pause)
         last = self._next
-        dp = self._dp if self._dp is not None else advance()
-        while dp is not None:
-            k = dp.kind
-            if k == "pause":
-                if dp.time_s >= t:
+        # batch decisions are answered inside advance (no DecisionPoint) unless they are to be returned
+        self._fast_plan = plan if plan is not None and "batch" not in stop else None
+        try:
+            dp = self._dp if self._dp is not None else advance()
+            while dp is not None:
+                k = dp.kind
+                if k == "pause":
+                    if dp.time_s >= t:
+                        break
+                    dp = advance()  # the pause of an earlier target: nothing to do
+                    continue
+                if k in stop:
                     break
-                dp = advance()  # the pause of an earlier target: nothing to do
-                continue
-            if k in stop:
-                break
-            apply(route(dp.view) if k == "route" else plan(dp.view) if k == "batch" else decide(dp))
-            if progress is not None and self._next - last >= 2000:
-                progress(self._next - last)
-                last = self._next
-            dp = advance()
+                if k == "batch":  # (apply, inlined)
+                    self._dp = None
+                    start(dp.lane, plan(dp.view))
+                else:
+                    apply(route(dp.view) if k == "route" else decide(dp))
+                if progress is not None and self._next - last >= 2000:
+                    progress(self._next - last)
+                    last = self._next
+                dp = advance()
+        finally:
+            self._fast_plan = None
         if progress is not None:
             progress(self._next - last)
         return dp
@@ -515,7 +536,8 @@ class Simulator:
         lane.cut = True  # (from now on its last step is in flight: nothing retimes it, a cut changes nothing)
         j, t = lane.in_flight(self.now)  # smallest j with run_o + elapsed(j) > now, and that time
         if j < lane.run_k:
-            self._touch(lane.replica)
+            if self._dirty:
+                self._touch(lane.replica)
             lane.run_k = j
             lane.t_end = t
             self._schedule(lane)
@@ -533,16 +555,16 @@ class Simulator:
                 self._drop_followers(lane)  # woken by the next enqueue)
             return
         lane.awaiting = True
-        view = lane.view
-        if view is None:
-            view = lane.view = SimLaneView(self, lane)
-        self._pending.append(DecisionPoint("batch", self.now, lane=lane, view=view))
+        if lane.view is None:
+            lane.view = SimLaneView(self, lane)
+        self._pending.append(lane)  # (a "batch" decision point, made when advance pops it)
 
     # ------------------------------------------------------------------ one iteration or decode run
     def _start(self, lane: Lane, plan: BatchPlan) -> None:
         lane.awaiting = False
         rep = lane.replica
-        self._touch(rep)
+        if self._dirty:
+            self._touch(rep)
         bs = lane.block_tokens
         if plan.queue is not None:
             if len(plan.queue) != len(rep.waiting) or set(plan.queue) != set(rep.waiting):
@@ -752,7 +774,8 @@ class Simulator:
                     self._rebase(prov, prov_n - 1)
                 prov.run_w = w
                 prov.run_w_stages = [s0, t2]
-                self._touch(rep)
+                if self._dirty:
+                    self._touch(rep)
                 prov.t_end = prov.run_o + prov.run_elapsed(prov.run_k)
                 self._schedule(prov)
                 prov_n = 1
@@ -921,7 +944,8 @@ class Simulator:
         y.run_c1B = cx
         y.run_o = T - y.run_a
         y.run_w = x.run_o - ax + cx + (a1 - cy) / 2.0 - y.run_o  # steps from the second on follow x's steps
-        self._touch(y.replica)
+        if self._dirty:
+            self._touch(y.replica)
         y.t_end = y.run_o + y.run_elapsed(k)
         self._schedule(y)
 
@@ -963,7 +987,8 @@ class Simulator:
         lane.run_w = w  # (the whole wait of step n + 1: a wait set earlier for it is part of it)
         lane.run_w_stages = stages
         # (no run follows this one: runs follow only with pp == 2, and the other lane is the one submitting)
-        self._touch(lane.replica)
+        if self._dirty:
+            self._touch(lane.replica)
         lane.t_end = lane.run_o + lane.run_elapsed(lane.run_k)
         self._schedule(lane)
 
@@ -1066,7 +1091,8 @@ class Simulator:
 
     def _finish(self, lane: Lane) -> None:
         rep = lane.replica
-        self._touch(rep)
+        if self._dirty:
+            self._touch(rep)
         now = self.now
         dt = now - lane.t0
         pp = len(rep.lanes)
@@ -1304,7 +1330,16 @@ class Simulator:
         for lane in rep.lanes:
             self._unschedule(lane)
             lane.busy = lane.awaiting = lane.idle_wait = False
-        self._pending = [d for d in self._pending if d.lane is None or d.lane.replica is not rep]
+        self._drop_pending(rep)
+
+    def _drop_pending(self, rep: Replica) -> None:
+        """Forget the batch decisions pending for ``rep``'s lanes (it stopped or failed)."""
+        keep = []
+        for d in self._pending:
+            lane = d if d.__class__ is Lane else d.lane
+            if lane is None or lane.replica is not rep:
+                keep.append(d)
+        self._pending = keep
 
     def preemption_notice(self, replica: int, notice_s: float, migrate: bool = True) -> float:
         """Spot interruption: the replica stops taking requests now; its queued (not admitted) requests go back
@@ -1372,7 +1407,7 @@ class Simulator:
         rep.waiting.clear()
         rep.outstanding = 0
         rep.pending_tokens = 0
-        self._pending = [d for d in self._pending if d.lane is None or d.lane.replica is not rep]
+        self._drop_pending(rep)
         for rid, keep_kv in victims:
             self.epoch[rid] += 1
             self.ctx[rid] = self.prompt[rid] + self.gen[rid]
