@@ -247,6 +247,11 @@ class Simulator:
         heap = self._heap
         arrival = self.arrival
         n = self.n
+        check = self.options.check_invariants
+        # the next arrival, and the horizon: read again after whatever may change them (an arrival, a timer:
+        # the platform layer sets max_time_s after construction)
+        t_arr = arrival[self._next] if self._next < n else INF
+        horizon = self.options.max_time_s
         while True:
             if self._pending:
                 dp = self._pending.pop()
@@ -260,8 +265,6 @@ class Simulator:
                 if dp.kind == "route":
                     self._rview.at(dp.request, self.now)
                 return dp
-            t_arr = arrival[self._next] if self._next < n else INF
-            horizon = self.options.max_time_s  # read live: the platform layer sets it after construction
             if horizon is not None and min(t_arr, heap[0][0] if heap else INF) > horizon:
                 self._stop_at_horizon()
                 return None
@@ -301,7 +304,9 @@ class Simulator:
                     if dp.__class__ is DecisionPoint:
                         self._dp = dp
                         return dp
-                if self.options.check_invariants:
+                    t_arr = arrival[self._next] if self._next < n else INF
+                    horizon = self.options.max_time_s
+                if check:
                     self._check()
                 continue
             if t_arr == INF:
@@ -310,8 +315,9 @@ class Simulator:
                 self._dp = None
                 return None
             rid = self._next
-            self._next += 1
-            self.now = t_arr
+            self._next = i = rid + 1
+            self.now = t = t_arr
+            t_arr = arrival[i] if i < n else INF
             self.events += 1
             m = self.model_of[rid]
             if m < len(self.arrived):
@@ -325,7 +331,7 @@ class Simulator:
                     continue
                 self._reject(rid, why)
                 continue
-            self._dp = dp = DecisionPoint("route", t_arr, request=rid, view=self._rview.at(rid, t_arr))
+            self._dp = dp = DecisionPoint("route", t, request=rid, view=self._rview.at(rid, t))
             return dp
 
     def apply(self, action) -> None:
