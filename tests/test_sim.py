@@ -234,3 +234,23 @@ def test_coalesced_equals_single_step_with_kv_offload(case):
     assert fast.preemptions.sum() > 0 and sf.swapped_bytes > 0
     assert fast.equals(slow) and np.array_equal(fast.preemptions, slow.preemptions)
     assert sf.events < ss.events
+
+
+@pytest.mark.parametrize("scenario", ["vidur-parity", "default"])
+def test_inline_accounting_equals_the_perf_models_calls(scenario):
+    """The simulator reads PerfModel's flops and power coefficients instead of calling iteration_flops and
+    busy_power_w per iteration (PerfModel.inline_accounting): the same energy, flops, busy and KV-token integrals
+    to the last bit as with the calls (what a perf model without the coefficients gets)."""
+    from fleetwise.scenario import build, load_scenario
+
+    sc = load_scenario(scenario)
+    out = []
+    for inline in (True, False):
+        b = build(sc, sc.seed, num_requests=400)
+        assert b.sim._inline_acct
+        b.sim._inline_acct = inline
+        rec = b.sim.run(b.controller("round_robin"))
+        out.append((rec, [(r.busy_s, r.energy_busy_j, r.flops, r.kv_token_s, r.tokens_out) for r in b.sim.replicas]))
+    assert out[0][0].equals(out[1][0])
+    assert out[0][1] == out[1][1]
+    assert all(e > 0 and f > 0 for _, e, f, _, _ in out[0][1])

@@ -126,14 +126,17 @@ def op_geometry(
 
 
 class PerfModel:
+    # the simulator's accounting reads ``flops_per_token``, ``attn_flops_coef`` and ``power_by_tokens`` directly
+    # (iteration_flops and busy_power_w without a call); another perf model is called
+    inline_accounting = True
     __slots__ = (
         "gpu", "model", "tp", "pp", "num_gpus", "cal",
         "_lin", "_lm", "_moe", "_s0", "_s1", "_emb0", "_emb1",
         "_pa0", "_pa1", "_d0", "_d1", "_d2", "_ar0", "_ar1", "_sr0", "_sr1",
         "_cpu0", "_cpu1", "_L", "_Ls", "_kv_tok_gpu", "_w_gpu", "_reserve", "_ridge", "_mlp",
-        "_moe_coef", "_flops_per_tok", "_attn_flops_per_work", "_Lpa1", "_Ld2", "_memo",
+        "_moe_coef", "flops_per_token", "_attn_flops_per_work", "_Lpa1", "_Ld2", "_memo",
         "_gc", "_lin_corr", "_mlp_corr", "_lm_corr", "_kp", "_kc", "_kd", "_heads", "_kv_heads", "_head_dim",
-        "_peak", "_bw", "_sms", "_dslope",
+        "_peak", "_bw", "_sms", "_dslope", "attn_flops_coef", "power_by_tokens",
     )  # fmt: skip
 
     def __init__(
@@ -244,10 +247,14 @@ class PerfModel:
         # active parameters per token (MoE: only top-k experts)
         n_mlp = (3 if model.gated_mlp else 2) * h * model.ffn_size
         active = model.num_params - model.num_layers * n_mlp * (model.num_experts - model.experts_per_token)
-        self._flops_per_tok = 2.0 * active
+        self.flops_per_token = 2.0 * active
         self._Lpa1 = self._L * self._pa1
         self._Ld2 = self._L * self._d2
         self._memo: dict = {}  # _base_s per (prefill tokens, decode seqs)
+        # for the simulator's accounting, without a call per iteration (the same numbers as iteration_flops and
+        # busy_power_w): attention flops per unit of attention work, and busy power per batch token count
+        self.attn_flops_coef = self._attn_flops_per_work * self.tp * self._L
+        self.power_by_tokens: dict[int, float] = {}
 
     # ---------------------------------------------------------------- memory
 
@@ -430,8 +437,8 @@ class PerfModel:
         return self.num_gpus * self.gpu.idle_w
 
     def iteration_flops(self, prefill_tokens: int, prefill_attn_work: float, decode_seqs: int, decode_kv_tokens: int) -> float:
-        attn = self._attn_flops_per_work * self.tp * self._L * (prefill_attn_work + decode_kv_tokens)
-        return self._flops_per_tok * (prefill_tokens + decode_seqs) + attn
+        attn = self.attn_flops_coef * (prefill_attn_work + decode_kv_tokens)
+        return self.flops_per_token * (prefill_tokens + decode_seqs) + attn
 
     def peak_flops(self) -> float:
         return self.num_gpus * self.gpu.tflops_bf16 * 1e12

@@ -115,6 +115,8 @@ class Lane:
         dt = now - o
         if dt <= 0.0:
             return 1, o + (a + c * 0.0)
+        if dt < a and k:  # (the first step: what the loops below give, without them)
+            return 1, o + a
         d = dt - w if w and dt > a else dt
         if c <= 0.0:
             j = int(d / a)

@@ -66,6 +66,8 @@ class Simulator:
                  model_index: Sequence[int] | None = None, max_context: Sequence[int] | None = None,
                  seed: int = 0, options: SimOptions | None = None):
         self.replicas = list(replicas)
+        # every replica's perf model lets the accounting read its coefficients (PerfModel.inline_accounting)
+        self._inline_acct = all(getattr(r.perf, "inline_accounting", False) for r in self.replicas)
         self.workload = workload
         self.options = options or SimOptions()
         self.rng = np.random.default_rng(seed)
@@ -1013,10 +1015,20 @@ class Simulator:
         rep.busy_s += busy / pp
         if self._bucket:
             self._add_busy(rep, max(lane.t0, tm - busy), tm, 1.0 / pp)
-        rep.energy_busy_j += perf.busy_power_w(0, B) * busy / pp
         K0 = lane.dec_kv
-        f0 = perf.iteration_flops(0, 0.0, B, K0)
-        f1 = perf.iteration_flops(0, 0.0, B, K0 + B) - f0
+        if self._inline_acct:  # (busy_power_w and iteration_flops inline: the same numbers)
+            pw = perf.power_by_tokens.get(B)
+            if pw is None:
+                pw = perf.power_by_tokens[B] = perf.busy_power_w(0, B)
+            fB = perf.flops_per_token * B
+            af = perf.attn_flops_coef
+            f0 = fB + af * K0
+            f1 = (fB + af * (K0 + B)) - f0
+        else:
+            pw = perf.busy_power_w(0, B)
+            f0 = perf.iteration_flops(0, 0.0, B, K0)
+            f1 = perf.iteration_flops(0, 0.0, B, K0 + B) - f0
+        rep.energy_busy_j += pw * busy / pp
         rep.flops += m * f0 + f1 * tri
         sq = (m - 1) * m * (2 * m - 1) / 6.0
         T0 = lane.kv_tokens
@@ -1116,15 +1128,28 @@ class Simulator:
             rep.busy_s += busy / pp
             if self._bucket:
                 self._add_busy(rep, max(lane.t0, now - busy), now, 1.0 / pp)
-        rep.energy_busy_j += perf.busy_power_w(pf_tokens, B) * busy / pp
+        inline = self._inline_acct  # (busy_power_w and iteration_flops inline: the same numbers)
+        if inline:
+            pw = perf.power_by_tokens.get(pf_tokens + B)  # (busy power depends on the batch's token count only)
+            if pw is None:
+                pw = perf.power_by_tokens[pf_tokens + B] = perf.busy_power_w(pf_tokens, B)
+        else:
+            pw = perf.busy_power_w(pf_tokens, B)
+        rep.energy_busy_j += pw * busy / pp
         if B:
             K0 = lane.dec_kv
             if lane.run_prefill:
                 rep.flops += perf.iteration_flops(pf_tokens, 0.0, B, K0)
                 rep.kv_token_s += lane.kv_tokens * dt
             else:
-                f0 = perf.iteration_flops(0, 0.0, B, K0)
-                f1 = perf.iteration_flops(0, 0.0, B, K0 + B) - f0
+                if inline:
+                    fB = perf.flops_per_token * B
+                    af = perf.attn_flops_coef
+                    f0 = fB + af * K0
+                    f1 = (fB + af * (K0 + B)) - f0
+                else:
+                    f0 = perf.iteration_flops(0, 0.0, B, K0)
+                    f1 = perf.iteration_flops(0, 0.0, B, K0 + B) - f0
                 tri = k * (k - 1) / 2.0
                 rep.flops += k * f0 + f1 * tri
                 a, c = lane.run_a, lane.run_c1B
@@ -1135,14 +1160,16 @@ class Simulator:
                     rep.kv_token_s += T0 * (lane.run_o - lane.t0)
                 if lane.run_w and k > 1:  # pp > 1: and its second step
                     rep.kv_token_s += (T0 + B) * lane.run_w
-            lane.used_blocks += lane.new_blocks(k)
-            lane.kv_tokens += k * B
-            lane.dec_kv += k * B
-            lane.steps += k
-            rep.pending_tokens -= k * B
-            rep.tokens_out += k * B
-            fin = lane.finish_heap
             steps = lane.steps
+            # (new_blocks(1) inline: the sequences whose next token starts a block)
+            lane.used_blocks += lane.phase_hist[(-steps) % lane.block_tokens] if k == 1 else lane.new_blocks(k)
+            kB = k * B
+            lane.kv_tokens += kB
+            lane.dec_kv += kB
+            lane.steps = steps = steps + k
+            rep.pending_tokens -= kB
+            rep.tokens_out += kB
+            fin = lane.finish_heap
             epoch = self.epoch
             while fin and fin[0][0] <= steps:
                 _, rid, ep = heapq.heappop(fin)
@@ -1287,6 +1314,8 @@ class Simulator:
         at ``rep.ready_s`` (node provisioning + weight loading). Returns its index."""
         rep.index = len(self.replicas)
         self.replicas.append(rep)
+        if not getattr(rep.perf, "inline_accounting", False):
+            self._inline_acct = False
         m = rep.model_index
         while m >= len(self.candidates):
             self.candidates.append([])
