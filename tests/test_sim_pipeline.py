@@ -145,7 +145,7 @@ def test_a_rescheduled_lane_event_keeps_one_heap_entry_in_the_same_order():
 @pytest.mark.parametrize("router", ["round_robin", "least_outstanding_tokens"])
 def test_compacting_the_event_heap_changes_nothing(router, monkeypatch):
     """Lane end events that a cut run left behind are dropped from the heap once it outgrows twice its last size
-    (also when the push comes from rescheduling a lane): a large fleet's heap stays near its live events, and the
+    (checked at each arrival, not at each lane event): a large fleet's heap stays near its live events, and the
     run is the same event for event (here compacted far more often than a real run is)."""
     w = poisson_workload(1500, rate=60.0, seed=4)
     ref, s_ref = run(w, replicas=12, pp=2, kv=9000, router=router)

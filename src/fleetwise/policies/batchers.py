@@ -56,10 +56,7 @@ class Sarathi:
         self.chunk_tokens = chunk_tokens
         self.max_num_seqs = max_num_seqs
 
-    def plan(self, view: LaneView) -> BatchPlan:
-        return self.plan_queue(view, None)
-
-    def plan_queue(self, view: LaneView, queue: list[int] | None) -> BatchPlan:
+    def plan_queue(self, view: LaneView, queue: list[int] | None = None) -> BatchPlan:
         """The plan with the waiting queue taken in ``queue`` order (None: the replica's order)."""
         running = view.running
         budget = self.chunk_tokens - len(running)
@@ -75,6 +72,8 @@ class Sarathi:
         if not prefill:
             return DECODE if running else WAIT
         return BatchPlan(decode=bool(running), prefill=tuple(prefill))
+
+    plan = plan_queue  # (plan(view): the replica's order, without a second call per iteration)
 
 
 @register_batcher("vllm")

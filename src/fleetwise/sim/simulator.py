@@ -58,7 +58,8 @@ class SimOptions:
 
 class Simulator:
     # the event heap is compacted (``_compact``) when it outgrows twice its size after the last compaction, and
-    # never below this size (a small fleet's heap stays small and is never compacted)
+    # never below this size (a small fleet's heap stays small and is never compacted); checked at each arrival and
+    # each push of another kind, not at each lane event (_schedule: a few per request)
     COMPACT_MIN = 4096
 
     def __init__(self, replicas: Sequence[Replica], workload: "Workload", *, rtt_s: np.ndarray | None = None,
@@ -202,9 +203,7 @@ class Simulator:
             lane.version = v = lane.version + 1
             lane.ev_t = t
             heap = self._heap
-            heapq.heappush(heap, (t, LANE_DONE, s, lane, v))
-            if len(heap) > self._compact_at:
-                self._compact()
+            heapq.heappush(heap, (t, LANE_DONE, s, lane, v))  # (its size is checked at each arrival, advance)
 
     def _unschedule(self, lane: Lane) -> None:
         """Cancel ``lane``'s end event (if any)."""
@@ -321,6 +320,8 @@ class Simulator:
             self.now = t = t_arr
             t_arr = arrival[i] if i < n else INF
             self.events += 1
+            if len(heap) > self._compact_at:  # (the lane events pushed since the last arrival, _schedule)
+                self._compact()
             m = self.model_of[rid]
             if m < len(self.arrived):
                 self.arrived[m] += 1
@@ -646,7 +647,7 @@ class Simulator:
                 while fin and fin[0][2] != self.epoch[fin[0][1]]:
                     heapq.heappop(fin)
                 k = fin[0][0] - lane.steps
-                free = lane.free_blocks
+                free = lane.cap_blocks - lane.used_blocks
                 if (free // B) * bs < k:
                     lo, hi = 1, k  # largest k with new_blocks(k) <= free
                     while lo < hi:
@@ -657,9 +658,9 @@ class Simulator:
                             hi = mid - 1
                     k = lo
             lane.run_k = k
-            lane.run_a = c0 + c1 * lane.dec_kv
-            lane.run_c1B = c1 * B
-            dt = lane.run_elapsed(k)
+            lane.run_a = a = c0 + c1 * lane.dec_kv
+            lane.run_c1B = c = c1 * B
+            dt = k * a + c * (k * (k - 1) / 2.0)  # (run_elapsed(k), its wait run_w being 0)
         elif B or prefill:
             dt = perf.iteration_time_s(pf_tokens, attn, B, lane.dec_kv if B else 0)
             lane.run_k = 1 if B else 0
@@ -1139,7 +1140,8 @@ class Simulator:
         if B:
             K0 = lane.dec_kv
             if lane.run_prefill:
-                rep.flops += perf.iteration_flops(pf_tokens, 0.0, B, K0)
+                rep.flops += (perf.flops_per_token * (pf_tokens + B) + perf.attn_flops_coef * K0 if inline
+                              else perf.iteration_flops(pf_tokens, 0.0, B, K0))
                 rep.kv_token_s += lane.kv_tokens * dt
             else:
                 if inline:
@@ -1177,7 +1179,8 @@ class Simulator:
                     self.gen[rid] = self.output[rid]
                     self._complete(lane, rid, running=True)
         else:
-            rep.flops += perf.iteration_flops(pf_tokens, 0.0, 0, 0)
+            rep.flops += (perf.flops_per_token * pf_tokens + perf.attn_flops_coef * 0.0 if inline
+                          else perf.iteration_flops(pf_tokens, 0.0, 0, 0))
             rep.kv_token_s += lane.kv_tokens * dt
         if lane.run_prefill:
             rep.prefill_tokens += pf_tokens

@@ -108,7 +108,8 @@ class SimRouteView:
 class SimLaneView:
     """``LaneView`` of one engine lane, read live (see ``fleetwise.control.views.LaneView``)."""
 
-    __slots__ = ("sim", "_lane", "replica", "lane", "lanes", "block_tokens", "cap_blocks")
+    __slots__ = ("sim", "_lane", "replica", "lane", "lanes", "block_tokens", "cap_blocks", "running", "prefilling",
+                 "waiting")
 
     def __init__(self, sim: "Simulator", lane: "Lane"):
         self.sim = sim
@@ -118,6 +119,11 @@ class SimLaneView:
         self.lanes = len(lane.replica.lanes)
         self.block_tokens = lane.block_tokens
         self.cap_blocks = lane.cap_blocks
+        # live, read-only: the lane's running and prefilling request ids (views of its dicts, which the lane keeps
+        # for its lifetime) and its replica's waiting queue
+        self.running = lane.running.keys()
+        self.prefilling = lane.prefilling.keys()
+        self.waiting = lane.replica.waiting
 
     @property
     def time_s(self) -> float:
@@ -126,18 +132,6 @@ class SimLaneView:
     @property
     def free_blocks(self) -> int:
         return self._lane.cap_blocks - self._lane.used_blocks
-
-    @property
-    def running(self):
-        return self._lane.running.keys()
-
-    @property
-    def prefilling(self):
-        return self._lane.prefilling.keys()
-
-    @property
-    def waiting(self):
-        return self._lane.replica.waiting
 
     @property
     def has_priorities(self) -> bool:
