@@ -145,6 +145,8 @@ class Lane:
 
     def new_blocks(self, k: int) -> int:
         """KV blocks the running sequences need for their next k decode steps (exact)."""
+        if k == 1:  # (the sequences whose next token starts a block; the loop below for one step)
+            return self.phase_hist[(-self.steps) % self.block_tokens] if self.running else 0
         bs = self.block_tokens
         if k <= 0 or not self.running:
             return 0

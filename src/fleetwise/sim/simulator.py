@@ -448,7 +448,9 @@ class Simulator:
         total = self.prompt[rid] + self.output[rid]
         if total > self.max_context[m]:
             return "exceeds_context"
-        if not any(self.fits(rid, i) for i in self.candidates[m]):
+        cand = self.candidates[m]
+        lane = self.replicas[cand[0]].lanes[0]  # (fits(rid, cand[0]) inline: the first candidate usually fits)
+        if -(-total // lane.block_tokens) > lane.cap_blocks and not any(self.fits(rid, i) for i in cand):
             return "exceeds_kv_capacity"
         return ""
 
@@ -490,7 +492,8 @@ class Simulator:
         self.net_s[rid] = rtt
         rep.outstanding += 1
         rep.pending_tokens += self.ctx[rid] - self.pf[rid] + self.output[rid] - self.gen[rid]
-        self._touch(rep)
+        if self._dirty:
+            self._touch(rep)
         src = self.moved_from[rid]
         if src >= 0:  # a retry or migration leaves from the replica it was at
             self.moved_from[rid] = -1
@@ -804,8 +807,8 @@ class Simulator:
                 t_end = self._behind(lane, prov, prov_n, a, c, k)
                 if t_end is not None:
                     return t_end
-        lane.run_o = t - a
-        t_end = t if k == 1 else lane.run_o + lane.run_elapsed(k)
+        lane.run_o = ro = t - a
+        t_end = t if k == 1 else ro + (k * a + c * (k * (k - 1) / 2.0))  # (run_elapsed(k): run_w is 0 here)
         # 5. this lane leads: the other lane's provisional steps now follow it, or stop at their boundary
         if prov is not None:
             self._follow(prov, lane, prov_n, prov_T)
@@ -1251,7 +1254,8 @@ class Simulator:
             self.completions.append(rid)
         rep.outstanding -= 1
         rep.served += 1
-        self._touch(rep)
+        if self._dirty:
+            self._touch(rep)
         self.ended += 1
         if rep.draining and rep.outstanding == 0 and not rep.failed:
             self._stop(rep)
