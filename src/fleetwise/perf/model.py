@@ -136,7 +136,7 @@ class PerfModel:
         "_cpu0", "_cpu1", "_L", "_Ls", "_kv_tok_gpu", "_w_gpu", "_reserve", "_ridge", "_mlp",
         "_moe_coef", "flops_per_token", "_attn_flops_per_work", "_Lpa1", "_Ld2", "_memo",
         "_gc", "_lin_corr", "_mlp_corr", "_lm_corr", "_kp", "_kc", "_kd", "_heads", "_kv_heads", "_head_dim",
-        "_peak", "_bw", "_sms", "_dslope", "attn_flops_coef", "power_by_tokens",
+        "_peak", "_bw", "_sms", "_dslope", "attn_flops_coef", "power_by_tokens", "_dcoef",
     )  # fmt: skip
 
     def __init__(
@@ -255,6 +255,7 @@ class PerfModel:
         # busy_power_w): attention flops per unit of attention work, and busy power per batch token count
         self.attn_flops_coef = self._attn_flops_per_work * self.tp * self._L
         self.power_by_tokens: dict[int, float] = {}
+        self._dcoef: dict[int, tuple[float, float]] = {}  # decode_coeffs per decode batch size
 
     # ---------------------------------------------------------------- memory
 
@@ -401,11 +402,13 @@ class PerfModel:
         )
 
     def decode_coeffs(self, decode_seqs: int) -> tuple[float, float]:
-        if decode_seqs <= 0:
-            return (0.0, 0.0)
-        if self._gc is None:
-            return (self._base_s(0, decode_seqs), self._Ld2)
-        return (self._base_s(0, decode_seqs), self._decode_slope(decode_seqs))
+        c = self._dcoef.get(decode_seqs)
+        if c is None:
+            if decode_seqs <= 0:
+                return (0.0, 0.0)
+            c = (self._base_s(0, decode_seqs), self._Ld2 if self._gc is None else self._decode_slope(decode_seqs))
+            self._dcoef[decode_seqs] = c
+        return c
 
     def iteration_breakdown(self, prefill_tokens: int, prefill_context: int, decode_seqs: int,
                             decode_context: int) -> dict[str, float]:
