@@ -136,7 +136,7 @@ class PerfModel:
         "_cpu0", "_cpu1", "_L", "_Ls", "_kv_tok_gpu", "_w_gpu", "_reserve", "_ridge", "_mlp",
         "_moe_coef", "flops_per_token", "_attn_flops_per_work", "_Lpa1", "_Ld2", "_memo",
         "_gc", "_lin_corr", "_mlp_corr", "_lm_corr", "_kp", "_kc", "_kd", "_heads", "_kv_heads", "_head_dim",
-        "_peak", "_bw", "_sms", "_dslope", "attn_flops_coef", "power_by_tokens", "_dcoef",
+        "_peak", "_bw", "_sms", "_dslope", "attn_flops_coef", "power_by_tokens", "_dcoef", "_lin_memo",
     )  # fmt: skip
 
     def __init__(
@@ -256,6 +256,7 @@ class PerfModel:
         self.attn_flops_coef = self._attn_flops_per_work * self.tp * self._L
         self.power_by_tokens: dict[int, float] = {}
         self._dcoef: dict[int, tuple[float, float]] = {}  # decode_coeffs per decode batch size
+        self._lin_memo: dict = {}  # _linear_s per token count (batch shapes differ, their token count often not)
 
     # ---------------------------------------------------------------- memory
 
@@ -320,7 +321,13 @@ class PerfModel:
 
     def _layer_s(self, prefill_tokens: int, prefill_attn_work: float, decode_seqs: int, decode_kv_tokens: int) -> float:
         M = prefill_tokens + decode_seqs
-        t = self._linear_s(M) + self._s0 + self._s1 * M + self._ar0 + self._ar1 * M
+        lin = self._lin_memo.get(M)
+        if lin is None:
+            lin = self._linear_s(M)
+            if len(self._lin_memo) > 200_000:
+                self._lin_memo.clear()
+            self._lin_memo[M] = lin
+        t = lin + self._s0 + self._s1 * M + self._ar0 + self._ar1 * M
         if prefill_tokens > 0:
             t += self._pa0 + self._pa1 * prefill_attn_work
         if decode_seqs > 0:
