@@ -254,3 +254,27 @@ def test_inline_accounting_equals_the_perf_models_calls(scenario):
     assert out[0][0].equals(out[1][0])
     assert out[0][1] == out[1][1]
     assert all(e > 0 and f > 0 for _, e, f, _, _ in out[0][1])
+
+
+def test_routing_inside_the_event_loop_keeps_records_and_progress():
+    """run_until routes arrivals inside advance (no DecisionPoint) in stretches of 2,000 requests when it has a
+    progress callback: the same records with and without one, with a caller that steps advance() itself, and the
+    callback still sees every request."""
+    from fleetwise.scenario import build, load_scenario
+
+    sc = load_scenario("default")
+    runs, seen = [], []
+    for progress in (None, seen.append):
+        b = build(sc, sc.seed, num_requests=5000)
+        runs.append(b.sim.run(b.controller("least_outstanding_tokens"), progress=progress))
+    b = build(sc, sc.seed, num_requests=5000)
+    ctl = b.controller("least_outstanding_tokens")
+    dp = b.sim.advance()
+    kinds = set()
+    while dp is not None:  # the environments' way: every decision handed out
+        kinds.add(dp.kind)
+        b.sim.apply(ctl.router.route(dp.view) if dp.kind == "route" else ctl.batcher.plan(dp.view))
+        dp = b.sim.advance()
+    assert kinds == {"route", "batch"}
+    assert runs[0].equals(runs[1]) and runs[0].equals(b.sim.records())
+    assert sum(seen) == 5000 and len(seen) >= 3

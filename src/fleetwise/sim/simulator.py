@@ -137,6 +137,10 @@ class Simulator:
         # one (``_fast_plan``; advance makes it a DecisionPoint for any other caller)
         self._pending: list = []
         self._fast_plan = None
+        # run_until's router, which routes arrivals inside advance without a DecisionPoint (``_fast_route``), up to
+        # request ``_fast_route_until`` (run_until's progress callback runs between such stretches)
+        self._fast_route = None
+        self._fast_route_until = 0
         self._dp: DecisionPoint | None = None
         self.batcher_stationary = True
         self.events = 0
@@ -334,6 +338,10 @@ class Simulator:
                     continue
                 self._reject(rid, why)
                 continue
+            fast = self._fast_route
+            if fast is not None and rid < self._fast_route_until:  # run_until's router, answered here (as apply)
+                self._route(rid, int(fast(self._rview.at(rid, t))))
+                continue
             self._dp = dp = DecisionPoint("route", t, request=rid, view=self._rview.at(rid, t))
             return dp
 
@@ -373,6 +381,9 @@ class Simulator:
         last = self._next
         # batch decisions are answered inside advance (no DecisionPoint) unless they are to be returned
         self._fast_plan = plan if plan is not None and "batch" not in stop else None
+        # and arrivals routed inside it too, in stretches of 2,000 requests when there is a progress callback
+        self._fast_route = route if "route" not in stop else None
+        self._fast_route_until = self._next + 2000 if progress is not None else self.n
         try:
             dp = self._dp if self._dp is not None else advance()
             while dp is not None:
@@ -380,6 +391,7 @@ class Simulator:
                 if k == "pause":
                     if dp.time_s >= t:
                         break
+                    self._dp = None
                     dp = advance()  # the pause of an earlier target: nothing to do
                     continue
                 if k in stop:
@@ -392,9 +404,11 @@ class Simulator:
                 if progress is not None and self._next - last >= 2000:
                     progress(self._next - last)
                     last = self._next
+                    self._fast_route_until = last + 2000
                 dp = advance()
         finally:
             self._fast_plan = None
+            self._fast_route = None
         if progress is not None:
             progress(self._next - last)
         return dp
