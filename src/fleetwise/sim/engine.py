@@ -68,6 +68,7 @@ class Lane:
     run_pf_tokens: int = 0
     run_time_s: float = 0.0
     view: object = None  # its LaneView (fleetwise.sim.views.SimLaneView), made when first asked
+    peer: "Lane | None" = None  # pp == 2: the replica's other lane (Simulator._pipe_submit); else None
 
     @property
     def free_blocks(self) -> int:
@@ -271,5 +272,8 @@ class Replica:
 def make_lanes(replica: Replica, kv_capacity_tokens: int, pp: int, block_tokens: int) -> list[Lane]:
     per_lane = kv_capacity_tokens // block_tokens // pp
     replica.stage_free = [0.0] * pp
-    return [Lane(replica=replica, index=i, cap_blocks=per_lane, block_tokens=block_tokens,
-                 phase_hist=[0] * block_tokens) for i in range(pp)]
+    lanes = [Lane(replica=replica, index=i, cap_blocks=per_lane, block_tokens=block_tokens,
+                  phase_hist=[0] * block_tokens) for i in range(pp)]
+    if pp == 2:
+        lanes[0].peer, lanes[1].peer = lanes[1], lanes[0]
+    return lanes

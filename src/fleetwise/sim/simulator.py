@@ -723,13 +723,12 @@ class Simulator:
         leader's next step that this micro-batch delays waits for it (``_retime``); a follower of this lane
         follows its new run (``_follow``) or stops at its step boundary, where its lane replans as per-iteration
         stepping would. Same records as per-iteration stepping (``force_single_step``)."""
-        rep = lane.replica
-        lanes = rep.lanes
-        if len(lanes) != 2:
+        o = lane.peer
+        if o is None:
             return self._pipe_submit_n(lane, decode_run)
         # pp == 2, the common case, without loops: one other lane, two stages; the same steps, comparisons and
         # arithmetic as the general form (_pipe_submit_n), so the same numbers
-        o = lanes[1] if lanes[0] is lane else lanes[0]
+        rep = lane.replica
         sf = rep.stage_free
         lane.pipe = 0
         lane.lead = None
@@ -1135,13 +1134,14 @@ class Simulator:
         perf = rep.perf
         k, B = lane.run_k, lane.run_B
         pf_tokens = lane.run_pf_tokens
+        run_prefill = lane.run_prefill
         if pp == 1:
             busy = dt
             rep.busy_s += dt
             if self._bucket:
                 self._add_busy(rep, lane.t0, now, 1.0)
         else:  # stage occupancy: its own compute, not the time it waited for stages other lanes held
-            busy = (k * lane.own_a + lane.own_c * (k * (k - 1) / 2.0)) if B and not lane.run_prefill \
+            busy = (k * lane.own_a + lane.own_c * (k * (k - 1) / 2.0)) if B and not run_prefill \
                 else lane.run_time_s
             rep.busy_s += busy / pp
             if self._bucket:
@@ -1156,7 +1156,7 @@ class Simulator:
         rep.energy_busy_j += pw * busy / pp
         if B:
             K0 = lane.dec_kv
-            if lane.run_prefill:
+            if run_prefill:
                 rep.flops += (perf.flops_per_token * (pf_tokens + B) + perf.attn_flops_coef * K0 if inline
                               else perf.iteration_flops(pf_tokens, 0.0, B, K0))
                 rep.kv_token_s += lane.kv_tokens * dt
@@ -1199,11 +1199,11 @@ class Simulator:
             rep.flops += (perf.flops_per_token * pf_tokens + perf.attn_flops_coef * 0.0 if inline
                           else perf.iteration_flops(pf_tokens, 0.0, 0, 0))
             rep.kv_token_s += lane.kv_tokens * dt
-        if lane.run_prefill:
+        if run_prefill:
             rep.prefill_tokens += pf_tokens
             rep.pending_tokens -= pf_tokens
             pf = self.pf
-            for rid, c in lane.run_prefill:
+            for rid, c in run_prefill:
                 pf[rid] += c
                 if pf[rid] >= self.ctx[rid]:
                     self._prefill_done(lane, rid)
