@@ -17,7 +17,6 @@ import json
 import math
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +121,7 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
         load: float | str = 0.7, window: tuple[float, float] | None = None) -> dict:
     """``window``: (start, end) seconds of the day to evaluate (default: the budget's; tests use a short one);
     ``load``: with ``eval_trace``, the trace's rate as a fraction of the fleet's capacity, or "real"."""
+    from fleetwise.execution import run_tasks
     from fleetwise.metrics.stats import paired_change
     from fleetwise.reproduce.common import out_dir as _out_dir
     from fleetwise.reproduce.common import progress as _progress
@@ -162,19 +162,22 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
         task = prog.add_task(f"{len(jobs)} scalers x {n_seeds} seeds", total=len(tasks) + n_seeds)
         rows: dict[str, list[dict]] = {n: [] for n in jobs}
         nw = workers or min(len(tasks), max(1, os.cpu_count() or 1))
-        with ProcessPoolExecutor(nw) as ex:
-            for r in ex.map(_one, tasks):
-                rows[r["label"]].append(r)
-                prog.advance(task)
-            # the best scaler without spot: what the spot pools save
-            best = _best(rows) or _least_overloaded(rows)
-            od = on_demand_only(data)
-            od_label = f"{best}+on_demand_only"
-            rows[od_label] = []
-            sc, params = jobs[best]
-            for r in ex.map(_one, [(od, s, od_label, sc, params, wls[s]) for s in eval_seeds]):
-                rows[od_label].append(r)
-                prog.advance(task)
+
+        def collect(r: dict) -> None:
+            rows[r["label"]].append(r)
+            prog.advance(task)
+
+        # one worker runs in this process; more are spawned, not forked (this process may hold torch's or DuckDB's
+        # threads, and a fork of it can crash or hang)
+        run_tasks(_one, tasks, workers=nw, on_result=collect, spawn=True)
+        # the best scaler without spot: what the spot pools save
+        best = _best(rows) or _least_overloaded(rows)
+        od = on_demand_only(data)
+        od_label = f"{best}+on_demand_only"
+        rows[od_label] = []
+        sc, params = jobs[best]
+        run_tasks(_one, [(od, s, od_label, sc, params, wls[s]) for s in eval_seeds], workers=nw, on_result=collect,
+                  spawn=True)
     for name, rs in rows.items():
         rs.sort(key=lambda r: r["seed"])
         result[name] = summarize_rows(rs, METRICS)
