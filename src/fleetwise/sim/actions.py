@@ -34,6 +34,39 @@ class BatchPlan:
         return not self.decode and not self.prefill
 
 
+def _fast_init() -> None:
+    """Give ``BatchPlan`` an ``__init__`` that sets its slots through their descriptors: the same signature, fields
+    and frozen instances as the dataclass's own, at about half its cost (a frozen dataclass's ``__init__`` calls
+    ``object.__setattr__`` by name once per field; a lane builds about three plans per simulated request)."""
+    import inspect
+
+    d = BatchPlan.__dict__
+    sd, sp, spr, so, sw, sq = (d[f].__set__ for f in ("decode", "prefill", "preempt", "offload", "wait_s", "queue"))
+
+    def __init__(self, decode: bool = False, prefill: tuple[tuple[int, int], ...] = (), preempt: tuple[int, ...] = (),
+                 offload: tuple[tuple[int, int], ...] = (), wait_s: float = 0.0,
+                 queue: tuple[int, ...] | None = None) -> None:
+        sd(self, decode)
+        sp(self, prefill)
+        spr(self, preempt)
+        so(self, offload)
+        sw(self, wait_s)
+        sq(self, queue)
+
+    old = BatchPlan.__init__
+
+    def params(f) -> list:
+        return [(q.name, q.kind, q.default) for q in inspect.signature(f).parameters.values()]
+
+    if params(__init__) != params(old):  # (the dataclass's fields, in order, with their defaults)
+        raise TypeError("BatchPlan's fast __init__ does not match its fields")
+    __init__.__qualname__ = old.__qualname__
+    __init__.__doc__ = old.__doc__
+    BatchPlan.__init__ = __init__
+
+
+_fast_init()
+
 WAIT = BatchPlan()
 DECODE = BatchPlan(decode=True)
 
