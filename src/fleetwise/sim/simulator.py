@@ -288,7 +288,23 @@ class Simulator:
                             x.idle_wait = False
                         else:
                             self._finish(x)
-                        self._ask(x)
+                        # _ask(x), inline; with run_until's batcher its plan is started here (what popping x
+                        # from _pending would do next: x is the top of that stack)
+                        x.busy = False
+                        if not x.awaiting:
+                            if t < x.replica.ready_s or not x.running and not x.prefilling \
+                                    and not x.replica.waiting:
+                                if x.pipe:
+                                    self._drop_followers(x)
+                            elif self._fast_plan is not None and not check:
+                                if x.view is None:
+                                    x.view = SimLaneView(self, x)
+                                self._start(x, self._fast_plan(x.view))
+                            else:
+                                x.awaiting = True
+                                if x.view is None:
+                                    x.view = SimLaneView(self, x)
+                                self._pending.append(x)
                 elif kind == ENQUEUE:
                     self._enqueue(x, y, front=bool(self.swapped[y]))
                 elif kind == READY:
@@ -701,8 +717,16 @@ class Simulator:
             return
         lane.run_time_s = dt
         lane.busy = True
-        lane.t_end = self.now + dt if len(rep.lanes) == 1 else self._pipe_submit(lane, B and not prefill)
-        self._schedule(lane)
+        lane.t_end = t = self.now + dt if len(rep.lanes) == 1 else self._pipe_submit(lane, B and not prefill)
+        self._seq = s = self._seq + 1  # _schedule(lane), inline
+        lane.ev_seq = s
+        if lane.ev_t < t:
+            if t > self._ghost_t:
+                self._ghost_t = t
+        else:
+            lane.version = v = lane.version + 1
+            lane.ev_t = t
+            heapq.heappush(self._heap, (t, LANE_DONE, s, lane, v))
 
     # ------------------------------------------------------------------ pipeline parallelism: a flow shop
     def _pipe_submit(self, lane: Lane, decode_run: bool) -> float:
