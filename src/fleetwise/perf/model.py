@@ -380,10 +380,11 @@ class PerfModel:
     def iteration_time_s(
         self, prefill_tokens: int, prefill_attn_work: float, decode_seqs: int, decode_kv_tokens: int
     ) -> float:
+        t = self._memo.get((prefill_tokens, decode_seqs))  # (_base_s's memo, read here: a call less per iteration)
+        if t is None:
+            t = self._base_s(prefill_tokens, decode_seqs)
         if self._gc is None:
-            return (self._base_s(prefill_tokens, decode_seqs) + self._Lpa1 * prefill_attn_work
-                    + self._Ld2 * decode_kv_tokens)
-        t = self._base_s(prefill_tokens, decode_seqs)
+            return t + self._Lpa1 * prefill_attn_work + self._Ld2 * decode_kv_tokens
         if prefill_tokens > 0:
             t += self._L * self._prefill_attn_s(prefill_tokens, prefill_attn_work)
         if decode_seqs > 0:

@@ -109,7 +109,7 @@ class SimLaneView:
     """``LaneView`` of one engine lane, read live (see ``fleetwise.control.views.LaneView``)."""
 
     __slots__ = ("sim", "_lane", "replica", "lane", "lanes", "block_tokens", "cap_blocks", "running", "prefilling",
-                 "waiting")
+                 "waiting", "new_blocks")
 
     def __init__(self, sim: "Simulator", lane: "Lane"):
         self.sim = sim
@@ -124,6 +124,9 @@ class SimLaneView:
         self.running = lane.running.keys()
         self.prefilling = lane.prefilling.keys()
         self.waiting = lane.replica.waiting
+        # new_blocks(steps): KV blocks the running sequences need for their next ``steps`` decode steps (the lane's
+        # own method, bound: a call less per batch decision)
+        self.new_blocks = lane.new_blocks
 
     @property
     def time_s(self) -> float:
@@ -136,9 +139,6 @@ class SimLaneView:
     @property
     def has_priorities(self) -> bool:
         return self.sim.priorities is not None
-
-    def new_blocks(self, steps: int) -> int:
-        return self._lane.new_blocks(steps)
 
     def context(self, rid: int) -> int:
         return self.sim.ctx[rid]
