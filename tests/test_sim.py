@@ -278,3 +278,25 @@ def test_routing_inside_the_event_loop_keeps_records_and_progress():
     assert kinds == {"route", "batch"}
     assert runs[0].equals(runs[1]) and runs[0].equals(b.sim.records())
     assert sum(seen) == 5000 and len(seen) >= 3
+
+
+def test_batch_plan_keeps_the_frozen_dataclass_behaviour():
+    """BatchPlan's faster __init__ (sim/actions.py) builds what the dataclass's own would: same fields and defaults,
+    positional and keyword arguments, equality, hashing, replace, and instances that cannot be changed."""
+    import dataclasses
+    import inspect
+
+    from fleetwise.control.protocols import DECODE, WAIT, BatchPlan
+
+    names_ = [f.name for f in dataclasses.fields(BatchPlan)]
+    assert list(inspect.signature(BatchPlan).parameters) == names_
+    p = BatchPlan(True, ((3, 64),), (), ((4, 1),), 0.5, (4, 3))
+    assert [getattr(p, n) for n in names_] == [True, ((3, 64),), (), ((4, 1),), 0.5, (4, 3)]
+    assert p == BatchPlan(decode=True, prefill=((3, 64),), offload=((4, 1),), wait_s=0.5, queue=(4, 3))
+    assert hash(p) == hash(dataclasses.replace(p))
+    assert dataclasses.replace(p, queue=None).queue is None and p.queue == (4, 3)
+    assert WAIT == BatchPlan() and WAIT.empty and DECODE == BatchPlan(decode=True) and not DECODE.empty
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.decode = False
+    with pytest.raises(TypeError):
+        BatchPlan(prefil=())
