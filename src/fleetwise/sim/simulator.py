@@ -16,6 +16,7 @@ policies take the same path.
 
 from __future__ import annotations
 
+import gc
 import heapq
 import math
 from array import array
@@ -54,6 +55,10 @@ class SimOptions:
     retry_backoff_max_s: float = 30.0
     kv_offload: bool = False  # a preempted sequence swaps its KV to host memory over PCIe (out and back in)
     # instead of recomputing it; it rejoins the head of the queue when the copy is back
+    pause_gc: bool = True  # run_until pauses Python's cyclic garbage collector while it runs and restores it after:
+    # the simulator makes no cyclic garbage (tests/test_sim.py), and at 10,000 replicas the collector's passes over
+    # the heap's young entries read the lanes they point to out of cache (docs/benchmarks.md, fleet scale). A
+    # controller that makes reference cycles on every decision may set it False
 
 
 class Simulator:
@@ -400,6 +405,9 @@ class Simulator:
         # and arrivals routed inside it too, in stretches of 2,000 requests when there is a progress callback
         self._fast_route = route if "route" not in stop else None
         self._fast_route_until = self._next + 2000 if progress is not None else self.n
+        paused = self.options.pause_gc and gc.isenabled()
+        if paused:
+            gc.disable()
         try:
             dp = self._dp if self._dp is not None else advance()
             while dp is not None:
@@ -425,6 +433,8 @@ class Simulator:
         finally:
             self._fast_plan = None
             self._fast_route = None
+            if paused:
+                gc.enable()
         if progress is not None:
             progress(self._next - last)
         return dp
