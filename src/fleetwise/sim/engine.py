@@ -118,6 +118,12 @@ class Lane:
             return 1, o + (a + c * 0.0)
         if dt < a and k:  # (the first step: what the loops below give, without them)
             return 1, o + a
+        if k >= 2:  # (the second step, the commonest after the first: the loops' j = 2 term, without them)
+            e = 2 * a + c
+            if w:
+                e = e + w
+            if e > dt:
+                return 2, o + e
         d = dt - w if w and dt > a else dt
         if c <= 0.0:
             j = int(d / a)
