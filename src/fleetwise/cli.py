@@ -780,14 +780,15 @@ def perf_predict(
 
 @bench_app.command("sim-speed")
 def bench_sim_speed(
-    sizes: str = typer.Option("10000,100000", help="comma-separated request counts"),
+    sizes: Optional[str] = typer.Option(None, help="comma-separated request counts [default: 10000,100000]"),
     scenario: str = typer.Option("vidur-parity", help="scenario to simulate"),
     router: str = typer.Option("round_robin"),
     replicas: str = typer.Option("", help="comma-separated fleet sizes (e.g. 4,1024,10000): simulate --requests "
                                  "requests at each size, the load per replica kept as in the scenario"),
-    requests: int = typer.Option(50_000, help="requests per fleet size (with --replicas)"),
-    repeat: int = typer.Option(1, min=1, max=20, help="with --replicas: rounds of runs, every size once per round; "
-                               "each size's median run, and its rate over the first size's rate in each round"),
+    requests: Optional[int] = typer.Option(None, help="requests per fleet size (with --replicas) [default: 50000]"),
+    repeat: Optional[int] = typer.Option(None, min=1, max=20, help="with --replicas: rounds of runs, every size once "
+                                         "per round; each size's median run, and its rate over the first size's rate "
+                                         "in each round [default: 1]"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Simulated requests per wall-second and peak memory, each size in a fresh process. With --replicas: the same
@@ -796,9 +797,18 @@ def bench_sim_speed(
     from fleetwise.policies import make
     from fleetwise.scenario import load_scenario
 
+    # the two modes take different options: one given to the other mode is refused, not ignored
     if replicas.strip():
-        _bench_fleet_speed(replicas, requests, scenario, router, as_json, repeat)
+        if sizes is not None:
+            raise InputError("--sizes does not go with --replicas: --requests gives the requests per fleet size")
+        _bench_fleet_speed(replicas, 50_000 if requests is None else requests, scenario, router, as_json,
+                           1 if repeat is None else repeat)
         return
+    if requests is not None or repeat is not None:
+        raise InputError(f"{'--requests' if requests is not None else '--repeat'} goes with --replicas (fleet sizes); "
+                         "without it, --sizes gives the request counts")
+    if sizes is None:
+        sizes = "10000,100000"
 
     ns = []
     for x in sizes.split(","):
