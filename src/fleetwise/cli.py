@@ -199,6 +199,9 @@ def simulate(
     if monitor is not None:
         from fleetwise.experiments.store import check_writable_dir
 
+        if scaler is None and sc.scaler is None:  # (only the platform layer records the series)
+            raise InputError(f"--monitor: {sc.name} is not a platform run; give --scaler (e.g. --scaler hpa) to "
+                             "record its monitoring series")
         check_writable_dir(monitor, "--monitor folder")
     from fleetwise.policies import make
 
@@ -400,6 +403,14 @@ def _ci_json(rows: list[dict]) -> dict:
     return out
 
 
+def _check_backend(backend: str, address: Optional[str]) -> None:
+    """A sweep or training backend by name, and a Ray address only where Ray is the backend (not ignored)."""
+    if backend not in ("local", "ray"):
+        raise InputError(f"--backend {backend!r}: expected local or ray")
+    if address is not None and backend != "ray":
+        raise InputError(f"--address {address!r} goes with --backend ray (the local backend runs on this machine)")
+
+
 def _execute(spec, db: Optional[str], backend: str, workers: Optional[int], address: Optional[str],
              label: str):
     from fleetwise.experiments.runner import run_sweep
@@ -446,8 +457,7 @@ def sweep(
     from fleetwise.experiments.store import check_writable_dir, check_writable_file
     from fleetwise.metrics.stats import aggregate
 
-    if backend not in ("local", "ray"):
-        raise InputError(f"--backend {backend!r}: expected local or ray")
+    _check_backend(backend, address)
     check_writable_file(db, "results store (--db)")  # before any work: nothing is run for a store we cannot write
     if report:
         check_writable_dir(Path(db).parent / "report", "report folder")
@@ -658,6 +668,9 @@ def perf_validate(
     gpu: Optional[str] = typer.Option(None, "--gpu", help="catalog GPU the profile is fitted as (default: its device)"),
 ) -> None:
     """Error of the calibrated performance model on measured operator timings held out from its fit."""
+    if gpu is not None and profile is None:
+        raise InputError("--gpu goes with --profile (the GPU a profile is fitted as); without it, the catalog GPUs' "
+                         "measured timings are validated")
     if profile is not None:
         from fleetwise.perf.profile_data import load_profile
         from fleetwise.perf.validate_profile import render_profile_table, validate_profile
@@ -955,8 +968,7 @@ def reproduce_batching(quick: bool = _QUICK, as_json: bool = _JSON, eval_trace: 
     nodes."""
     if learner not in ("cem", "ppo"):
         raise InputError(f"--learner {learner!r}: expected cem or ppo")
-    if backend not in ("local", "ray"):
-        raise InputError(f"--backend {backend!r}: expected local or ray")
+    _check_backend(backend, address)
     _reproduce("batching", quick, as_json, eval_trace, seeds, db, wide, load, train_seeds=train_seeds,
                workers=workers, learner=learner, backend=backend, address=address)
 
@@ -978,8 +990,7 @@ def reproduce_torta(quick: bool = _QUICK, as_json: bool = _JSON, eval_trace: Opt
     """TORTA: RL + optimal transport across regions, switching-aware allocation within them."""
     if learner not in ("cem", "ppo"):
         raise InputError(f"--learner {learner!r}: expected cem or ppo")
-    if backend not in ("local", "ray"):
-        raise InputError(f"--backend {backend!r}: expected local or ray")
+    _check_backend(backend, address)
     _reproduce("torta", quick, as_json, eval_trace, seeds, db, wide, load, train_seeds=train_seeds, workers=workers,
                learner=learner, backend=backend, address=address)
 
@@ -1095,8 +1106,7 @@ def train_scaler_cmd(
 
     if not str(out_path).endswith(".npz"):
         raise InputError(f"--out {out_path}: expected a NAME.npz file name")
-    if backend not in ("local", "ray"):
-        raise InputError(f"--backend {backend!r}: expected local or ray")
+    _check_backend(backend, address)
     check_writable_file(out_path, "checkpoint (--out)")
     _, base = read_yaml("platform", SCENARIO_DIR, "scenario")
     cfg = ScalerCEMConfig(seed=seed, **CEM_BUDGETS["quick" if quick else "full"])
@@ -1225,7 +1235,8 @@ def serve(
                                  "servers instead (docs/serve.md#gateway); --router picks the backend"),
     backend: Optional[list[str]] = typer.Option(None, "--backend", help="with --gateway: an OpenAI-compatible "
                                                 "server's base URL, e.g. http://127.0.0.1:8001 (repeat the option)"),
-    max_attempts: int = typer.Option(3, min=1, max=100, help="with --gateway: distinct backends tried per request"),
+    max_attempts: Optional[int] = typer.Option(None, min=1, max=100, help="with --gateway: distinct backends tried per "
+                                               "request [default: 3]"),
 ) -> None:
     """The decision service: route, scale and plan over HTTP (docs/serve.md, docs/security.md). With --gateway: an
     OpenAI-compatible proxy that routes each request to one of the --backend servers."""
@@ -1244,10 +1255,13 @@ def serve(
                              "apply")
         _serve_module("gateway").serve_gateway(list(backend), host=host, port=port, route_policy=router,
                                                token_file=token_file, log_level=log_level, seed=seed,
-                                               max_attempts=max_attempts, limits=limits, force=force)
+                                               max_attempts=3 if max_attempts is None else max_attempts,
+                                               limits=limits, force=force)
         return
     if backend:
         raise InputError("--backend needs --gateway")
+    if max_attempts is not None:
+        raise InputError("--max-attempts needs --gateway (the backends a request may try)")
     if planner is not None and checkpoint is not None:
         raise InputError("give --planner or --checkpoint, not both")
     _serve_module().main(host=host, port=port, router=router, scaler=scaler, planner=planner, checkpoint=checkpoint,
