@@ -190,6 +190,10 @@ def test_iteration_breakdown(synth_cal, tp, pp):
         pm.iteration_breakdown(0, 0, 0, 0)
     with pytest.raises(InputError):
         pm.iteration_breakdown(-1, 0, 4, 10)
+    with pytest.raises(InputError, match="prefill_context without prefill_tokens"):
+        pm.iteration_breakdown(0, 100, 4, 10)  # a cached context with no prefilling sequence: refused, not ignored
+    with pytest.raises(InputError, match="decode_context without decode_seqs"):
+        pm.iteration_breakdown(64, 0, 0, 10)
 
 
 def test_calibration_file_round_trip(synth_cal, tmp_path):

@@ -429,6 +429,10 @@ class PerfModel:
         if min(N, P, B, C) < 0 or N + B == 0:
             raise InputError(f"an iteration needs prefill tokens or decoding sequences, and no negative count; "
                              f"got prefill_tokens={N} prefill_context={P} decode_seqs={B} decode_context={C}")
+        if P and not N or C and not B:  # (a context with no sequence to hold it: refused, not ignored)
+            raise InputError(f"{'prefill_context' if P and not N else 'decode_context'} without "
+                             f"{'prefill_tokens' if P and not N else 'decode_seqs'}: got prefill_tokens={N} "
+                             f"prefill_context={P} decode_seqs={B} decode_context={C}")
         M = N + B
         total = self.iteration_time_s(N, float(N) * (P + N), B, B * C)
         comm = self._L * (self._ar0 + self._ar1 * M)

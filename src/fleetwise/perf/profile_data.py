@@ -145,6 +145,10 @@ class IterationRow(_Strict):
     def _check(self) -> IterationRow:
         if self.prefill_tokens + self.decode_seqs == 0:
             raise ValueError("an iteration needs prefill tokens or decoding sequences")
+        if self.prefill_context and not self.prefill_tokens:
+            raise ValueError("prefill_context without prefill_tokens (no prefilling sequence to hold it)")
+        if self.decode_context and not self.decode_seqs:
+            raise ValueError("decode_context without decode_seqs (no decoding sequence to hold it)")
         return self
 
 
