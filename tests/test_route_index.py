@@ -29,6 +29,11 @@ class Scan:
         c = view.candidates()
         if self.name == "least_outstanding_requests":
             i = min(c, key=view.outstanding)
+        elif self.name == "nearest_region":
+            i = min(c, key=lambda r: (view.rtt_s(r), view.outstanding(r)))
+        elif self.name == "latency_aware":
+            i = min(c, key=lambda r: view.rtt_s(r) + view.outstanding_tokens(r) / view.prefill_tps(r)
+                    + view.ready_in_s(r))
         elif self.name == "least_outstanding_tokens" or not view.has_prefix():
             i = min(c, key=view.outstanding_tokens)
         else:
@@ -110,6 +115,55 @@ def test_index_follows_failures_drains_notices_and_new_replicas(name):
     assert scan.mismatches == 0
     same_records(a, b)
     assert (b.replica == 8).any()  # the replica added at run time got requests
+
+
+def multi_region_sim(w, n=18, late=()):
+    """``n`` replicas over 3 regions (round trips 5-180 ms) and 3 speeds; the replicas in ``late`` start serving
+    at 4 s (candidates from the start, as a cold start is)."""
+    rtt = np.array([[0.005, 0.09, 0.18], [0.09, 0.005, 0.15], [0.18, 0.15, 0.005]])
+    speeds = [LinearPerf(kv_tokens=6000), LinearPerf(base=0.02, per_prefill=2e-4, kv_tokens=6000),
+              LinearPerf(base=0.005, per_prefill=5e-5, kv_tokens=6000)]
+    reps = [make_replica(i, speeds[(i // 3) % 3], region=i % 3, ready_s=4.0 if i in late else 0.0)
+            for i in range(n)]
+    return Simulator(reps, w, rtt_s=rtt, options=SimOptions(check_invariants=True))
+
+
+@pytest.mark.parametrize("name", ["nearest_region", "latency_aware"])
+def test_region_routers_decide_as_the_scan_on_a_multi_region_fleet(name):
+    # nearest_region and latency_aware compare the least-loaded replica of each region (and prefill throughput)
+    # (Simulator.nearest_least_outstanding, least_latency) instead of scanning the fleet: the same decisions
+    rng = np.random.default_rng(7)
+    n = 2000
+    w = Workload(arrival_s=np.cumsum(rng.exponential(1 / 90.0, n)), prompt_tokens=rng.integers(1, 900, n),
+                 output_tokens=rng.integers(1, 300, n), origin=rng.integers(0, 3, n))
+    scan, a, b = run_both(lambda: multi_region_sim(w, late={4, 9}), name)
+    assert scan.decisions >= n and scan.mismatches == 0
+    same_records(a, b)
+    assert len(np.unique(b.replica)) == 18
+
+
+@pytest.mark.parametrize("name", ["nearest_region", "latency_aware"])
+def test_region_routers_follow_failures_drains_stalls_and_new_replicas(name):
+    rng = np.random.default_rng(8)
+    n = 1500
+    w = Workload(arrival_s=np.cumsum(rng.exponential(1 / 70.0, n)), prompt_tokens=rng.integers(1, 900, n),
+                 output_tokens=rng.integers(1, 300, n), origin=rng.integers(0, 3, n))
+
+    def make_sim():
+        sim = multi_region_sim(w, n=9)
+        sim.at(3.0, lambda s: s.fail(2, detect_s=1.0) and None)
+        sim.at(5.0, lambda s: s.drain(5))
+        sim.at(7.0, lambda s: s.preemption_notice(0, 0.5) and None)
+        sim.at(8.0, lambda s: s.add_replica(make_replica(0, LinearPerf(kv_tokens=6000), region=1, start_s=s.now,
+                                                         ready_s=s.now + 2.0)) and None)
+        sim.at(9.0, lambda s: s.stall(7, 1.5) and None)
+        sim.at(12.0, lambda s: s.set_link(1, 2, 0.01))  # round trips are read at each decision
+        return sim
+
+    scan, a, b = run_both(make_sim, name)
+    assert scan.mismatches == 0
+    same_records(a, b)
+    assert (b.replica == 9).any()  # the replica added at run time got requests
 
 
 def test_a_replica_is_a_candidate_exactly_while_routable():

@@ -60,6 +60,17 @@ class RouteView(Protocol):
         in index order; every other candidate has no hit."""
         ...
 
+    def nearest_least_outstanding(self) -> int:
+        """The candidate with the smallest (``rtt_s``, ``outstanding``), ties to the lowest index: exactly
+        ``min(candidates(), key=lambda i: (rtt_s(i), outstanding(i)))`` (``nearest_region``); the simulator answers
+        it from an index per region."""
+        ...
+
+    def least_latency(self) -> int:
+        """The candidate with the smallest ``rtt_s + outstanding_tokens / prefill_tps + ready_in_s``, ties to the
+        lowest index (``latency_aware``); the simulator answers it from an index per region and throughput."""
+        ...
+
     def kv_used_fraction(self, replica: int) -> float:
         """Fraction of ``replica``'s KV-cache blocks in use."""
         ...
@@ -103,6 +114,13 @@ class RouteScans:
 
     def prefix_candidates(self) -> Sequence[int]:
         return self.candidates()
+
+    def nearest_least_outstanding(self) -> int:
+        return min(self.candidates(), key=lambda i: (self.rtt_s(i), self.outstanding(i)))
+
+    def least_latency(self) -> int:
+        return min(self.candidates(),
+                   key=lambda i: self.rtt_s(i) + self.outstanding_tokens(i) / self.prefill_tps(i) + self.ready_in_s(i))
 
 
 @runtime_checkable

@@ -111,7 +111,7 @@ class NearestRegion:
     """Lowest network round trip from the request's origin region; among equals, fewest outstanding requests."""
 
     def route(self, view: RouteView) -> int:
-        return min(view.candidates(), key=lambda i: (view.rtt_s(i), view.outstanding(i)))
+        return view.nearest_least_outstanding()  # min over candidates of (rtt_s, outstanding), from an index
 
 
 @register_router("latency_aware")
@@ -120,5 +120,4 @@ class LatencyAware:
     prefill throughput (from its performance model, a 512-token chunk) + time until it serves."""
 
     def route(self, view: RouteView) -> int:
-        return min(view.candidates(),
-                   key=lambda i: view.rtt_s(i) + view.outstanding_tokens(i) / view.prefill_tps(i) + view.ready_in_s(i))
+        return view.least_latency()  # min over candidates of rtt + tokens / throughput + wait, from an index

@@ -33,7 +33,7 @@ collector.
 from __future__ import annotations
 
 import heapq
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, Hashable
 
 if TYPE_CHECKING:  # pragma: no cover
     from fleetwise.sim.simulator import Simulator
@@ -45,13 +45,15 @@ MASK = (1 << 32) - 1  # replica and version fields of a heap entry
 
 class LoadIndex:
     """Argmin of a replica load over one model's candidates: ``tokens`` (outstanding tokens, time-dependent, keys
-    are lower bounds) or requests (outstanding requests, keys are the values)."""
+    are lower bounds) or requests (outstanding requests, keys are the values). With ``group``, over one group's
+    candidates instead: ``group(rep)`` is the heap a replica is in (``GroupedIndex``)."""
 
-    __slots__ = ("sim", "tokens", "heaps", "expiry", "ver", "ref", "dirty", "refreshes", "exams")
+    __slots__ = ("sim", "tokens", "heaps", "expiry", "ver", "ref", "dirty", "refreshes", "exams", "group")
 
-    def __init__(self, sim: "Simulator", tokens: bool):
+    def __init__(self, sim: "Simulator", tokens: bool, group: Callable | None = None):
         self.sim = sim
         self.tokens = tokens
+        self.group = group  # rep -> its heap's number (None: its model's index)
         self.heaps: list[list[int]] = []  # per model: entries; a key is at most the value until its horizon
         self.expiry: list = []  # (time a replica's entry stops being a lower bound, (replica << 32) | version)
         self.ver: list[int] = []  # current version per replica
@@ -85,7 +87,7 @@ class LoadIndex:
         self.ver[i] = v
         if not rep.routable:  # not among its model's candidates: no entry until it is again (it is touched then)
             return
-        m = rep.model_index
+        m = rep.model_index if self.group is None else self.group(rep)
         key = val
         if runs is not None:
             bsum = 0
@@ -117,8 +119,8 @@ class LoadIndex:
         """Re-read replica ``i`` (it was touched, or its entry's horizon passed)."""
         ver = self.ver
         rep = self.sim.replicas[i]
-        m = rep.model_index
-        if i >= len(ver) or m >= len(self.heaps):  # a replica or model not seen yet
+        m = rep.model_index if self.group is None else self.group(rep)
+        if i >= len(ver) or m >= len(self.heaps):  # a replica, model or group not seen yet
             while i >= len(ver):
                 ver.append(0)
             while m >= len(self.heaps):
@@ -199,6 +201,50 @@ class LoadIndex:
             exp[:] = [x for x in exp if x[1] & MASK == ver[x[1] >> 32]]
             heapq.heapify(exp)
         return bi
+
+
+class GroupedIndex:
+    """A ``LoadIndex`` per group of replicas that share what a router adds to their load: a router whose key is
+    (the round trip to a replica's region, its outstanding requests) needs only the least-loaded replica of each
+    region (``key`` = model and region), and one whose key is the round trip plus outstanding tokens over the
+    replica's prefill throughput needs the least-loaded of each region and throughput. Such a router compares one
+    replica per group instead of scanning the fleet: its cost grows with the groups (regions, GPU types), not
+    with the replicas. ``key(rep)`` is the group's key; its first element is the replica's model."""
+
+    __slots__ = ("sim", "key", "ids", "keys", "by_model", "index")
+
+    def __init__(self, sim: "Simulator", tokens: bool, key: Callable[..., tuple]):
+        self.sim = sim
+        self.key = key
+        self.ids: dict[Hashable, int] = {}
+        self.keys: list[tuple] = []
+        self.by_model: list[list[int]] = []  # model -> its groups' numbers
+        self.index = LoadIndex(sim, tokens, group=self.gid)
+
+    def gid(self, rep) -> int:
+        k = self.key(rep)
+        g = self.ids.get(k)
+        if g is None:
+            g = self.ids[k] = len(self.keys)
+            self.keys.append(k)
+            m = rep.model_index
+            while m >= len(self.by_model):
+                self.by_model.append([])
+            self.by_model[m].append(g)
+        return g
+
+    def bests(self, model: int, now: float) -> list[tuple[tuple, int]]:
+        """(group key, the group's least-loaded candidate) for each group of ``model`` that has a candidate."""
+        reps = self.sim.replicas
+        for i in self.index.dirty:  # (replicas not seen yet may open a group)
+            self.gid(reps[i])
+        out = []
+        if model < len(self.by_model):
+            for g in self.by_model[model]:
+                i = self.index.argmin(g, now)
+                if i >= 0:
+                    out.append((self.keys[g], i))
+        return out
 
 
 class PrefixIndex:

@@ -28,7 +28,7 @@ import numpy as np
 
 from fleetwise.sim.actions import BatchPlan, DecisionPoint
 from fleetwise.sim.engine import Lane, Replica
-from fleetwise.sim.route_index import LoadIndex, PrefixIndex
+from fleetwise.sim.route_index import GroupedIndex, LoadIndex, PrefixIndex
 from fleetwise.sim.records import COMPLETED, PENDING, REJECT_REASONS, REJECTED, Records
 from fleetwise.sim.views import SimLaneView, SimRouteView
 
@@ -165,11 +165,15 @@ class Simulator:
         # load indexes of the load-aware routers (fleetwise.sim.route_index), made when a router first asks
         self._tok_index: LoadIndex | None = None
         self._req_index: LoadIndex | None = None
+        self._near_index: GroupedIndex | None = None  # outstanding requests per model and region
+        self._lat_index: GroupedIndex | None = None  # outstanding tokens per model, region and prefill throughput
+        self._stalled: set[int] = set()  # replicas that may be candidates before they serve (a start-up, ``stall``)
         self._dirty: list[set[int]] = []  # their ``dirty`` sets (empty: no index, nothing to mark; ``_touch``)
         self._prefix_index: PrefixIndex | None = None
         for r in self.replicas:
             if r.ready_s > 0:
                 self._push(r.ready_s, READY, r.index, 0)
+                self._stalled.add(r.index)  # (a candidate from the start that serves later: least_latency)
 
     # ------------------------------------------------------------------ events
     def _push(self, t: float, kind: int, x, y) -> None:
@@ -239,6 +243,49 @@ class Simulator:
                 ix = self._req_index = LoadIndex(self, False)
                 self._dirty.append(ix.dirty)
         return ix.argmin(model, self.now)
+
+    def nearest_least_outstanding(self, model: int, origin: int) -> int:
+        """The candidate of ``model`` with the smallest (round trip from region ``origin``, outstanding requests),
+        ties to the lowest index; -1 when it has none. Same answer as a scan: the least-loaded candidate of each
+        region (an index per model and region) stands for its region."""
+        gx = self._near_index
+        if gx is None:
+            gx = self._near_index = GroupedIndex(self, False, key=lambda r: (r.model_index, r.region))
+            self._dirty.append(gx.index.dirty)
+        row = self._rtt[origin]
+        reps = self.replicas
+        best = None
+        for (_, region), i in gx.bests(model, self.now):
+            k = (row[region], reps[i].outstanding, i)
+            if best is None or k < best:
+                best = k
+        return -1 if best is None else best[2]
+
+    def least_latency(self, model: int, origin: int) -> int:
+        """The candidate of ``model`` with the smallest round trip from ``origin`` + outstanding tokens / prefill
+        throughput + wait until it serves (``latency_aware``'s estimate), ties to the lowest index; -1 when it
+        has none, or -2 when one of its candidates is in a stall (the caller scans). Same answer as a scan: within
+        a group of one region and one throughput the key grows with the outstanding tokens (distinct token counts
+        give distinct keys), so the group's least-loaded candidate stands for it."""
+        now = self.now
+        reps = self.replicas
+        if self._stalled:
+            self._stalled = {i for i in self._stalled if reps[i].ready_s > now}
+            if any(reps[i].model_index == model and reps[i].routable for i in self._stalled):
+                return -2
+        gx = self._lat_index
+        if gx is None:
+            gx = self._lat_index = GroupedIndex(self, True,
+                                                key=lambda r: (r.model_index, r.region, self.prefill_tps(r.index)))
+            self._dirty.append(gx.index.dirty)
+        row = self._rtt[origin]
+        best = None
+        for (_, region, tps), i in gx.bests(model, now):
+            rep = reps[i]
+            k = (row[region] + rep.outstanding_tokens(now) / tps + max(0.0, rep.ready_s - now), i)
+            if best is None or k < best:
+                best = k
+        return -1 if best is None else best[1]
 
     def prefix_holders(self, block: int):
         """Replicas whose prefix cache holds ``block`` (any model, routable or not), in no particular order."""
@@ -1021,6 +1068,7 @@ class Simulator:
         rep = self.replicas[replica]
         t = max(rep.ready_s, self.now) + float(seconds)
         rep.ready_s = t
+        self._stalled.add(rep.index)
         self._push(t, READY, rep.index, 0)
         for lane in rep.lanes:
             if lane.busy and not lane.idle_wait and lane.run_k > 1:

@@ -63,6 +63,17 @@ class SimRouteView:
         i = self.sim.least_loaded(self.model, True)
         return i if i >= 0 else min(self.candidates(), key=self.outstanding_tokens)
 
+    def nearest_least_outstanding(self) -> int:
+        i = self.sim.nearest_least_outstanding(self.model, self.origin)
+        return i if i >= 0 else min(self.candidates(), key=lambda r: (self.rtt_s(r), self.outstanding(r)))
+
+    def least_latency(self) -> int:
+        i = self.sim.least_latency(self.model, self.origin)
+        if i >= 0:
+            return i
+        return min(self.candidates(),  # (no candidate, or one that serves later: the scan)
+                   key=lambda r: self.rtt_s(r) + self.outstanding_tokens(r) / self.prefill_tps(r) + self.ready_in_s(r))
+
     def prefix_candidates(self):
         sim = self.sim
         if not sim.prefix_enabled:
