@@ -29,6 +29,8 @@ class Scan:
         c = view.candidates()
         if self.name == "least_outstanding_requests":
             i = min(c, key=view.outstanding)
+        elif self.name == "least_kv_load":
+            i = min(c, key=lambda r: (view.kv_used_fraction(r), view.waiting(r)))
         elif self.name == "nearest_region":
             i = min(c, key=lambda r: (view.rtt_s(r), view.outstanding(r)))
         elif self.name == "latency_aware":
@@ -76,7 +78,7 @@ def run_both(make_sim, name):
     return scan, rec_a, rec_b
 
 
-@pytest.mark.parametrize("name", ["least_outstanding_tokens", "least_outstanding_requests"])
+@pytest.mark.parametrize("name", ["least_outstanding_tokens", "least_outstanding_requests", "least_kv_load"])
 def test_indexed_router_decides_as_the_scan_on_a_32_replica_fleet(name):
     sc = scaled("vidur-parity", 32)
     scan, a, b = run_both(lambda: build(sc, 1, num_requests=1500).sim, name)
@@ -93,7 +95,8 @@ def test_prefix_aware_decides_as_the_scan_with_prefix_hits():
     assert b.prefix_hit_tokens.sum() > 0
 
 
-@pytest.mark.parametrize("name", ["least_outstanding_tokens", "least_outstanding_requests", "prefix_aware"])
+@pytest.mark.parametrize("name", ["least_outstanding_tokens", "least_outstanding_requests", "prefix_aware",
+                                  "least_kv_load"])
 def test_index_follows_failures_drains_notices_and_new_replicas(name):
     rng = np.random.default_rng(4)
     n = 1200
@@ -206,7 +209,7 @@ def test_lower_bound_search_is_exact_on_random_fleets(seed):
         reps = [make_replica(i, perfs[i], model_index=i % 2) for i in range(nrep)]
         return Simulator(reps, w, model_index=models)
 
-    for name in ("least_outstanding_tokens", "prefix_aware"):
+    for name in ("least_outstanding_tokens", "prefix_aware", "least_kv_load"):  # (KV keys: lower bounds too)
         scan, a, b = run_both(make_sim, name)
         assert scan.decisions == n and scan.mismatches == 0
         same_records(a, b)

@@ -60,6 +60,11 @@ class RouteView(Protocol):
         in index order; every other candidate has no hit."""
         ...
 
+    def least_kv_load(self) -> int:
+        """The candidate with the smallest (``kv_used_fraction``, ``waiting``), ties to the lowest index
+        (``least_kv_load``); the simulator answers it from an index."""
+        ...
+
     def nearest_least_outstanding(self) -> int:
         """The candidate with the smallest (``rtt_s``, ``outstanding``), ties to the lowest index: exactly
         ``min(candidates(), key=lambda i: (rtt_s(i), outstanding(i)))`` (``nearest_region``); the simulator answers
@@ -114,6 +119,9 @@ class RouteScans:
 
     def prefix_candidates(self) -> Sequence[int]:
         return self.candidates()
+
+    def least_kv_load(self) -> int:
+        return min(self.candidates(), key=lambda i: (self.kv_used_fraction(i), self.waiting(i)))
 
     def nearest_least_outstanding(self) -> int:
         return min(self.candidates(), key=lambda i: (self.rtt_s(i), self.outstanding(i)))

@@ -62,7 +62,7 @@ class LeastKVLoad:
     """Lowest fraction of KV cache in use, then fewest waiting requests."""
 
     def route(self, view: RouteView) -> int:
-        return min(view.candidates(), key=lambda i: (view.kv_used_fraction(i), view.waiting(i)))
+        return view.least_kv_load()  # min over candidates of (kv_used_fraction, waiting), from an index
 
 
 @register_router("power_of_two")

@@ -247,6 +247,66 @@ class GroupedIndex:
         return out
 
 
+class KVIndex:
+    """``least_kv_load``'s argmin per model: the candidate with the smallest (fraction of KV blocks in use, waiting
+    requests), ties to the lowest index. Between two touches of a replica its queue does not change and its KV in
+    use only grows (decode steps in flight fill blocks), so the value read when it was touched is a lower bound
+    until it is touched again. The search pops entries in key order, reads each replica's exact value, and stops
+    when the next key is at or above the best ``(value, replica)`` found; the replicas it read are entered again
+    with their values. The work per request is the replicas touched since the previous one plus those whose KV
+    grew past the level of the answer."""
+
+    __slots__ = ("sim", "heaps", "ver", "dirty")
+
+    def __init__(self, sim: "Simulator"):
+        self.sim = sim
+        self.heaps: list[list[tuple]] = []  # per model: (KV fraction, waiting, replica, version), keys lower bounds
+        self.ver: list[int] = []
+        self.dirty: set[int] = set(range(len(sim.replicas)))
+
+    def _enter(self, i: int, now: float) -> None:
+        ver = self.ver
+        while i >= len(ver):
+            ver.append(0)
+        v = ver[i] = ver[i] + 1
+        rep = self.sim.replicas[i]
+        if not rep.routable:  # (an entry again when it is: it is touched then)
+            return
+        m = rep.model_index
+        while m >= len(self.heaps):
+            self.heaps.append([])
+        heapq.heappush(self.heaps[m], (rep.kv_used_fraction(now), len(rep.waiting), i, v))
+
+    def argmin(self, model: int, now: float) -> int:
+        """The candidate of ``model`` with the smallest (KV fraction, waiting) at ``now`` (ties: lowest index); -1
+        if none."""
+        if self.dirty:
+            for i in self.dirty:
+                self._enter(i, now)
+            self.dirty.clear()
+        if model >= len(self.heaps):
+            return -1
+        h = self.heaps[model]
+        reps, ver = self.sim.replicas, self.ver
+        best = None
+        seen = []
+        while h and (best is None or h[0][:3] < best):
+            _, _, i, v = heapq.heappop(h)
+            if v != ver[i]:
+                continue
+            rep = reps[i]
+            k = (rep.kv_used_fraction(now), len(rep.waiting), i)
+            seen.append(i)
+            if best is None or k < best:
+                best = k
+        for i in seen:
+            self._enter(i, now)
+        if len(h) > 64 and len(h) > 3 * len(ver):  # mostly stale entries: rebuild
+            h[:] = [e for e in h if e[3] == ver[e[2]]]
+            heapq.heapify(h)
+        return -1 if best is None else best[2]
+
+
 class PrefixIndex:
     """Replicas whose prefix cache holds a block: block id -> {replica: None}, kept by the simulator on every
     insert and eviction. A request can hit only at replicas holding its first block."""

@@ -28,7 +28,7 @@ import numpy as np
 
 from fleetwise.sim.actions import BatchPlan, DecisionPoint
 from fleetwise.sim.engine import Lane, Replica
-from fleetwise.sim.route_index import GroupedIndex, LoadIndex, PrefixIndex
+from fleetwise.sim.route_index import GroupedIndex, KVIndex, LoadIndex, PrefixIndex
 from fleetwise.sim.records import COMPLETED, PENDING, REJECT_REASONS, REJECTED, Records
 from fleetwise.sim.views import SimLaneView, SimRouteView
 
@@ -167,6 +167,7 @@ class Simulator:
         self._req_index: LoadIndex | None = None
         self._near_index: GroupedIndex | None = None  # outstanding requests per model and region
         self._lat_index: GroupedIndex | None = None  # outstanding tokens per model, region and prefill throughput
+        self._kv_index: KVIndex | None = None  # (KV fraction in use, waiting) per model
         self._stalled: set[int] = set()  # replicas that may be candidates before they serve (a start-up, ``stall``)
         self._dirty: list[set[int]] = []  # their ``dirty`` sets (empty: no index, nothing to mark; ``_touch``)
         self._prefix_index: PrefixIndex | None = None
@@ -286,6 +287,15 @@ class Simulator:
             if best is None or k < best:
                 best = k
         return -1 if best is None else best[1]
+
+    def least_kv(self, model: int) -> int:
+        """The candidate of ``model`` with the smallest (fraction of KV blocks in use, waiting requests) as of now
+        (``least_kv_load``), ties to the lowest index; -1 when it has none. Same answer as a scan, from an index."""
+        ix = self._kv_index
+        if ix is None:
+            ix = self._kv_index = KVIndex(self)
+            self._dirty.append(ix.dirty)
+        return ix.argmin(model, self.now)
 
     def prefix_holders(self, block: int):
         """Replicas whose prefix cache holds ``block`` (any model, routable or not), in no particular order."""
@@ -609,6 +619,8 @@ class Simulator:
             rep.waiting.appendleft(rid)
         else:
             rep.waiting.append(rid)
+        if self._dirty:  # (its queue grew: the KV index keys waiting requests)
+            self._touch(rep)
         if self.now < rep.ready_s:
             return
         for lane in rep.lanes:

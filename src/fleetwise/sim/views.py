@@ -63,6 +63,10 @@ class SimRouteView:
         i = self.sim.least_loaded(self.model, True)
         return i if i >= 0 else min(self.candidates(), key=self.outstanding_tokens)
 
+    def least_kv_load(self) -> int:
+        i = self.sim.least_kv(self.model)
+        return i if i >= 0 else min(self.candidates(), key=lambda r: (self.kv_used_fraction(r), self.waiting(r)))
+
     def nearest_least_outstanding(self) -> int:
         i = self.sim.nearest_least_outstanding(self.model, self.origin)
         return i if i >= 0 else min(self.candidates(), key=lambda r: (self.rtt_s(r), self.outstanding(r)))
