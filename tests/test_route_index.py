@@ -131,14 +131,19 @@ def multi_region_sim(w, n=18, late=()):
     return Simulator(reps, w, rtt_s=rtt, options=SimOptions(check_invariants=True))
 
 
+def region_workload(seed: int, n: int, rate: float) -> Workload:
+    """``n`` Poisson requests at ``rate`` per second from the three regions of ``multi_region_sim``."""
+    rng = np.random.default_rng(seed)
+    return Workload(arrival_s=np.cumsum(rng.exponential(1 / rate, n)), prompt_tokens=rng.integers(1, 900, n),
+                    output_tokens=rng.integers(1, 300, n), origin=rng.integers(0, 3, n))
+
+
 @pytest.mark.parametrize("name", ["nearest_region", "latency_aware"])
 def test_region_routers_decide_as_the_scan_on_a_multi_region_fleet(name):
     # nearest_region and latency_aware compare the least-loaded replica of each region (and prefill throughput)
     # (Simulator.nearest_least_outstanding, least_latency) instead of scanning the fleet: the same decisions
-    rng = np.random.default_rng(7)
     n = 2000
-    w = Workload(arrival_s=np.cumsum(rng.exponential(1 / 90.0, n)), prompt_tokens=rng.integers(1, 900, n),
-                 output_tokens=rng.integers(1, 300, n), origin=rng.integers(0, 3, n))
+    w = region_workload(7, n, 90.0)
     scan, a, b = run_both(lambda: multi_region_sim(w, late={4, 9}), name)
     assert scan.decisions >= n and scan.mismatches == 0
     same_records(a, b)
@@ -147,10 +152,7 @@ def test_region_routers_decide_as_the_scan_on_a_multi_region_fleet(name):
 
 @pytest.mark.parametrize("name", ["nearest_region", "latency_aware"])
 def test_region_routers_follow_failures_drains_stalls_and_new_replicas(name):
-    rng = np.random.default_rng(8)
-    n = 1500
-    w = Workload(arrival_s=np.cumsum(rng.exponential(1 / 70.0, n)), prompt_tokens=rng.integers(1, 900, n),
-                 output_tokens=rng.integers(1, 300, n), origin=rng.integers(0, 3, n))
+    w = region_workload(8, 1500, 70.0)
 
     def make_sim():
         sim = multi_region_sim(w, n=9)
