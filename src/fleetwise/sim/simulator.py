@@ -265,7 +265,7 @@ class Simulator:
     def least_latency(self, model: int, origin: int) -> int:
         """The candidate of ``model`` with the smallest round trip from ``origin`` + outstanding tokens / prefill
         throughput + wait until it serves (``latency_aware``'s estimate), ties to the lowest index; -1 when it
-        has none, or -2 when one of its candidates is in a stall (the caller scans). Same answer as a scan: within
+        has none, or -2 when one of its candidates is not serving yet (a start-up, a stall: the caller scans). Same answer as a scan: within
         a group of one region and one throughput the key grows with the outstanding tokens (distinct token counts
         give distinct keys), so the group's least-loaded candidate stands for it."""
         now = self.now
