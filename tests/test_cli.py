@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 
 KEYS = ["requests", "completed", "rejected", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "e2e_p99_s", "goodput_rps",
         "tokens_per_s", "gpu_util", "cost_usd", "energy_kwh", "load_cv"]
@@ -120,6 +122,23 @@ def test_bench_sim_speed_against_fleet_size():
         assert p.returncode == 2 and "--replicas" in p.stderr and "Traceback" not in p.stderr
     p = cli("bench", "sim-speed", "--replicas", "2", "--repeat", "0")
     assert p.returncode == 2 and "--repeat" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_bench_fleet_sizes_keep_each_deployments_share():
+    # several deployments (multi-region: 2 replicas in each of 3 regions) keep their shares of the fleet, with the
+    # arrival rate scaled as the total; fewer replicas than deployments is refused in one line
+    from fleetwise.bench import scaled_scenario
+
+    sc = scaled_scenario("multi-region", 1000)
+    assert [d.replicas for d in sc.deployments] == [334, 333, 333]
+    assert sc.workload["mean_rate_rps"] == pytest.approx(24.0 * 1000 / 6)
+    p = cli("bench", "sim-speed", "--scenario", "multi-region", "--replicas", "3,12", "--requests", "300",
+            "--router", "latency_aware", "--json")
+    assert p.returncode == 0, p.stderr
+    rows = json.loads(p.stdout)
+    assert [r["replicas_used"] for r in rows] == [3, 12]
+    p = cli("bench", "sim-speed", "--scenario", "multi-region", "--replicas", "2", "--requests", "300")
+    assert p.returncode == 2 and "at least one replica each" in p.stderr and "Traceback" not in p.stderr
 
 
 def test_scenarios_and_policies_list():

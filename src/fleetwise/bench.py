@@ -36,20 +36,33 @@ def _one(n: int, scenario: str, router: str) -> dict:
 
 
 def scaled_scenario(scenario: str, replicas: int):
-    """``scenario`` with its (one) deployment at ``replicas`` replicas and its arrival rate scaled by the same
-    factor, so that the load per replica stays the scenario's (a Poisson ``rate_rps`` or a trace's
-    ``time_scale``)."""
+    """``scenario`` with ``replicas`` replicas in all and its arrival rate scaled by the same factor, so that the
+    load per replica stays the scenario's (a Poisson ``rate_rps``, a diurnal ``mean_rate_rps`` or a trace's
+    ``time_scale``). Several deployments keep their shares of the fleet (largest remainders; e.g. the three regions
+    of ``multi-region``)."""
     from fleetwise.errors import InputError
     from fleetwise.scenario import Scenario, load_scenario
 
     d = load_scenario(scenario).model_dump()
-    if len(d["deployments"]) != 1 or not d["deployments"][0]["replicas"]:
-        raise InputError(f"--replicas: scenario {scenario!r} must have one deployment with replicas > 0")
-    n0 = d["deployments"][0]["replicas"]
-    d["deployments"][0]["replicas"] = replicas
+    deps = d["deployments"]
+    if not deps or any(not x["replicas"] for x in deps):
+        raise InputError(f"--replicas: scenario {scenario!r} must have deployments with replicas > 0")
+    if replicas < len(deps):
+        raise InputError(f"--replicas {replicas}: scenario {scenario!r} has {len(deps)} deployments; give at least "
+                         "one replica each")
+    n0 = sum(x["replicas"] for x in deps)
+    shares = [replicas * x["replicas"] // n0 for x in deps]
+    for k in sorted(range(len(deps)), key=lambda k: (-(replicas * deps[k]["replicas"] % n0), k))[:replicas - sum(shares)]:
+        shares[k] += 1
+    if min(shares) < 1:
+        raise InputError(f"--replicas {replicas}: too few for the {len(deps)} deployments of scenario {scenario!r}")
+    for x, r in zip(deps, shares):
+        x["replicas"] = r
     w = d["workload"]
     if "rate_rps" in w:
         w["rate_rps"] = w["rate_rps"] * replicas / n0
+    elif "mean_rate_rps" in w:
+        w["mean_rate_rps"] = w["mean_rate_rps"] * replicas / n0
     elif w.get("kind") == "trace":
         w["time_scale"] = w.get("time_scale", 1.0) * n0 / replicas
     else:
