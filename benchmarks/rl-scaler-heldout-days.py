@@ -36,7 +36,7 @@ def one(args):
         spec = importlib.util.spec_from_file_location("probe", Path(__file__).with_name("scaler-frontier-probe.py"))
         probe = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(probe)
-        scaler = probe.calm_lift(**probe.CALM[name])
+        scaler = probe.make_scaler(name)
     sc = parse_scenario(windowed(base, 0.0, DAY, day=day - 1), where=f"ServeGen day {day}")
     s = run_platform(sc, seed, scaler=scaler, monitor=False).summary
     return name, day, {k: float(s[k]) for k in KEYS}

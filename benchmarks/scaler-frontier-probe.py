@@ -4,7 +4,8 @@ the cost / SLO attainment trade-off a learned correction has to beat. Each varia
 
     PYTHONPATH=src python benchmarks/scaler-frontier-probe.py [--seeds 0,1] [--workers 2] [--only "NAME|NAME"]
 
-The "calm" variants are hand-set corrections *with memory*, which the learned policy's features (one epoch's view)
+"calm_lift" is the RL scaler's warm start (policies/scaler_correction.py CALM_LIFT), a gated linear form of a calm
+variant. The "calm" variants are hand-set corrections *with memory*, which the learned policy's features (one epoch's view)
 cannot express: a model's N+1 spread is lifted once the model has been calm for ``calm_s`` (every epoch of that
 window: the rule's need below ``need_below`` replicas, the worst p90 / SLO ratio below ``q_below``, nothing
 waiting), and restored at once when the ratio exceeds ``q_restore``, more than ``waiting_restore`` of
@@ -32,6 +33,7 @@ VARIANTS = {  # name: (slo_aware parameters, {"o.i": weight | "o.b": bias} of th
     "no N+1 below 2 replicas of need": ({}, {"1.b": 1.0, "1.1": -2.0}),
     "no N+1 below 4 replicas of need": ({}, {"1.b": 1.0, "1.1": -1.0}),
     "no N+1 ever": ({}, {"1.b": 1.0}),
+    "calm_lift (the gated linear warm start)": ({}, "calm_lift"),
 }
 CALM = {  # name: CalmLift parameters
     "calm 20 min, restore at 0.7 replicas, 60 min between lifts, 15-min hold":
@@ -97,30 +99,36 @@ def calm_lift(**kw):
     return CalmLift(**kw)
 
 
+def make_scaler(name):
+    """The scaler of a variant name (VARIANTS or CALM)."""
+    from fleetwise.policies.scaler_correction import CALM_LIFT, N_FEATURES, CorrectedSLOAware, LinearCorrection
+
+    params, spec = VARIANTS.get(name, ({}, None))
+    if name in CALM:
+        return calm_lift(**CALM[name])
+    if spec == "calm_lift":
+        return CorrectedSLOAware(LinearCorrection.from_spec(CALM_LIFT), **params)
+    if spec is None:
+        return {"name": "slo_aware", **params}
+    w, b = np.zeros((2, N_FEATURES)), np.zeros(2)
+    for k, v in spec.items():
+        o, i = k.split(".")
+        if i == "b":
+            b[int(o)] = v
+        else:
+            w[int(o), int(i)] = v
+    return CorrectedSLOAware(LinearCorrection(w, b), **params)
+
+
 def one(args):
     name, seed = args
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    from fleetwise.policies.scaler_correction import N_FEATURES, CorrectedSLOAware, LinearCorrection
     from fleetwise.reproduce.platform import DAY, windowed
     from fleetwise.run import run_platform
     from fleetwise.scenario import SCENARIO_DIR, parse_scenario, read_yaml
 
     _, base = read_yaml("platform", SCENARIO_DIR, "scenario")
-    params, spec = VARIANTS.get(name, ({}, None))
-    if name in CALM:
-        scaler = calm_lift(**CALM[name])
-    elif spec is None:
-        scaler = {"name": "slo_aware", **params}
-    else:
-        w, b = np.zeros((2, N_FEATURES)), np.zeros(2)
-        for k, v in spec.items():
-            o, i = k.split(".")
-            if i == "b":
-                b[int(o)] = v
-            else:
-                w[int(o), int(i)] = v
-        scaler = CorrectedSLOAware(LinearCorrection(w, b), **params)
-    s = run_platform(parse_scenario(windowed(base, 0.0, DAY)), seed, scaler=scaler, monitor=False).summary
+    s = run_platform(parse_scenario(windowed(base, 0.0, DAY)), seed, scaler=make_scaler(name), monitor=False).summary
     return name, seed, {k: s[k] for k in ("slo_attainment", "cost_per_mtok_usd", "oscillations", "lost_requests")}
 
 

@@ -163,9 +163,19 @@ def test_free_parameters_name_weights_and_biases():
 
 
 def test_windows_are_reproducible_and_inside_the_day():
+    from fleetwise.learn.scaler_cem import trace_windows
+
     a = windows([1, 2], 5, 7200.0, seed=3)
     assert a == windows([1, 2], 5, 7200.0, seed=3) and a != windows([1, 2], 5, 7200.0, seed=4)
     assert all(d in (1, 2) and 0 <= s <= 86400 - 7200 and s % 600 == 0 for d, s, _ in a)
+    t = trace_windows(["azure-conv", "mooncake"], 4, 7200.0, (0.5, 0.9), seed=3)
+    assert t == trace_windows(["azure-conv", "mooncake"], 4, 7200.0, (0.5, 0.9), seed=3)
+    assert [w[0].split("@")[0] for w in t] == ["azure-conv", "mooncake"] * 2
+    assert all(0.5 <= float(w[0].split("@")[1]) <= 0.9 and 0 <= w[1] <= 86400 - 7200 for w in t)
+    with pytest.raises(ValueError, match="train_traces"):
+        ScalerCEMConfig(trace_windows=2)
+    with pytest.raises(ValueError, match="trace_loads"):
+        ScalerCEMConfig(train_traces=["azure-conv"], trace_windows=1, trace_loads=(0.9, 0.5))
 
 
 def test_tiny_cem_training_writes_a_gated_checkpoint_rl_runs(tmp_path):
@@ -176,12 +186,13 @@ def test_tiny_cem_training_writes_a_gated_checkpoint_rl_runs(tmp_path):
 
     base, sc = _platform(9.9, 10.0)
     cfg = ScalerCEMConfig(window_s=600.0, train_windows=1, val_windows=1, gate_windows=2, iterations=1,
-                          population=2, elite=1)
+                          population=2, elite=1, init="calm_lift", train_traces=["azure-conv"], trace_windows=1)
     with cached_servegen():
         res = train_scaler_cem(base, cfg, tmp_path / "rl_scaler", workers=1)
         card = read_card(tmp_path / "rl_scaler.card.json")
         assert card.training["action"] == "model_correction" and card.rule == "slo_aware"
-        assert len(card.training["curve"]) == 1 and "lambda" in card.training["curve"][0]
+        assert [r["iteration"] for r in card.training["curve"]] == [0, 1] and "lambda" in card.training["curve"][1]
+        assert res["kept"] in ("rule", "calm_lift", "iteration 1") and card.training["config"]["init"] == "calm_lift"
         assert card.validation["metric"] == "cost_per_mtok_usd" and card.validation["windows"] == 2
         p = run_platform(sc, 1, scaler={"name": "rl", "checkpoint": res["checkpoint"]}, monitor=False)
     assert p.summary["lost_requests"] == 0
@@ -202,3 +213,64 @@ def test_cem_training_on_ray_matches_local(tmp_path, local_ray):
     local = train_scaler_cem(base, cfg, None, workers=2)
     assert remote["curve"][0]["val_score"] == local["curve"][0]["val_score"]
     assert remote["params"] == local["params"] and remote["gate"] == local["gate"]
+
+
+def test_zero_parameters_of_a_gated_policy_are_slo_aware_too(tmp_path):
+    """A gated checkpoint (three outputs: a[1] has its own row once the spread is lifted) with zero parameters is
+    the rule, decision for decision, over the same platform window."""
+    from fleetwise.learn.scaler_cem import n_params
+    from fleetwise.policies import make
+    from fleetwise.policies.scaler_correction import N_GATED_OUTPUTS
+
+    _, sc = _platform(9.9, 10.15)
+    ckpt = save_scaler(tmp_path / "zero3", np.zeros(n_params(N_GATED_OUTPUTS)), ScalerCEMConfig(init="calm_lift"),
+                       [], None)
+    rl = assert_answers_as_slo_aware(sc, make("scaler", "rl", {"checkpoint": str(ckpt)}))
+    assert len(rl.inner.correction.policy(np.zeros(N_FEATURES))) == N_GATED_OUTPUTS
+
+
+def test_calm_lift_lifts_after_calm_minutes_restores_at_once_and_waits_an_hour(tmp_path):
+    """CALM_LIFT, the gated warm start: lifted after 15 calm minutes and the scale-down window, restored in the
+    first busy epoch (unlike one linear row, which holds through it), not lifted again within the hour; it runs
+    the same from its checkpoint as scaler "rl"."""
+    from fleetwise.learn.scaler_cem import init_params
+    from fleetwise.policies import make
+    from fleetwise.policies.scaler_correction import CALM_LIFT
+
+    def zones(rps):
+        return [_group(key=f"m/g/z-{z}/on_demand", zone=f"z-{z}", ready=1, starting=0, arrivals_rps=rps,
+                       capacity_rps=5.0, max_replicas=6, min_replicas=0, busy=0.1, waiting=0, tpot_p90_s=0.01)
+                for z in "ab"]
+
+    ckpt = save_scaler(tmp_path / "calm", init_params("calm_lift"), ScalerCEMConfig(init="calm_lift"), [], None)
+    served = make("scaler", "rl", {"checkpoint": str(ckpt)})
+    sc = CorrectedSLOAware(LinearCorrection.from_spec(CALM_LIFT), downscale_window_s=300.0)
+    served.correction.downscale_window_s = 300.0
+    calm, busy = zones(0.3), zones(6.0)  # busy: the need at 6 / 5 x 1.2 = 1.44 replicas
+    lifts, t = [], 0.0
+    for k in range(260):
+        groups = busy if 80 <= k < 82 else calm  # a burst of two epochs at 40 minutes
+        a, b = sc.scale(_obs(t, groups)), served.scale(_obs(t, groups))
+        assert a == b  # the checkpoint is the same policy
+        lifts.append(sc._drop.get("m", False))
+        t += 30.0
+    first = lifts.index(True)
+    assert 39 <= first <= 41  # 15 calm minutes (30 epochs), then the 300-s window
+    assert not lifts[80] and not any(lifts[80:80 + 118])  # restored in the burst's first epoch, an hour without
+    assert lifts[-1]  # then lifted again
+
+
+def test_a_search_from_calm_lift_starts_there(tmp_path):
+    """ScalerCEMConfig.init names the start; the gated parameters index as output:feature with outputs 0..2."""
+    from fleetwise.learn.scaler_cem import free_index, init_params, n_params, params_policy
+    from fleetwise.policies.scaler_correction import CALM_LIFT, N_GATED_OUTPUTS
+
+    p = init_params("calm_lift")
+    assert len(p) == n_params(N_GATED_OUTPUTS) and np.count_nonzero(p) == len(CALM_LIFT)
+    pol = params_policy(p)
+    assert pol.w[2, 1] == pytest.approx(-4.0) and pol.b[1] == pytest.approx(-39.6)
+    assert len(free_index(["2:b"], N_GATED_OUTPUTS)) == 1
+    with pytest.raises(ValueError, match="init"):
+        ScalerCEMConfig(init="calm")
+    with pytest.raises(ValueError, match="parameters"):
+        params_policy(np.zeros(5))

@@ -10,7 +10,9 @@ in that epoch:
   multiplied by ``exp(NEED_SCALE x a[0])`` (a factor in [0.74, 1.35]), before the rule's scale-down window;
 * ``a[1]``, the zone redundancy: while ``a[1] > 0`` has held for the rule's ``downscale_window_s`` (the same
   wait as any scale-down), the model's capacity is not spread N+1 across zones this epoch (one split over its
-  groups, cheapest first); it is spread again at once when ``a[1] <= 0``.
+  groups, cheapest first); it is spread again at once when ``a[1] <= 0``. A gated policy has a third output,
+  which replaces ``a[1]`` while the spread is lifted: one linear rule to lift, another to keep it lifted
+  (a linear rule alone cannot say both "lift after 15 calm minutes" and "restore at once on a burst").
 
 Zero parameters give ``a = 0``: factor 1 and the redundancy kept, i.e. ``slo_aware`` decision for decision
 (``tests/test_scaler_correction.py``). What it can learn is when the rule's insurance (headroom, N+1 across zones)
@@ -36,6 +38,7 @@ N_STEP_FEATURES = 7  # bias + 6 (model_features): one epoch's view
 N_MEMORY_FEATURES = 5  # ModelMemory
 N_FEATURES = N_STEP_FEATURES + N_MEMORY_FEATURES
 N_OUTPUTS = 2
+N_GATED_OUTPUTS = 3  # a gated policy: a[1] from its own row while the spread is kept, from a third once lifted
 NEED_SCALE = 0.3  # a[0] = +-1: the need x exp(+-0.3)
 ACTION_KIND = "model_correction"  # the model card's training["action"]
 
@@ -118,6 +121,20 @@ class ModelMemory:
         return np.array(out)
 
 
+# A gated correction with memory (N_GATED_OUTPUTS rows), written by hand: the warm start of the RL scaler's search
+# (fleetwise.learn.scaler_cem, ``init="calm_lift"``; docs/autoscaling.md). It is a linear form of the "calm 20 min,
+# restore at 0.7 replicas, 60 min between lifts, 15-min hold" correction of benchmarks/scaler-frontier-probe.py,
+# its restore thresholds chosen among three on whole training days (ServeGen days 2-6, docs/autoscaling.md):
+# a[0] = the need's fall below its 15-minute high (the need held at that high, at most x 1.35);
+# lift (row 1, the spread kept): every epoch of the last 15 minutes calm and the last restore an hour ago or more
+#   (20 x_calm15 + 20 x_since_restore > 39.6), then held for the rule's scale-down window (5 more calm minutes);
+# keep it lifted (row 2): 1 - x_need / 0.25 - x_waiting / 0.4 - x_ratio / 10 > 0, i.e. restored at once when the
+#   need reaches 1 replica or the backlog 0.4, sooner when the worst p90 / SLO ratio is high too.
+CALM_LIFT = {"0:11": 1.0,
+             "1:7": 20.0, "1:10": 20.0, "1:b": -39.6,
+             "2:b": 1.0, "2:1": -4.0, "2:2": -0.1, "2:3": -2.5}
+
+
 def _ratios(ttft: np.ndarray, slo_ttft: np.ndarray, tpot: np.ndarray, slo_tpot: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
         out = []
@@ -128,15 +145,32 @@ def _ratios(ttft: np.ndarray, slo_ttft: np.ndarray, tpot: np.ndarray, slo_tpot: 
 
 
 class LinearCorrection:
-    """``a = clip(W x + b, -1, 1)``: the policy (``w``: (N_OUTPUTS, N_FEATURES), ``b``: (N_OUTPUTS,))."""
+    """``a = clip(W x + b, -1, 1)``: the policy (``w``: (k, N_FEATURES), ``b``: (k,), k = ``N_OUTPUTS``, or
+    ``N_GATED_OUTPUTS`` for a gated policy: one linear rule to lift the spread, another to keep it lifted, as a
+    thermostat has one threshold to switch on and another to switch off)."""
 
     def __init__(self, w: np.ndarray, b: np.ndarray):
-        self.w = np.asarray(w, np.float64).reshape(N_OUTPUTS, N_FEATURES)
-        self.b = np.asarray(b, np.float64).reshape(N_OUTPUTS)
+        b = np.asarray(b, np.float64).ravel()
+        if len(b) not in (N_OUTPUTS, N_GATED_OUTPUTS):
+            raise ValueError(f"LinearCorrection: {len(b)} outputs, expected {N_OUTPUTS} or {N_GATED_OUTPUTS}")
+        self.w = np.asarray(w, np.float64).reshape(len(b), N_FEATURES)
+        self.b = b
 
     @classmethod
-    def zeros(cls) -> "LinearCorrection":
-        return cls(np.zeros((N_OUTPUTS, N_FEATURES)), np.zeros(N_OUTPUTS))
+    def zeros(cls, outputs: int = N_OUTPUTS) -> "LinearCorrection":
+        return cls(np.zeros((outputs, N_FEATURES)), np.zeros(outputs))
+
+    @classmethod
+    def from_spec(cls, spec: dict[str, float], outputs: int = N_GATED_OUTPUTS) -> "LinearCorrection":
+        """From ``{"output:feature" | "output:b": value}`` (the others zero), e.g. :data:`CALM_LIFT`."""
+        w, b = np.zeros((outputs, N_FEATURES)), np.zeros(outputs)
+        for k, v in spec.items():
+            o, _, i = k.partition(":")
+            if i == "b":
+                b[int(o)] = v
+            else:
+                w[int(o), int(i)] = v
+        return cls(w, b)
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         return np.clip(self.w @ x + self.b, -1.0, 1.0)
@@ -161,7 +195,8 @@ class CorrectedSLOAware(SLOAware):
         was = self._drop.get(model, False)
         a = self.policy(np.concatenate([x, mem.features(now, x, need, was)]))
         self.decisions += 1
-        if a[1] > 0.0:
+        lift = a[2] if was and len(a) > N_OUTPUTS else a[1]  # (a gated policy: its third output once lifted)
+        if lift > 0.0:
             since = self._drop_since.setdefault(model, now)
             self._drop[model] = now - since >= self.downscale_window_s
         else:

@@ -100,12 +100,21 @@ class RLScaler:
     def _init_correction(self, path: Path, rule_params: dict) -> None:
         """A model-level correction of ``slo_aware`` (policies/scaler_correction.py, trained by CEM); the rule's
         parameters were checked by building the rule."""
-        from fleetwise.policies.scaler_correction import N_FEATURES, N_OUTPUTS, N_STEP_FEATURES, CorrectedSLOAware
+        from fleetwise.policies.scaler_correction import (
+            N_FEATURES,
+            N_GATED_OUTPUTS,
+            N_OUTPUTS,
+            N_STEP_FEATURES,
+            CorrectedSLOAware,
+        )
 
         m = self.model
         # (a checkpoint of one epoch's features only, from before the memory features: it reads the first ones)
         n_in = tuple(m.obs_shape)[0] if len(tuple(m.obs_shape)) == 1 else -1
-        if (m.action.kind != "box" or tuple(m.action.shape) != (N_OUTPUTS,) or n_in not in (N_FEATURES, N_STEP_FEATURES)
+        # (a gated policy has a third output: a[1] once the spread is lifted; it needs the memory features)
+        outs = tuple(m.action.shape)
+        if (m.action.kind != "box" or outs not in ((N_OUTPUTS,), (N_GATED_OUTPUTS,))
+                or n_in not in (N_FEATURES, N_STEP_FEATURES) or (outs == (N_GATED_OUTPUTS,) and n_in != N_FEATURES)
                 or len(m.layers) != 1 or m.act_low is None or m.act_high is None):
             raise InputError(f"scaler 'rl': {str(path)!r} is not a model-correction policy (observation "
                              f"{m.obs_shape}, action {m.action.to_json()}, {len(m.layers)} layers)")
