@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The RL scaler at its full budget (issue 17; docs/autoscaling.md, docs/learning.md): the recipe's training of the
-# model-level correction of slo_aware (CEM, 6 iterations of 8 candidates on 4 two-hour windows of ServeGen days
-# 2-6; the parameters kept on 4 windows of day 7, the gate on 4 others), then the RL scaler and slo_aware on the
-# whole of day 1 (the test day), 5 seeds, and slo_aware all on-demand. Measured 2026-12-03 (with the memory
-# features): 9 min 46 s wall on 2 CPUs (training 286 s, then the whole-day runs of 40-70 s each). Needs fleetwise on PATH's python (a venv). The other scalers' figures are `fleetwise reproduce platform` (all of
+# gated model-level correction of slo_aware (CEM from calm_lift, 6 iterations of 8 candidates on 4 two-hour windows
+# of ServeGen days 2-6 and 2 of real traces (azure-conv, mooncake) at loads 0.5-0.9; the parameters kept on 4
+# windows of day 7, the gate on 4 others), then the RL scaler and slo_aware on the whole of day 1 (the test day),
+# 5 seeds. Measured 2026-12-04: 14 min 42 s wall on 2 CPUs (training 612 s, then the whole-day runs of 40-70 s
+# each). Needs fleetwise on PATH's python (a venv). The other scalers' figures are `fleetwise reproduce platform` (all of
 # them, ~60 min). Writes results/platform-rl/platform/ (result.json, rl_scaler.npz + rl_scaler.card.json with the gate,
 # rl_scaler.curve.json) and prints `{scaler: {slo_attainment, cost_per_mtok_usd, oscillations, lost_requests}}` and
 # rl's paired change against slo_aware.
@@ -15,14 +16,20 @@ QUICK=False
 [[ "${1:-}" == "--quick" ]] && QUICK=True
 mkdir -p results/platform-rl
 TIMEFORMAT='rl scaler vs slo_aware: %R s wall, %U s user + %S s system CPU'
-time OMP_NUM_THREADS=1 python - <<PY
+# (a script file, not stdin: reproduce platform's evaluation spawns worker processes, which import the main module)
+SCRIPT=$(mktemp --suffix .py)
+trap 'rm -f "$SCRIPT"' EXIT
+cat > "$SCRIPT" <<PY
 import json
 from fleetwise.reproduce import platform as P
-r = P.run(quick=$QUICK, db="results/platform-rl/fleetwise.duckdb", scalers=["slo_aware", "rl"], progress=True)
-json.dump(r, open("results/platform-rl.json", "w"), default=float, indent=1)
-keep = ("slo_attainment", "cost_per_mtok_usd", "oscillations", "lost_requests", "gate_passed")
-print(json.dumps({n: {k: r[n].get(k) for k in keep} for n in ("slo_aware", "rl")}, default=float))
-rl = r["rl"]
-print(json.dumps({k: rl[k] for k in rl if k.startswith("vs_slo_aware")}, default=float))
-print("gate:", json.dumps(r["_meta"]["gates"]["rl"]["validation"], default=float))
+
+if __name__ == "__main__":
+    r = P.run(quick=$QUICK, db="results/platform-rl/fleetwise.duckdb", scalers=["slo_aware", "rl"], progress=True)
+    json.dump(r, open("results/platform-rl.json", "w"), default=float, indent=1)
+    keep = ("slo_attainment", "cost_per_mtok_usd", "oscillations", "lost_requests", "gate_passed")
+    print(json.dumps({n: {k: r[n].get(k) for k in keep} for n in ("slo_aware", "rl")}, default=float))
+    rl = r["rl"]
+    print(json.dumps({k: rl[k] for k in rl if k.startswith("vs_slo_aware")}, default=float))
+    print("gate:", json.dumps(r["_meta"]["gates"]["rl"]["validation"], default=float))
 PY
+time OMP_NUM_THREADS=1 python "$SCRIPT"

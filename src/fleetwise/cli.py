@@ -1091,6 +1091,9 @@ def train_scaler_cmd(
     quick: bool = typer.Option(False, "--quick", help="reproduce platform --quick's budget (1-hour windows, 3 "
                                "iterations of 6) instead of the full one (2-hour windows, 6 iterations of 8)"),
     seed: int = typer.Option(0, min=0, max=MAX_SEED, help="the search's seed"),
+    init: str = typer.Option("calm_lift", "--init", help="where the search starts: calm_lift (a hand-written "
+                             "correction that lifts a calm model's N+1 spread; the budgets' default) or rule "
+                             "(zero parameters, slo_aware itself)"),
     backend: str = typer.Option("local", help="local (worker processes) or ray"),
     address: Optional[str] = typer.Option(None, help="a Ray cluster's address (--backend ray)"),
     workers: Optional[int] = typer.Option(None, min=1, max=1024, help="worker processes (default: the CPUs)"),
@@ -1098,8 +1101,9 @@ def train_scaler_cmd(
 ) -> None:
     """The RL scaler of `reproduce platform`: a model-level correction of slo_aware (its need and zone redundancy,
     per model and epoch), found by the cross-entropy method on windows of the platform scenario's ServeGen days
-    2-6 (cost per token, SLO attainment within 0.1 point of the rule's as a constraint), kept by validation on
-    day 7, gated against slo_aware (the gate's result goes into the model card)."""
+    2-6 and of two real traces in its place (cost per token, SLO attainment within 0.1 point of the rule's as a
+    constraint), kept by validation on day 7, gated against slo_aware (the gate's result goes into the model
+    card)."""
     from fleetwise.experiments.store import check_writable_file
     from fleetwise.learn.scaler_cem import CEM_BUDGETS, ScalerCEMConfig, train_scaler_cem
     from fleetwise.scenario import SCENARIO_DIR, read_yaml
@@ -1109,7 +1113,12 @@ def train_scaler_cmd(
     _check_backend(backend, address)
     check_writable_file(out_path, "checkpoint (--out)")
     _, base = read_yaml("platform", SCENARIO_DIR, "scenario")
-    cfg = ScalerCEMConfig(seed=seed, **CEM_BUDGETS["quick" if quick else "full"])
+    from fleetwise.learn.scaler_cem import INITS
+
+    if init != "rule" and init not in INITS:
+        raise InputError(f"--init {init!r}: expected one of {', '.join(['rule', *sorted(INITS)])}")
+    cfg = ScalerCEMConfig(seed=seed, **(CEM_BUDGETS["quick" if quick else "full"] | (
+        {"init": None, "sigma": ScalerCEMConfig.sigma} if init == "rule" else {"init": init})))
     with _progress() as prog:
         task = prog.add_task("training the RL scaler (CEM)", total=cfg.iterations)
         res = train_scaler_cem(base, cfg, out_path, backend=backend, workers=workers, address=address,
@@ -1129,8 +1138,8 @@ def train_scaler_cmd(
     lo, hi = g["ci95"]
     console.print(f"gate ({g['windows_detail']}, cost per million tokens against {g['rule']}): {g['change']:+.2%} "
                   f"[{lo:+.2%}, {hi:+.2%}], SLO attainment {g['attainment_diff'] * 100:+.2f} points: "
-                  f"{'passed' if g['passed'] else 'NOT passed (serve refuses it without --force)'}; kept iteration "
-                  f"{res['best_iteration']} (0 = the rule); checkpoint {res['checkpoint']}", highlight=False,
+                  f"{'passed' if g['passed'] else 'NOT passed (serve refuses it without --force)'}; kept "
+                  f"{res['kept']}; checkpoint {res['checkpoint']}", highlight=False,
                   soft_wrap=True)
 
 

@@ -2,19 +2,22 @@
 shared recipe (docs/learning.md, docs/autoscaling.md).
 
 The policy is linear (12 features, 7 of one epoch and 5 of the model's last hour -> 2 bounded outputs per model
-and epoch, 26 parameters) and what it is judged
-on (cost per token and SLO attainment over hours of a day) is only known at the end of a whole simulated window,
-so it is trained by the cross-entropy method (CEM; Rubinstein 1999, Szita & Lorincz 2006), a derivative-free
+and epoch, or 3 for a gated policy: one row to lift the N+1 spread, another to keep it lifted) and what it is
+judged on (cost per token and SLO attainment over hours of a day) is only known at the end of a whole simulated
+window, so it is trained by the cross-entropy method (CEM; Rubinstein 1999, Szita & Lorincz 2006), a derivative-free
 policy search, as the learned router is (fleetwise.learn.router): numpy only, no torch. Each candidate runs the
 same windows as the rule (common random numbers), so a comparison is paired and the search sees small effects.
 The recipe, step by step:
 
 1. The policy contains its rule: zero parameters are ``slo_aware`` decision for decision (tested).
-2. Warm start at the rule: the search distribution starts centred on zero parameters.
+2. Warm start: the search starts at ``init`` (``calm_lift`` in the budgets: a gated correction written by hand,
+   which lifts a calm model's spread; docs/autoscaling.md) or at zero parameters (the rule); the start, like the
+   rule, is a candidate of the validation's choice.
 3. Service level as a constraint: minimise the cost per million tokens subject to SLO attainment at most
    ``slack`` (0.1 point) below the rule's on the same windows (``recipe.Lagrangian``, dual ascent on the elite's
    violation, logged), and no more oscillations than the rule (a penalty) and no lost request (refused).
-4. Train / validation / test: training windows from the training days, validation windows (the parameters
+4. Train / validation / test: training windows from the training days and from real traces in place of the
+   scenario's arrivals at loads from light to busy (a distribution of workloads), validation windows (the parameters
    kept: the CEM mean with the best validation score, the rule itself included) and separate gate windows from
    the validation day; test days are never seen (``reproduce platform`` evaluates on ServeGen day 1).
 5. The gate: paired cost per token on the gate windows against the rule (``recipe.gate``), passed when its whole
@@ -35,20 +38,39 @@ from typing import Any, Callable
 import numpy as np
 
 from fleetwise.platform.windows import DAY, windowed
-from fleetwise.policies.scaler_correction import ACTION_KIND, N_FEATURES, N_OUTPUTS, LinearCorrection
+from fleetwise.policies.scaler_correction import (
+    ACTION_KIND,
+    CALM_LIFT,
+    N_FEATURES,
+    N_GATED_OUTPUTS,
+    N_OUTPUTS,
+    LinearCorrection,
+)
 from fleetwise.policies.scaler_features import RULE
 
-N_PARAMS = N_OUTPUTS * N_FEATURES + N_OUTPUTS
+N_PARAMS = N_OUTPUTS * N_FEATURES + N_OUTPUTS  # (an ungated policy; a gated one: n_params(N_GATED_OUTPUTS))
+INITS = {"calm_lift": CALM_LIFT}  # ScalerCEMConfig.init: hand-written corrections a search may start from
+# what a search from an init searches when ScalerCEMConfig.free is None: the init's own parameters (its thresholds
+# and the hold), a constant capacity correction and the lift's weight on the hour's calm share. Noise on every one
+# of the gated policy's 39 parameters would move the lift's narrow margin (0.4 at a calm quarter-hour) at random.
+INIT_FREE = {"calm_lift": [*CALM_LIFT, "0:b", "1:8"]}
+
+
+def n_params(outputs: int = N_OUTPUTS) -> int:
+    return outputs * N_FEATURES + outputs
 OBS_LOW = np.array([1.0, 0.0, 0.0, 0.0, 0.0, -2.0, 0.0] + [0.0] * 5, np.float32)
 OBS_HIGH = np.array([1.0, 2.0, 3.0, 1.2, 1.0, 2.0, 1.0] + [1.0, 1.0, 1.0, 1.0, 2.0], np.float32)
 TRAIN_DAYS = range(1, 6)  # ServeGen days 2-6 (0-based 1-5): training windows
 VAL_DAY = 6  # ServeGen day 7: validation windows (the choice and the gate); day 1 (0) is reproduce platform's test day
-# reproduce platform's budgets (ScalerCEMConfig fields)
+# reproduce platform's budgets (ScalerCEMConfig fields). From calm_lift the spread is 0.15, not 0.5: with 0.5 on
+# the lift's three parameters (margin 0.4) most candidates never lifted, and the search left the start (2026-12-04)
 CEM_BUDGETS = {
     "quick": {"window_s": 3600.0, "train_windows": 3, "val_windows": 2, "gate_windows": 3, "iterations": 3,
-              "population": 6, "elite": 2},
+              "population": 6, "elite": 2, "init": "calm_lift", "sigma": 0.15,
+              "train_traces": ["azure-conv", "mooncake"], "trace_windows": 1},
     "full": {"window_s": 7200.0, "train_windows": 4, "val_windows": 4, "gate_windows": 4, "iterations": 6,
-             "population": 8, "elite": 3},
+             "population": 8, "elite": 3, "init": "calm_lift", "sigma": 0.15,
+             "train_traces": ["azure-conv", "mooncake"], "trace_windows": 2},
 }
 
 
@@ -66,11 +88,34 @@ class ScalerCEMConfig:
     sigma: float = 0.5
     min_sigma: float = 0.05  # the search's spread never falls below this (noisy CEM, Szita & Lorincz 2006)
     # the parameters searched, as "output:feature" ("1:7": a[1]'s weight on feature 7, "0:b": a[0]'s bias); the
-    # others stay zero. None (the budgets' default): all N_PARAMS
+    # others stay at the start's values (zero, or init's). None (the budgets' default): all of them, or with init
+    # INIT_FREE[init]
     free: list[str] | None = None
     slack: float = 0.001  # SLO attainment at most this much (0.1 point) below the rule's, on average
     seed: int = 0
     rule_params: dict[str, Any] = field(default_factory=dict)
+    # a distribution of workloads, not ServeGen's alone: trace_windows more training windows, each a trace of
+    # train_traces (aliases or paths; drawn in turn) in place of the scenario's arrivals and lengths, fitted to a
+    # load drawn from trace_loads (a fraction of the fleet's capacity; reproduce.platform.with_trace)
+    train_traces: list[str] = field(default_factory=list)
+    trace_windows: int = 0
+    trace_loads: tuple[float, float] = (0.5, 0.9)
+    # where the search starts: None, the rule (zero parameters); or a name in INITS, a hand-written correction
+    # (a gated policy, N_GATED_OUTPUTS outputs), which is then also a candidate of the validation's choice
+    init: str | None = None
+
+    def __post_init__(self):
+        if self.init is not None and self.init not in INITS:
+            raise ValueError(f"init {self.init!r}: expected one of {sorted(INITS)} or None (the rule)")
+        if self.trace_windows and not self.train_traces:
+            raise ValueError(f"trace_windows {self.trace_windows}: name the traces (train_traces)")
+        lo, hi = self.trace_loads
+        if not 0.0 < lo <= hi <= 2.0:
+            raise ValueError(f"trace_loads {self.trace_loads}: expected 0 < low <= high <= 2")
+
+    @property
+    def outputs(self) -> int:
+        return N_OUTPUTS if self.init is None else N_GATED_OUTPUTS
 
 
 def windows(days: list[int], n: int, window_s: float, seed: int) -> list[tuple[int, float, int]]:
@@ -81,36 +126,56 @@ def windows(days: list[int], n: int, window_s: float, seed: int) -> list[tuple[i
             for k in range(n)]
 
 
+def trace_windows(traces: list[str], n: int, window_s: float, loads: tuple[float, float], seed: int
+                  ) -> list[tuple[str, float, int]]:
+    """``n`` ("TRACE@LOAD", start_s, run seed) windows, the traces in turn, loads uniform in ``loads``."""
+    rng = np.random.default_rng(np.random.SeedSequence([int(seed), 23]))
+    slots = int((DAY - window_s) // 600) + 1
+    return [(f"{traces[k % len(traces)]}@{rng.uniform(*loads):.3f}", 600.0 * int(rng.integers(slots)),
+             int(seed) * 1000 + 500 + k) for k in range(n)]
+
+
 SPARSE = ["0:b", "0:11", "1:b", "1:1", "1:2", "1:3", "1:7", "1:8", "1:9", "1:10"]  # a sparse search (tried in
 # docs/autoscaling.md; it kept the rule's neighbourhood too): a[0] on its bias and the need's fall below its
 # 15-minute high (a hold); a[1] on its bias, the need, the worst ratio, the waiting, the calm shares, the lifted
 # state and the time since the last restore
 
 
-def free_index(free: list[str] | None) -> np.ndarray:
+def free_index(free: list[str] | None, outputs: int = N_OUTPUTS) -> np.ndarray:
     """Indices into the parameter vector (``w`` row-major, then ``b``) of ``free`` ("output:feature" or
     "output:b"); all of them for None. ValueError on a name that is not a parameter."""
     if free is None:
-        return np.arange(N_PARAMS)
+        return np.arange(n_params(outputs))
     out = []
     for f in free:
         o, _, i = str(f).partition(":")
-        if o not in ("0", "1") or not (i == "b" or (i.isdigit() and int(i) < N_FEATURES)):
-            raise ValueError(f"free parameter {f!r}: expected OUTPUT:FEATURE or OUTPUT:b, OUTPUT in 0..{N_OUTPUTS - 1}, "
+        if not (o.isdigit() and int(o) < outputs) or not (i == "b" or (i.isdigit() and int(i) < N_FEATURES)):
+            raise ValueError(f"free parameter {f!r}: expected OUTPUT:FEATURE or OUTPUT:b, OUTPUT in 0..{outputs - 1}, "
                              f"FEATURE in 0..{N_FEATURES - 1}")
-        out.append(N_OUTPUTS * N_FEATURES + int(o) if i == "b" else int(o) * N_FEATURES + int(i))
+        out.append(outputs * N_FEATURES + int(o) if i == "b" else int(o) * N_FEATURES + int(i))
     if len(set(out)) != len(out):
         raise ValueError(f"free parameters {free}: one named twice")
     return np.array(out)
 
 
+def init_params(name: str | None) -> np.ndarray:
+    """The parameter vector a search starts from: zero (the rule) for None, else ``INITS[name]`` (gated)."""
+    if name is None:
+        return np.zeros(n_params())
+    pol = LinearCorrection.from_spec(INITS[name], N_GATED_OUTPUTS)
+    return np.concatenate([pol.w.ravel(), pol.b])
+
+
 def params_policy(params: np.ndarray | None) -> LinearCorrection:
-    """The policy of a parameter vector, rounded to float32 as the checkpoint stores it (what is validated is
-    what is saved); None: zero (the rule)."""
+    """The policy of a parameter vector (``n_params(k)`` values: k outputs), rounded to float32 as the checkpoint
+    stores it (what is validated is what is saved); None: zero (the rule)."""
     if params is None:
         return LinearCorrection.zeros()
     p = np.asarray(params, np.float32).astype(np.float64)
-    return LinearCorrection(p[:N_OUTPUTS * N_FEATURES], p[N_OUTPUTS * N_FEATURES:])
+    k = len(p) // (N_FEATURES + 1)
+    if len(p) != n_params(k) or k not in (N_OUTPUTS, N_GATED_OUTPUTS):
+        raise ValueError(f"params_policy: {len(p)} parameters, expected {n_params()} or {n_params(N_GATED_OUTPUTS)}")
+    return LinearCorrection(p[:k * N_FEATURES], p[k * N_FEATURES:])
 
 
 def window_run(item: tuple) -> dict[str, float]:
@@ -123,7 +188,14 @@ def window_run(item: tuple) -> dict[str, float]:
     from fleetwise.scenario import parse_scenario
     from fleetwise.workload.readers import cached_servegen
 
-    sc = parse_scenario(windowed(base, start, start + window_s, day=day), where="platform window")
+    if isinstance(day, str):  # a trace window ("TRACE@LOAD")
+        from fleetwise.platform.windows import with_trace
+
+        trace, _, load = day.rpartition("@")
+        data, _ = with_trace(base, trace, float(load), start, start + window_s)
+    else:
+        data = windowed(base, start, start + window_s, day=day)
+    sc = parse_scenario(data, where="platform window")
     scaler = (make("scaler", RULE, dict(rule_params)) if params is None
               else CorrectedSLOAware(params_policy(params), **rule_params))
     with cached_servegen():  # ServeGen's rate files read once per worker process
@@ -179,7 +251,9 @@ def _train(base, cfg, out, backend, workers, address, progress) -> dict:
     def run(items: list) -> list:
         return run_tasks(window_run, items, backend=backend, workers=workers, address=address)
 
-    train = _Windows(base, windows(cfg.train_days, cfg.train_windows, cfg.window_s, 100 + cfg.seed), cfg, run)
+    train = _Windows(base, windows(cfg.train_days, cfg.train_windows, cfg.window_s, 100 + cfg.seed)
+                     + trace_windows(cfg.train_traces, cfg.trace_windows, cfg.window_s, cfg.trace_loads, 100 + cfg.seed),
+                     cfg, run)
     val = _Windows(base, windows([cfg.val_day], cfg.val_windows, cfg.window_s, 200), cfg, run)
     lag = Lagrangian(target=-cfg.slack, sense=">=", lr=2.0, scale=cfg.slack, lam=1.0)
 
@@ -190,17 +264,29 @@ def _train(base, cfg, out, backend, workers, address, progress) -> dict:
         viol = max(-cfg.slack - c["attainment_diff"], 0.0) / cfg.slack
         return -c["log_cost_ratio"] - 0.05 * viol - penalty(c)
 
-    idx = free_index(cfg.free)
+    idx = free_index(cfg.free if cfg.free is not None or cfg.init is None else INIT_FREE[cfg.init], cfg.outputs)
+    start = init_params(cfg.init)
 
-    def full(v: np.ndarray) -> np.ndarray:  # the searched values in the whole parameter vector, the rest zero
-        p = np.zeros(N_PARAMS)
+    def full(v: np.ndarray) -> np.ndarray:  # the searched values in the whole parameter vector, the rest the start's
+        p = start.copy()
         p[idx] = v
         return p
 
-    search = CEM(np.zeros(len(idx)), cfg.sigma, population=cfg.population, elite=cfg.elite, min_sigma=cfg.min_sigma,
+    search = CEM(start[idx], cfg.sigma, population=cfg.population, elite=cfg.elite, min_sigma=cfg.min_sigma,
                  rng=np.random.default_rng(cfg.seed))
-    best = {"score": 0.0, "params": full(search.mean), "iteration": 0}  # the rule scores 0 by definition
+    best = {"score": 0.0, "params": np.zeros(n_params()), "iteration": 0, "kept": "rule"}  # the rule scores 0
     curve: list[dict] = []
+    if cfg.init is not None:  # the hand-written start is a candidate of the choice too (iteration 0)
+        vc = val.compare(val.runs([start])[0])
+        vs = val_score(vc)
+        if vs > best["score"]:
+            best = {"score": vs, "params": start.copy(), "iteration": 0, "kept": cfg.init}
+        curve.append({"iteration": 0, "wall_s": time.perf_counter() - t0, "lambda": lag.lam,
+                      "train_elite_log_cost_ratio": None, "train_elite_attainment_diff": None,  # (not searched)
+                      "val_log_cost_ratio": vc["log_cost_ratio"], "val_attainment_diff": vc["attainment_diff"],
+                      "val_oscillations_added": vc["oscillations_added"], "val_score": vs})
+        if progress is not None:
+            progress(0, curve[-1])
     for it in range(1, cfg.iterations + 1):
         cmp_ = [train.compare(r) for r in train.runs([full(v) for v in search.ask()])]
         scored = [c["log_cost_ratio"] + lag.penalty(c["attainment_diff"]) + penalty(c) for c in cmp_]
@@ -209,7 +295,7 @@ def _train(base, cfg, out, backend, workers, address, progress) -> dict:
         vc = val.compare(val.runs([full(search.mean)])[0])
         vs = val_score(vc)
         if vs > best["score"]:
-            best = {"score": vs, "params": full(search.mean), "iteration": it}
+            best = {"score": vs, "params": full(search.mean), "iteration": it, "kept": f"iteration {it}"}
         row = {"iteration": it, "wall_s": time.perf_counter() - t0, "lambda": lag.lam,
                "train_elite_log_cost_ratio": float(np.mean([cmp_[i]["log_cost_ratio"] for i in order])),
                "train_elite_attainment_diff": float(np.mean([cmp_[i]["attainment_diff"] for i in order])),
@@ -232,6 +318,7 @@ def _train(base, cfg, out, backend, workers, address, progress) -> dict:
                         "oscillations, no lost request",
           "windows_detail": f"{cfg.gate_windows} windows of {cfg.window_s / 3600:g} h on ServeGen day {cfg.val_day + 1}"}
     result = {"curve": curve, "gate": g, "params": params.tolist(), "best_iteration": best["iteration"],
+              "kept": best["kept"],  # "rule" (zero parameters), the init's name, or "iteration N" of the search
               "config": asdict(cfg), "wall_s": time.perf_counter() - t0}
     if out is not None:
         result["checkpoint"] = str(save_scaler(out, params, cfg, curve, g))
@@ -246,8 +333,12 @@ def save_scaler(out: str | Path, params: np.ndarray, cfg: ScalerCEMConfig, curve
                      training={"algorithm": "cem", "action": ACTION_KIND, "rule_params": dict(cfg.rule_params),
                                "config": asdict(cfg), "curve": curve,
                                "data": f"windows of the platform scenario on ServeGen days "
-                                       f"{[d + 1 for d in cfg.train_days]} (validation: day {cfg.val_day + 1})"})
+                                       f"{[d + 1 for d in cfg.train_days]}"
+                                       + (f" and with the traces {cfg.train_traces} at loads {cfg.trace_loads[0]:g}-"
+                                          f"{cfg.trace_loads[1]:g}" if cfg.trace_windows else "")
+                                       + f" (validation: day {cfg.val_day + 1})"})
+    k = len(pol.b)
     return save_policy(out, level="scaler", algorithm="cem", obs_low=OBS_LOW, obs_high=OBS_HIGH,
-                       action=ActionSpec("box", shape=(N_OUTPUTS,)), layers=[(pol.w, pol.b)], activation="identity",
-                       card=card, act_low=-np.ones(N_OUTPUTS, np.float32), act_high=np.ones(N_OUTPUTS, np.float32))
+                       action=ActionSpec("box", shape=(k,)), layers=[(pol.w, pol.b)], activation="identity",
+                       card=card, act_low=-np.ones(k, np.float32), act_high=np.ones(k, np.float32))
 

@@ -25,3 +25,24 @@ def windowed(data: dict, start_s: float, end_s: float, day: int = 0) -> dict:
         if dep.get("pool") == "spot":
             dep["spot_offset_s"] = dep.get("spot_offset_s", 0.0) + off
     return d
+
+
+def with_trace(data: dict, path: str, load: float | str = 0.7, start_s: float = 0.0, end_s: float = DAY
+               ) -> tuple[dict, list[str]]:
+    """The scenario evaluated on a user's trace over ``[start_s, end_s)`` of the day: the trace replaces the
+    arrivals and lengths (fitted to ``load`` of the fleet it starts with, block-bootstrapped or windowed per seed
+    to fill the window: fleetwise.workload.adapt), each request drawn a tenant (chat, code, batch) with the share
+    that tenant has of the scenario's own requests in that window, so each keeps its model, SLO class, origins,
+    rate limits and quotas; the faults and spot traces stay at their time of day, as in :func:`windowed`.
+    Returns (scenario dict, the override lines)."""
+    from fleetwise.workload.spec import trace_in_place_of
+
+    d = windowed(data, start_s, end_s, day=0)
+    spec, lines = trace_in_place_of(d["workload"], path, load)
+    spec["duration_s"] = end_s - start_s
+    d["workload"] = spec
+    kept = [f"{f['kind']} fault at {f['at_s']:.0f} s" for f in d.get("platform", {}).get("faults", [])]
+    lines.append(f"window {start_s / 3600:g}h-{end_s / 3600:g}h of the scenario's day: "
+                 + (", ".join(kept) if kept else "no fault in it")
+                 + "; spot capacity from the same hours of the real spot traces")
+    return d, lines

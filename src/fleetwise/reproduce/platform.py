@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from fleetwise.learn.scaler_cem import CEM_BUDGETS, TRAIN_DAYS, VAL_DAY
-from fleetwise.platform.windows import DAY, windowed  # noqa: F401  (re-exported)
+from fleetwise.platform.windows import DAY, windowed, with_trace  # noqa: F401  (re-exported)
 
 METRICS = ("slo_attainment", "cost_per_mtok_usd", "oscillations", "lost_requests", "ttft_p99_s", "ttft_mean_s",
            "e2e_mean_s", "cost_usd", "replica_hours", "spot_preemptions", "retried_requests", "recovery_s_max",
@@ -58,27 +58,6 @@ def on_demand_only(data: dict) -> dict:
             dep.pop("spot_trace", None)
             dep.pop("spot_offset_s", None)
     return d
-
-
-def with_trace(data: dict, path: str, load: float | str = 0.7, start_s: float = 0.0, end_s: float = DAY
-               ) -> tuple[dict, list[str]]:
-    """The scenario evaluated on a user's trace over ``[start_s, end_s)`` of the day: the trace replaces the
-    arrivals and lengths (fitted to ``load`` of the fleet it starts with, block-bootstrapped or windowed per seed
-    to fill the window: fleetwise.workload.adapt), each request drawn a tenant (chat, code, batch) with the share
-    that tenant has of the scenario's own requests in that window, so each keeps its model, SLO class, origins,
-    rate limits and quotas; the faults and spot traces stay at their time of day, as in :func:`windowed`.
-    Returns (scenario dict, the override lines)."""
-    from fleetwise.workload.spec import trace_in_place_of
-
-    d = windowed(data, start_s, end_s, day=0)
-    spec, lines = trace_in_place_of(d["workload"], path, load)
-    spec["duration_s"] = end_s - start_s
-    d["workload"] = spec
-    kept = [f"{f['kind']} fault at {f['at_s']:.0f} s" for f in d.get("platform", {}).get("faults", [])]
-    lines.append(f"window {start_s / 3600:g}h-{end_s / 3600:g}h of the scenario's day: "
-                 + (", ".join(kept) if kept else "no fault in it")
-                 + "; spot capacity from the same hours of the real spot traces")
-    return d, lines
 
 
 def _one(args) -> dict:
@@ -271,7 +250,7 @@ def _train_rl(base: dict, bud: dict, out_dir: Path, prog, workers: int | None = 
     res = train_scaler_cem(base, cfg, out_dir / "rl_scaler", workers=workers,
                            progress=lambda it, row: prog.update(task, completed=it))
     (out_dir / "rl_scaler.curve.json").write_text(json.dumps(
-        {"validation": res["gate"]} | {k: res[k] for k in ("curve", "best_iteration", "params", "config", "wall_s")},
+        {"validation": res["gate"]} | {k: res[k] for k in ("curve", "best_iteration", "kept", "params", "config", "wall_s")},
         default=float))
     return Path(res["checkpoint"]), res["gate"]
 
