@@ -101,7 +101,7 @@ def calm_lift(**kw):
 
 def make_scaler(name):
     """The scaler of a variant name (VARIANTS or CALM)."""
-    from fleetwise.policies.scaler_correction import CALM_LIFT, N_FEATURES, CorrectedSLOAware, LinearCorrection
+    from fleetwise.policies.scaler_correction import CALM_LIFT, CorrectedSLOAware, LinearCorrection
 
     params, spec = VARIANTS.get(name, ({}, None))
     if name in CALM:
@@ -110,14 +110,7 @@ def make_scaler(name):
         return CorrectedSLOAware(LinearCorrection.from_spec(CALM_LIFT), **params)
     if spec is None:
         return {"name": "slo_aware", **params}
-    w, b = np.zeros((2, N_FEATURES)), np.zeros(2)
-    for k, v in spec.items():
-        o, i = k.split(".")
-        if i == "b":
-            b[int(o)] = v
-        else:
-            w[int(o), int(i)] = v
-    return CorrectedSLOAware(LinearCorrection(w, b), **params)
+    return CorrectedSLOAware(LinearCorrection.from_spec({k.replace(".", ":"): v for k, v in spec.items()}, 2), **params)
 
 
 def one(args):

@@ -1105,7 +1105,7 @@ def train_scaler_cmd(
     constraint), kept by validation on day 7, gated against slo_aware (the gate's result goes into the model
     card)."""
     from fleetwise.experiments.store import check_writable_file
-    from fleetwise.learn.scaler_cem import CEM_BUDGETS, ScalerCEMConfig, train_scaler_cem
+    from fleetwise.learn.scaler_cem import CEM_BUDGETS, INITS, ScalerCEMConfig, train_scaler_cem
     from fleetwise.scenario import SCENARIO_DIR, read_yaml
 
     if not str(out_path).endswith(".npz"):
@@ -1113,8 +1113,6 @@ def train_scaler_cmd(
     _check_backend(backend, address)
     check_writable_file(out_path, "checkpoint (--out)")
     _, base = read_yaml("platform", SCENARIO_DIR, "scenario")
-    from fleetwise.learn.scaler_cem import INITS
-
     if init != "rule" and init not in INITS:
         raise InputError(f"--init {init!r}: expected one of {', '.join(['rule', *sorted(INITS)])}")
     cfg = ScalerCEMConfig(seed=seed, **(CEM_BUDGETS["quick" if quick else "full"] | (
