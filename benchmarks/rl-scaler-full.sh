@@ -8,24 +8,38 @@
 # them, ~60 min). Writes results/platform-rl/platform/ (result.json, rl_scaler.npz + rl_scaler.card.json with the gate,
 # rl_scaler.curve.json) and prints `{scaler: {slo_attainment, cost_per_mtok_usd, oscillations, lost_requests}}` and
 # rl's paired change against slo_aware.
-# Usage: benchmarks/rl-scaler-full.sh [--quick]
+# Usage: benchmarks/rl-scaler-full.sh [--quick] [--init NAME]   (NAME: a start in scaler_cem.INITS, e.g.
+# calm_lift_only; the results then go to results/platform-rl-NAME/ and results/platform-rl-NAME.json)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 echo "commit $(git rev-parse --short HEAD), $(nproc --all) CPUs, load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 QUICK=False
-[[ "${1:-}" == "--quick" ]] && QUICK=True
-mkdir -p results/platform-rl
+INIT=""
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --quick) QUICK=True; shift ;;
+    --init) INIT="$2"; shift 2 ;;
+    *) echo "usage: $0 [--quick] [--init NAME]" >&2; exit 2 ;;
+  esac
+done
+OUT=results/platform-rl${INIT:+-$INIT}
+mkdir -p "$OUT"
 TIMEFORMAT='rl scaler vs slo_aware: %R s wall, %U s user + %S s system CPU'
 # (a script file, not stdin: reproduce platform's evaluation spawns worker processes, which import the main module)
 SCRIPT=$(mktemp --suffix .py)
 trap 'rm -f "$SCRIPT"' EXIT
 cat > "$SCRIPT" <<PY
 import json
+from fleetwise.learn import scaler_cem
 from fleetwise.reproduce import platform as P
 
 if __name__ == "__main__":
-    r = P.run(quick=$QUICK, db="results/platform-rl/fleetwise.duckdb", scalers=["slo_aware", "rl"], progress=True)
-    json.dump(r, open("results/platform-rl.json", "w"), default=float, indent=1)
+    if "$INIT":
+        scaler_cem.ScalerCEMConfig(init="$INIT")  # (an unknown name fails here, in one line)
+        for b in scaler_cem.CEM_BUDGETS.values():
+            b["init"] = "$INIT"
+    r = P.run(quick=$QUICK, db="$OUT/fleetwise.duckdb", scalers=["slo_aware", "rl"], progress=True)
+    json.dump(r, open("$OUT.json", "w"), default=float, indent=1)
     keep = ("slo_attainment", "cost_per_mtok_usd", "oscillations", "lost_requests", "gate_passed")
     print(json.dumps({n: {k: r[n].get(k) for k in keep} for n in ("slo_aware", "rl")}, default=float))
     rl = r["rl"]

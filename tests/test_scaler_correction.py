@@ -274,3 +274,28 @@ def test_a_search_from_calm_lift_starts_there(tmp_path):
         ScalerCEMConfig(init="calm")
     with pytest.raises(ValueError, match="parameters"):
         params_policy(np.zeros(5))
+
+
+def test_a_fourth_output_adjusts_the_need_only_while_the_spread_is_lifted(tmp_path):
+    """A policy of four outputs (calm_lift_only's form): a[0] from row 0 while the spread is kept, from row 3 once
+    it is lifted; zero parameters of that form are slo_aware too, and its checkpoint loads as scaler "rl"."""
+    import math
+
+    from fleetwise.learn.scaler_cem import INIT_OUTPUTS, init_params, n_params
+    from fleetwise.policies import make
+    from fleetwise.policies.scaler_correction import CALM_LIFT_ONLY, N_FEATURES, N_GATED_HOLD_OUTPUTS
+
+    sc = CorrectedSLOAware(LinearCorrection.from_spec({"1:b": 1.0, "2:b": 1.0, "3:b": 1.0}, 4),
+                           downscale_window_s=60.0)
+    out = [sc._apply("m", 1.0, float(t), _x()) for t in range(0, 180, 30)]
+    assert out[:3] == [1.0] * 3  # lifted at t = 60 (after the window), a[3] used from the next decision on
+    assert out[3:] == [pytest.approx(math.exp(0.3))] * 3
+    assert INIT_OUTPUTS["calm_lift_only"] == N_GATED_HOLD_OUTPUTS and "0:11" not in CALM_LIFT_ONLY
+    _, scen = _platform(9.9, 10.15)
+    ckpt = save_scaler(tmp_path / "zero4", np.zeros(n_params(N_GATED_HOLD_OUTPUTS)),
+                       ScalerCEMConfig(init="calm_lift_only"), [], None)
+    assert_answers_as_slo_aware(scen, make("scaler", "rl", {"checkpoint": str(ckpt)}))
+    ck = save_scaler(tmp_path / "only", init_params("calm_lift_only"), ScalerCEMConfig(init="calm_lift_only"), [], None)
+    x = np.linspace(0.0, 1.0, N_FEATURES)  # (the loaded checkpoint answers as the hand-written start)
+    np.testing.assert_allclose(make("scaler", "rl", {"checkpoint": str(ck)}).correction.policy(x),
+                               LinearCorrection.from_spec(CALM_LIFT_ONLY, N_GATED_HOLD_OUTPUTS)(x), atol=1e-6)

@@ -41,7 +41,9 @@ from fleetwise.platform.windows import DAY, windowed
 from fleetwise.policies.scaler_correction import (
     ACTION_KIND,
     CALM_LIFT,
+    CALM_LIFT_ONLY,
     N_FEATURES,
+    N_GATED_HOLD_OUTPUTS,
     N_GATED_OUTPUTS,
     N_OUTPUTS,
     LinearCorrection,
@@ -49,11 +51,14 @@ from fleetwise.policies.scaler_correction import (
 from fleetwise.policies.scaler_features import RULE
 
 N_PARAMS = N_OUTPUTS * N_FEATURES + N_OUTPUTS  # (an ungated policy; a gated one: n_params(N_GATED_OUTPUTS))
-INITS = {"calm_lift": CALM_LIFT}  # ScalerCEMConfig.init: hand-written corrections a search may start from
+INITS = {"calm_lift": CALM_LIFT, "calm_lift_only": CALM_LIFT_ONLY}  # ScalerCEMConfig.init: hand-written
+# corrections a search may start from, and their number of outputs
+INIT_OUTPUTS = {"calm_lift": N_GATED_OUTPUTS, "calm_lift_only": N_GATED_HOLD_OUTPUTS}
 # what a search from an init searches when ScalerCEMConfig.free is None: the init's own parameters (its thresholds
 # and the hold), a constant capacity correction and the lift's weight on the hour's calm share. Noise on every one
 # of the gated policy's 39 parameters would move the lift's narrow margin (0.4 at a calm quarter-hour) at random.
-INIT_FREE = {"calm_lift": [*CALM_LIFT, "0:b", "1:8"]}
+INIT_FREE = {"calm_lift": [*CALM_LIFT, "0:b", "1:8"],
+             "calm_lift_only": [*CALM_LIFT_ONLY, "3:b", "1:8"]}  # (row 0 stays zero: the rule outside a lift)
 
 
 def n_params(outputs: int = N_OUTPUTS) -> int:
@@ -115,7 +120,7 @@ class ScalerCEMConfig:
 
     @property
     def outputs(self) -> int:
-        return N_OUTPUTS if self.init is None else N_GATED_OUTPUTS
+        return N_OUTPUTS if self.init is None else INIT_OUTPUTS[self.init]
 
 
 def windows(days: list[int], n: int, window_s: float, seed: int) -> list[tuple[int, float, int]]:
@@ -162,7 +167,7 @@ def init_params(name: str | None) -> np.ndarray:
     """The parameter vector a search starts from: zero (the rule) for None, else ``INITS[name]`` (gated)."""
     if name is None:
         return np.zeros(n_params())
-    pol = LinearCorrection.from_spec(INITS[name], N_GATED_OUTPUTS)
+    pol = LinearCorrection.from_spec(INITS[name], INIT_OUTPUTS[name])
     return np.concatenate([pol.w.ravel(), pol.b])
 
 
@@ -173,8 +178,9 @@ def params_policy(params: np.ndarray | None) -> LinearCorrection:
         return LinearCorrection.zeros()
     p = np.asarray(params, np.float32).astype(np.float64)
     k = len(p) // (N_FEATURES + 1)
-    if len(p) != n_params(k) or k not in (N_OUTPUTS, N_GATED_OUTPUTS):
-        raise ValueError(f"params_policy: {len(p)} parameters, expected {n_params()} or {n_params(N_GATED_OUTPUTS)}")
+    if len(p) != n_params(k) or k not in (N_OUTPUTS, N_GATED_OUTPUTS, N_GATED_HOLD_OUTPUTS):
+        raise ValueError(f"params_policy: {len(p)} parameters, expected {n_params()}, {n_params(N_GATED_OUTPUTS)} or "
+                         f"{n_params(N_GATED_HOLD_OUTPUTS)}")
     return LinearCorrection(p[:k * N_FEATURES], p[k * N_FEATURES:])
 
 

@@ -39,6 +39,7 @@ N_MEMORY_FEATURES = 5  # ModelMemory
 N_FEATURES = N_STEP_FEATURES + N_MEMORY_FEATURES
 N_OUTPUTS = 2
 N_GATED_OUTPUTS = 3  # a gated policy: a[1] from its own row while the spread is kept, from a third once lifted
+N_GATED_HOLD_OUTPUTS = 4  # ... and a[0] from a fourth once lifted
 NEED_SCALE = 0.3  # a[0] = +-1: the need x exp(+-0.3)
 ACTION_KIND = "model_correction"  # the model card's training["action"]
 
@@ -135,6 +136,11 @@ CALM_LIFT = {"0:11": 1.0,
              "2:b": 1.0, "2:1": -4.0, "2:2": -0.1, "2:3": -2.5}
 
 
+# CALM_LIFT with its hold only while the spread is lifted (N_GATED_HOLD_OUTPUTS rows): outside a lift it is the
+# rule exactly, so on traffic with nothing calm it is slo_aware (``init="calm_lift_only"``).
+CALM_LIFT_ONLY = {("3:11" if k == "0:11" else k): v for k, v in CALM_LIFT.items()}
+
+
 def _ratios(ttft: np.ndarray, slo_ttft: np.ndarray, tpot: np.ndarray, slo_tpot: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
         out = []
@@ -151,8 +157,9 @@ class LinearCorrection:
 
     def __init__(self, w: np.ndarray, b: np.ndarray):
         b = np.asarray(b, np.float64).ravel()
-        if len(b) not in (N_OUTPUTS, N_GATED_OUTPUTS):
-            raise ValueError(f"LinearCorrection: {len(b)} outputs, expected {N_OUTPUTS} or {N_GATED_OUTPUTS}")
+        if len(b) not in (N_OUTPUTS, N_GATED_OUTPUTS, N_GATED_HOLD_OUTPUTS):
+            raise ValueError(f"LinearCorrection: {len(b)} outputs, expected {N_OUTPUTS}, {N_GATED_OUTPUTS} or "
+                             f"{N_GATED_HOLD_OUTPUTS}")
         self.w = np.asarray(w, np.float64).reshape(len(b), N_FEATURES)
         self.b = b
 
@@ -196,6 +203,7 @@ class CorrectedSLOAware(SLOAware):
         a = self.policy(np.concatenate([x, mem.features(now, x, need, was)]))
         self.decisions += 1
         lift = a[2] if was and len(a) > N_OUTPUTS else a[1]  # (a gated policy: its third output once lifted)
+        a0 = a[3] if was and len(a) > N_GATED_OUTPUTS else a[0]  # (and its fourth for a[0])
         if lift > 0.0:
             since = self._drop_since.setdefault(model, now)
             self._drop[model] = now - since >= self.downscale_window_s
@@ -204,7 +212,7 @@ class CorrectedSLOAware(SLOAware):
             self._drop[model] = False
         if was and not self._drop[model]:
             mem.restored = now
-        return need * math.exp(NEED_SCALE * float(a[0]))  # (a[0] = 0: exactly the need)
+        return need * math.exp(NEED_SCALE * float(a0))  # (a[0] = 0: exactly the need)
 
     def redundant(self, model: str, now: float) -> bool:
         return super().redundant(model, now) and not self._drop.get(model, False)
