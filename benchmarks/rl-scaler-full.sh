@@ -1,43 +1,56 @@
 #!/usr/bin/env bash
 # The RL scaler at its full budget (issue 17; docs/autoscaling.md, docs/learning.md): the recipe's training of the
 # gated model-level correction of slo_aware (CEM from calm_lift, 6 iterations of 8 candidates on 4 two-hour windows
-# of ServeGen days 2-6 and 2 of real traces (azure-conv, mooncake) at loads 0.5-0.9; the parameters kept on 4
-# windows of day 7, the gate on 4 others), then the RL scaler and slo_aware on the whole of day 1 (the test day),
-# 5 seeds. Measured 2026-12-04: 14 min 42 s wall on 2 CPUs (training 612 s, then the whole-day runs of 40-70 s
+# of ServeGen days 2-6 and 2 of real traces (azure-conv, mooncake) at loads 0.5-0.9; the parameters kept on 2
+# whole-day runs of day 7, the gate on 4 others), then the RL scaler and slo_aware on the whole of day 1 (the test
+# day), 5 seeds. Measured 2026-12-04: 16 min 52 s wall on 2 CPUs (training 800 s, then the whole-day runs of 40-70 s
 # each). Needs fleetwise on PATH's python (a venv). The other scalers' figures are `fleetwise reproduce platform` (all of
 # them, ~60 min). Writes results/platform-rl/platform/ (result.json, rl_scaler.npz + rl_scaler.card.json with the gate,
 # rl_scaler.curve.json) and prints `{scaler: {slo_attainment, cost_per_mtok_usd, oscillations, lost_requests}}` and
 # rl's paired change against slo_aware.
-# Usage: benchmarks/rl-scaler-full.sh [--quick] [--init NAME]   (NAME: a start in scaler_cem.INITS, e.g.
-# calm_lift_only; the results then go to results/platform-rl-NAME/ and results/platform-rl-NAME.json)
+# Usage: benchmarks/rl-scaler-full.sh [--quick] [--init NAME] [--set FIELD=JSON ...] [--name NAME]
+#   --init NAME: the search's start (scaler_cem.INITS, e.g. calm_lift_only); --set: a ScalerCEMConfig field for this
+#   run (e.g. --set slack=0.0005, --set val_window_s=86400); results then go to results/platform-rl-NAME/ and
+#   results/platform-rl-NAME.json (NAME: --name, else the init's name)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 echo "commit $(git rev-parse --short HEAD), $(nproc --all) CPUs, load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 QUICK=False
-INIT=""
+NAME=""
+SETS=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --quick) QUICK=True; shift ;;
-    --init) INIT="$2"; shift 2 ;;
-    *) echo "usage: $0 [--quick] [--init NAME]" >&2; exit 2 ;;
+    --init) SETS+=("init=\"$2\""); NAME="${NAME:-$2}"; shift 2 ;;
+    --set) SETS+=("$2"); shift 2 ;;
+    --name) NAME="$2"; shift 2 ;;
+    *) echo "usage: $0 [--quick] [--init NAME] [--set FIELD=JSON ...] [--name NAME]" >&2; exit 2 ;;
   esac
 done
-OUT=results/platform-rl${INIT:+-$INIT}
+OUT=results/platform-rl${NAME:+-$NAME}
 mkdir -p "$OUT"
+export RL_SCALER_SETS="${SETS[*]:-}"
 TIMEFORMAT='rl scaler vs slo_aware: %R s wall, %U s user + %S s system CPU'
 # (a script file, not stdin: reproduce platform's evaluation spawns worker processes, which import the main module)
 SCRIPT=$(mktemp --suffix .py)
 trap 'rm -f "$SCRIPT"' EXIT
 cat > "$SCRIPT" <<PY
 import json
+import os
 from fleetwise.learn import scaler_cem
 from fleetwise.reproduce import platform as P
 
 if __name__ == "__main__":
-    if "$INIT":
-        scaler_cem.ScalerCEMConfig(init="$INIT")  # (an unknown name fails here, in one line)
+    sets = {}
+    try:  # (an unknown field or a bad value fails here, in one line, before any run)
+        for item in os.environ["RL_SCALER_SETS"].split():
+            k, _, v = item.partition("=")
+            sets[k] = json.loads(v)
         for b in scaler_cem.CEM_BUDGETS.values():
-            b["init"] = "$INIT"
+            b.update(sets)
+            scaler_cem.ScalerCEMConfig(**b)
+    except (ValueError, TypeError) as e:
+        raise SystemExit(f"rl-scaler-full.sh: --set {item!r}: {e}")
     r = P.run(quick=$QUICK, db="$OUT/fleetwise.duckdb", scalers=["slo_aware", "rl"], progress=True)
     json.dump(r, open("$OUT.json", "w"), default=float, indent=1)
     keep = ("slo_attainment", "cost_per_mtok_usd", "oscillations", "lost_requests", "gate_passed")

@@ -176,6 +176,9 @@ def test_windows_are_reproducible_and_inside_the_day():
         ScalerCEMConfig(trace_windows=2)
     with pytest.raises(ValueError, match="trace_loads"):
         ScalerCEMConfig(train_traces=["azure-conv"], trace_windows=1, trace_loads=(0.9, 0.5))
+    with pytest.raises(ValueError, match="val_window_s"):
+        ScalerCEMConfig(val_window_s=2 * 86400.0)
+    assert windows([6], 2, 86400.0, seed=200) == [(6, 0.0, 200000), (6, 0.0, 200001)]  # whole days: seeds differ
 
 
 def test_tiny_cem_training_writes_a_gated_checkpoint_rl_runs(tmp_path):
@@ -186,7 +189,8 @@ def test_tiny_cem_training_writes_a_gated_checkpoint_rl_runs(tmp_path):
 
     base, sc = _platform(9.9, 10.0)
     cfg = ScalerCEMConfig(window_s=600.0, train_windows=1, val_windows=1, gate_windows=2, iterations=1,
-                          population=2, elite=1, init="calm_lift", train_traces=["azure-conv"], trace_windows=1)
+                          population=2, elite=1, init="calm_lift", train_traces=["azure-conv"], trace_windows=1,
+                          gate_slack=0.0123, gate_window_s=1200.0)
     with cached_servegen():
         res = train_scaler_cem(base, cfg, tmp_path / "rl_scaler", workers=1)
         card = read_card(tmp_path / "rl_scaler.card.json")
@@ -194,6 +198,8 @@ def test_tiny_cem_training_writes_a_gated_checkpoint_rl_runs(tmp_path):
         assert [r["iteration"] for r in card.training["curve"]] == [0, 1] and "lambda" in card.training["curve"][1]
         assert res["kept"] in ("rule", "calm_lift", "iteration 1") and card.training["config"]["init"] == "calm_lift"
         assert card.validation["metric"] == "cost_per_mtok_usd" and card.validation["windows"] == 2
+        assert card.validation["constraint"].startswith("SLO attainment at most 1.23 points below")  # gate_slack
+        assert card.validation["windows_detail"] == "2 windows of 0.333333 h on ServeGen day 7"  # gate_window_s
         p = run_platform(sc, 1, scaler={"name": "rl", "checkpoint": res["checkpoint"]}, monitor=False)
     assert p.summary["lost_requests"] == 0
     json.dumps(res)

@@ -68,13 +68,16 @@ OBS_HIGH = np.array([1.0, 2.0, 3.0, 1.2, 1.0, 2.0, 1.0] + [1.0, 1.0, 1.0, 1.0, 2
 TRAIN_DAYS = range(1, 6)  # ServeGen days 2-6 (0-based 1-5): training windows
 VAL_DAY = 6  # ServeGen day 7: validation windows (the choice and the gate); day 1 (0) is reproduce platform's test day
 # reproduce platform's budgets (ScalerCEMConfig fields). From calm_lift the spread is 0.15, not 0.5: with 0.5 on
-# the lift's three parameters (margin 0.4) most candidates never lifted, and the search left the start (2026-12-04)
+# the lift's three parameters (margin 0.4) most candidates never lifted, and the search left the start (2026-12-04).
+# The full budget validates and gates on whole days (day 7, other seeds for the gate), as the bar is judged: in
+# two-hour windows a lift and its restore are a reversal that the hold pays back only over the day, so there
+# every lifting candidate added oscillations and validation kept the costliest in reversals (docs/autoscaling.md)
 CEM_BUDGETS = {
     "quick": {"window_s": 3600.0, "train_windows": 3, "val_windows": 2, "gate_windows": 3, "iterations": 3,
               "population": 6, "elite": 2, "init": "calm_lift", "sigma": 0.15,
               "train_traces": ["azure-conv", "mooncake"], "trace_windows": 1},
-    "full": {"window_s": 7200.0, "train_windows": 4, "val_windows": 4, "gate_windows": 4, "iterations": 6,
-             "population": 8, "elite": 3, "init": "calm_lift", "sigma": 0.15,
+    "full": {"window_s": 7200.0, "train_windows": 4, "val_windows": 2, "val_window_s": DAY, "gate_windows": 4,
+             "gate_window_s": DAY, "iterations": 6, "population": 8, "elite": 3, "init": "calm_lift", "sigma": 0.15,
              "train_traces": ["azure-conv", "mooncake"], "trace_windows": 2},
 }
 
@@ -84,6 +87,8 @@ class ScalerCEMConfig:
     train_days: list[int] = field(default_factory=lambda: list(TRAIN_DAYS))  # 0-based ServeGen days
     val_day: int = VAL_DAY
     window_s: float = 7200.0
+    val_window_s: float | None = None  # the validation windows' length (the choice's); None: window_s
+    gate_window_s: float | None = None  # the gate windows' length; None: window_s
     train_windows: int = 4
     val_windows: int = 4
     gate_windows: int = 4
@@ -97,6 +102,8 @@ class ScalerCEMConfig:
     # INIT_FREE[init]
     free: list[str] | None = None
     slack: float = 0.001  # SLO attainment at most this much (0.1 point) below the rule's, on average
+    gate_slack: float = 0.002  # the gate's bound on the attainment difference: 0.2 point, the issue's bar
+    oscillation_weight: float = 0.01  # the penalty per oscillation added over a set of windows (log cost units)
     seed: int = 0
     rule_params: dict[str, Any] = field(default_factory=dict)
     # a distribution of workloads, not ServeGen's alone: trace_windows more training windows, each a trace of
@@ -117,6 +124,10 @@ class ScalerCEMConfig:
         lo, hi = self.trace_loads
         if not 0.0 < lo <= hi <= 2.0:
             raise ValueError(f"trace_loads {self.trace_loads}: expected 0 < low <= high <= 2")
+        for name in ("window_s", "val_window_s", "gate_window_s"):
+            v = getattr(self, name)
+            if v is not None and not 0.0 < v <= DAY:
+                raise ValueError(f"{name} {v}: expected 0 < seconds <= {DAY:g} (a day)")
 
     @property
     def outputs(self) -> int:
@@ -213,25 +224,30 @@ def window_run(item: tuple) -> dict[str, float]:
 class _Windows:
     """A set of windows, the rule's runs on them computed once; candidates are run against them."""
 
-    def __init__(self, base: dict, wins: list, cfg: ScalerCEMConfig, run: Callable[[list], list]):
+    def __init__(self, base: dict, wins: list, cfg: ScalerCEMConfig, run: Callable[[list], list],
+                 window_s: float | None = None):
         self.base, self.wins, self.cfg, self._run = base, wins, cfg, run
-        self.rule = self._run([(base, w, cfg.window_s, None, cfg.rule_params) for w in wins])
+        self.window_s = cfg.window_s if window_s is None else window_s
+        self.rule = self._run([(base, w, self.window_s, None, cfg.rule_params) for w in wins])
 
     def runs(self, many: list[np.ndarray]) -> list[list[dict]]:
-        items = [(self.base, w, self.cfg.window_s, p, self.cfg.rule_params) for p in many for w in self.wins]
+        items = [(self.base, w, self.window_s, p, self.cfg.rule_params) for p in many for w in self.wins]
         flat = self._run(items)
         n = len(self.wins)
         return [flat[k * n:(k + 1) * n] for k in range(len(many))]
 
     def compare(self, runs: list[dict]) -> dict[str, float]:
-        """Against the rule on the same windows: mean log cost-per-token ratio (the objective), mean attainment
-        difference, the oscillations added in total, the requests lost."""
-        le = [math.log(max(r["cost_per_mtok_usd"], 1e-12) / max(q["cost_per_mtok_usd"], 1e-12))
-              for r, q in zip(runs, self.rule)]
-        da = [r["slo_attainment"] - q["slo_attainment"] for r, q in zip(runs, self.rule)]
-        return {"log_cost_ratio": float(np.mean(le)), "attainment_diff": float(np.mean(da)),
-                "oscillations_added": float(sum(r["oscillations"] - q["oscillations"] for r, q in zip(runs, self.rule))),
-                "lost": float(sum(r["lost_requests"] for r in runs))}
+        return compare_runs(runs, self.rule)
+
+
+def compare_runs(runs: list[dict], rule: list[dict]) -> dict[str, float]:
+    """``window_run`` figures against the rule's on the same windows: mean log cost-per-token ratio (the objective),
+    mean attainment difference, the oscillations added in total, the requests lost."""
+    le = [math.log(max(r["cost_per_mtok_usd"], 1e-12) / max(q["cost_per_mtok_usd"], 1e-12)) for r, q in zip(runs, rule)]
+    da = [r["slo_attainment"] - q["slo_attainment"] for r, q in zip(runs, rule)]
+    return {"log_cost_ratio": float(np.mean(le)), "attainment_diff": float(np.mean(da)),
+            "oscillations_added": float(sum(r["oscillations"] - q["oscillations"] for r, q in zip(runs, rule))),
+            "lost": float(sum(r["lost_requests"] for r in runs))}
 
 
 def train_scaler_cem(base: dict, cfg: ScalerCEMConfig, out: str | Path | None = None, *, backend: str = "local",
@@ -260,11 +276,12 @@ def _train(base, cfg, out, backend, workers, address, progress) -> dict:
     train = _Windows(base, windows(cfg.train_days, cfg.train_windows, cfg.window_s, 100 + cfg.seed)
                      + trace_windows(cfg.train_traces, cfg.trace_windows, cfg.window_s, cfg.trace_loads, 100 + cfg.seed),
                      cfg, run)
-    val = _Windows(base, windows([cfg.val_day], cfg.val_windows, cfg.window_s, 200), cfg, run)
+    vw = cfg.window_s if cfg.val_window_s is None else cfg.val_window_s
+    val = _Windows(base, windows([cfg.val_day], cfg.val_windows, vw, 200), cfg, run, vw)
     lag = Lagrangian(target=-cfg.slack, sense=">=", lr=2.0, scale=cfg.slack, lam=1.0)
 
     def penalty(c: dict) -> float:
-        return 1.0 if c["lost"] > 0 else 0.01 * max(c["oscillations_added"], 0.0)
+        return 1.0 if c["lost"] > 0 else cfg.oscillation_weight * max(c["oscillations_added"], 0.0)
 
     def val_score(c: dict) -> float:  # a score that refuses a broken constraint
         viol = max(-cfg.slack - c["attainment_diff"], 0.0) / cfg.slack
@@ -311,18 +328,19 @@ def _train(base, cfg, out, backend, workers, address, progress) -> dict:
         if progress is not None:
             progress(it, row)
     params = best["params"]
-    gw = _Windows(base, windows([cfg.val_day], cfg.gate_windows, cfg.window_s, 300), cfg, run)
+    gws = cfg.window_s if cfg.gate_window_s is None else cfg.gate_window_s
+    gw = _Windows(base, windows([cfg.val_day], cfg.gate_windows, gws, 300), cfg, run, gws)
     gruns = gw.runs([params])[0]
     gc = gw.compare(gruns)
-    keys = [f"day{d}@{s:g}s" for d, s, _ in gw.wins]
-    ok = gc["attainment_diff"] >= -2 * cfg.slack and gc["oscillations_added"] <= 0 and gc["lost"] == 0
+    keys = [f"day{d}@{s:g}s#{sd}" for d, s, sd in gw.wins]  # (whole days differ by their seed only)
+    ok = gc["attainment_diff"] >= -cfg.gate_slack and gc["oscillations_added"] <= 0 and gc["lost"] == 0
     g = gate(dict(zip(keys, (r["cost_per_mtok_usd"] for r in gruns))),
              dict(zip(keys, (r["cost_per_mtok_usd"] for r in gw.rule))), constraint_ok=ok)
     g |= {"metric": "cost_per_mtok_usd", "rule": RULE, "attainment_diff": gc["attainment_diff"],
           "oscillations_added": gc["oscillations_added"], "lost_requests": gc["lost"],
-          "constraint": f"SLO attainment at most {2 * cfg.slack * 100:g} points below the rule's, no more "
+          "constraint": f"SLO attainment at most {cfg.gate_slack * 100:g} points below the rule's, no more "
                         "oscillations, no lost request",
-          "windows_detail": f"{cfg.gate_windows} windows of {cfg.window_s / 3600:g} h on ServeGen day {cfg.val_day + 1}"}
+          "windows_detail": f"{cfg.gate_windows} windows of {gws / 3600:g} h on ServeGen day {cfg.val_day + 1}"}
     result = {"curve": curve, "gate": g, "params": params.tolist(), "best_iteration": best["iteration"],
               "kept": best["kept"],  # "rule" (zero parameters), the init's name, or "iteration N" of the search
               "config": asdict(cfg), "wall_s": time.perf_counter() - t0}
