@@ -1089,7 +1089,8 @@ def train_router_cmd(
 def train_scaler_cmd(
     out_path: Path = typer.Option(..., "--out", help="the checkpoint to write (NAME.npz, with NAME.card.json beside it)"),
     quick: bool = typer.Option(False, "--quick", help="reproduce platform --quick's budget (1-hour windows, 3 "
-                               "iterations of 6) instead of the full one (2-hour windows, 6 iterations of 8)"),
+                               "iterations of 6) instead of the full one (2-hour training windows, 6 iterations of 8, "
+                               "validated and gated on whole days)"),
     seed: int = typer.Option(0, min=0, max=MAX_SEED, help="the search's seed"),
     init: str = typer.Option("calm_lift", "--init", help="where the search starts: calm_lift (a hand-written "
                              "correction that lifts a calm model's N+1 spread; the budgets' default), calm_lift_only "
