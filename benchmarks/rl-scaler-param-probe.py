@@ -1,8 +1,8 @@
 """The RL scaler's parameters moved one at a time, judged on ServeGen day 7 (the validation day): ``--windows``
 windows of ``--hours`` hours drawn as the validation's (seed 200) and as many as the gate's (seed 300), paired with
 slo_aware on each window. What does a parameter of a checkpoint move? (No test day is read.) The defaults, 4 + 4
-two-hour windows, are the full budget's validation and gate before they moved to whole days; 8 windows of 2 h on
-2 CPUs take about 15 s per candidate.
+two-hour windows, are the full budget's validation and gate before they moved to whole days (on 2 CPUs, the start,
+the checkpoint and two variants took 52 s).
 
     PYTHONPATH=src python benchmarks/rl-scaler-param-probe.py --checkpoint results/platform-rl/platform/rl_scaler.npz \
         [--variant NAME=OUT:FEATURE=VALUE[,OUT:FEATURE=VALUE...]] ... [--hours 2] [--windows 4]
@@ -53,7 +53,8 @@ def main() -> None:
         parts = {"validation": S.windows([cfg.val_day], a.windows, cfg.window_s, 200),
                  "gate": S.windows([cfg.val_day], a.windows, cfg.window_s, 300)}
         wins = [w for ws in parts.values() for w in ws]
-        allw = S._Windows(base, wins, cfg, lambda items: run_tasks(S.window_run, items, workers=a.workers))
+        allw = S._Windows(base, wins, cfg, lambda items: run_tasks(S.window_run, items, workers=a.workers),
+                          cfg.window_s)
         runs = allw.runs(list(cands.values()))
     n = a.windows
     for name, r in zip(cands, runs):

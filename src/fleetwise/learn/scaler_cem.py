@@ -71,7 +71,7 @@ VAL_DAY = 6  # ServeGen day 7: validation windows (the choice and the gate); day
 # the lift's three parameters (margin 0.4) most candidates never lifted, and the search left the start (2026-12-04).
 # The full budget validates and gates on whole days (day 7, other seeds for the gate), as the bar is judged: in
 # two-hour windows a lift and its restore are a reversal that the hold pays back only over the day, so there
-# every lifting candidate added oscillations and validation kept the costliest in reversals (docs/autoscaling.md)
+# every CEM mean added oscillations and validation kept the costliest in reversals (docs/autoscaling.md)
 CEM_BUDGETS = {
     "quick": {"window_s": 3600.0, "train_windows": 3, "val_windows": 2, "gate_windows": 3, "iterations": 3,
               "population": 6, "elite": 2, "init": "calm_lift", "sigma": 0.15,
@@ -128,6 +128,14 @@ class ScalerCEMConfig:
             v = getattr(self, name)
             if v is not None and not 0.0 < v <= DAY:
                 raise ValueError(f"{name} {v}: expected 0 < seconds <= {DAY:g} (a day)")
+
+    @property
+    def val_length_s(self) -> float:
+        return self.window_s if self.val_window_s is None else self.val_window_s
+
+    @property
+    def gate_length_s(self) -> float:
+        return self.window_s if self.gate_window_s is None else self.gate_window_s
 
     @property
     def outputs(self) -> int:
@@ -224,10 +232,8 @@ def window_run(item: tuple) -> dict[str, float]:
 class _Windows:
     """A set of windows, the rule's runs on them computed once; candidates are run against them."""
 
-    def __init__(self, base: dict, wins: list, cfg: ScalerCEMConfig, run: Callable[[list], list],
-                 window_s: float | None = None):
-        self.base, self.wins, self.cfg, self._run = base, wins, cfg, run
-        self.window_s = cfg.window_s if window_s is None else window_s
+    def __init__(self, base: dict, wins: list, cfg: ScalerCEMConfig, run: Callable[[list], list], window_s: float):
+        self.base, self.wins, self.cfg, self._run, self.window_s = base, wins, cfg, run, window_s
         self.rule = self._run([(base, w, self.window_s, None, cfg.rule_params) for w in wins])
 
     def runs(self, many: list[np.ndarray]) -> list[list[dict]]:
@@ -275,9 +281,8 @@ def _train(base, cfg, out, backend, workers, address, progress) -> dict:
 
     train = _Windows(base, windows(cfg.train_days, cfg.train_windows, cfg.window_s, 100 + cfg.seed)
                      + trace_windows(cfg.train_traces, cfg.trace_windows, cfg.window_s, cfg.trace_loads, 100 + cfg.seed),
-                     cfg, run)
-    vw = cfg.window_s if cfg.val_window_s is None else cfg.val_window_s
-    val = _Windows(base, windows([cfg.val_day], cfg.val_windows, vw, 200), cfg, run, vw)
+                     cfg, run, cfg.window_s)
+    val = _Windows(base, windows([cfg.val_day], cfg.val_windows, cfg.val_length_s, 200), cfg, run, cfg.val_length_s)
     lag = Lagrangian(target=-cfg.slack, sense=">=", lr=2.0, scale=cfg.slack, lam=1.0)
 
     def penalty(c: dict) -> float:
@@ -328,7 +333,7 @@ def _train(base, cfg, out, backend, workers, address, progress) -> dict:
         if progress is not None:
             progress(it, row)
     params = best["params"]
-    gws = cfg.window_s if cfg.gate_window_s is None else cfg.gate_window_s
+    gws = cfg.gate_length_s
     gw = _Windows(base, windows([cfg.val_day], cfg.gate_windows, gws, 300), cfg, run, gws)
     gruns = gw.runs([params])[0]
     gc = gw.compare(gruns)
