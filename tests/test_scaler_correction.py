@@ -305,3 +305,43 @@ def test_a_fourth_output_adjusts_the_need_only_while_the_spread_is_lifted(tmp_pa
     x = np.linspace(0.0, 1.0, N_FEATURES)  # (the loaded checkpoint answers as the hand-written start)
     np.testing.assert_allclose(make("scaler", "rl", {"checkpoint": str(ck)}).correction.policy(x),
                                LinearCorrection.from_spec(CALM_LIFT_ONLY, N_GATED_HOLD_OUTPUTS)(x), atol=1e-6)
+
+
+def test_a_fifth_output_gates_the_need_outside_a_lift(tmp_path):
+    """A policy of five outputs (calm_hold's form): outside a lift, a[0] acts only while a[4] > 0 (calm_hold: in the
+    hour after a restore); once lifted, a[3] acts whatever a[4]; zero parameters of that form are slo_aware, and its
+    checkpoint loads as scaler "rl" and answers as the hand-written start; calm_hold holds a model's need in the hour
+    after its spread was restored, and never one whose spread was never lifted."""
+    import math
+
+    from fleetwise.learn.scaler_cem import INIT_OUTPUTS, init_params, n_params
+    from fleetwise.policies import make
+    from fleetwise.policies.scaler_correction import CALM_HOLD, N_FEATURES, N_HOLD_GATE_OUTPUTS
+
+    up = pytest.approx(math.exp(0.3))
+    # the gate on the hour's calm share: closed until 11% of the hour was calm (20 x_calm60 - 2.2 > 0 after 396 s)
+    sc = CorrectedSLOAware(LinearCorrection.from_spec({"0:b": 1.0, "4:8": 20.0, "4:b": -2.2}, 5))
+    out = [sc._apply("m", 1.0, float(t), _x()) for t in range(0, 600, 60)]
+    assert out[:7] == [1.0] * 7 and out[7:] == [up] * 3
+    busy = CorrectedSLOAware(LinearCorrection.from_spec({"0:b": 1.0, "4:8": 20.0, "4:b": -2.2}, 5))
+    assert [busy._apply("m", 1.0, float(t), _x(need_replicas=3.0)) for t in range(0, 600, 60)] == [1.0] * 10
+    # a closed gate does not close row 3: once lifted (after the 60 s window), a[3] acts
+    lifted = CorrectedSLOAware(LinearCorrection.from_spec({"0:b": 1.0, "1:b": 1.0, "2:b": 1.0, "3:b": 1.0,
+                                                           "4:b": -1.0}, 5), downscale_window_s=60.0)
+    out = [lifted._apply("m", 1.0, float(t), _x()) for t in range(0, 180, 30)]
+    assert out[:3] == [1.0] * 3 and out[3:] == [up] * 3
+    assert INIT_OUTPUTS["calm_hold"] == N_HOLD_GATE_OUTPUTS and CALM_HOLD["0:11"] == CALM_HOLD["3:11"] == 1.0
+    hold = LinearCorrection.from_spec(CALM_HOLD, N_HOLD_GATE_OUTPUTS)
+    x = np.zeros(N_FEATURES)
+    x[0], x[10], x[11] = 1.0, 1.0, 1.0  # the need 0.3 below its 15-minute high, never restored: the gate is shut
+    assert hold(x)[4] < 0.0
+    x[10] = 0.5  # restored half an hour ago: open, and a[0] holds the need at its high
+    assert hold(x)[4] > 0.0 and hold(x)[0] == 1.0
+    _, scen = _platform(9.9, 10.15)
+    ckpt = save_scaler(tmp_path / "zero5", np.zeros(n_params(N_HOLD_GATE_OUTPUTS)), ScalerCEMConfig(init="calm_hold"),
+                       [], None)
+    assert_answers_as_slo_aware(scen, make("scaler", "rl", {"checkpoint": str(ckpt)}))
+    ck = save_scaler(tmp_path / "hold", init_params("calm_hold"), ScalerCEMConfig(init="calm_hold"), [], None)
+    x = np.linspace(0.0, 1.0, N_FEATURES)
+    np.testing.assert_allclose(make("scaler", "rl", {"checkpoint": str(ck)}).correction.policy(x),
+                               LinearCorrection.from_spec(CALM_HOLD, N_HOLD_GATE_OUTPUTS)(x), atol=1e-6)

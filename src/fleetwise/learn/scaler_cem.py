@@ -40,25 +40,31 @@ import numpy as np
 from fleetwise.platform.windows import DAY, windowed
 from fleetwise.policies.scaler_correction import (
     ACTION_KIND,
+    CALM_HOLD,
     CALM_LIFT,
     CALM_LIFT_ONLY,
     N_FEATURES,
     N_GATED_HOLD_OUTPUTS,
     N_GATED_OUTPUTS,
+    N_HOLD_GATE_OUTPUTS,
     N_OUTPUTS,
+    OUTPUT_FORMS,
     LinearCorrection,
 )
 from fleetwise.policies.scaler_features import RULE
 
 N_PARAMS = N_OUTPUTS * N_FEATURES + N_OUTPUTS  # (an ungated policy; a gated one: n_params(N_GATED_OUTPUTS))
-INITS = {"calm_lift": CALM_LIFT, "calm_lift_only": CALM_LIFT_ONLY}  # ScalerCEMConfig.init: hand-written
-# corrections a search may start from, and their number of outputs
-INIT_OUTPUTS = {"calm_lift": N_GATED_OUTPUTS, "calm_lift_only": N_GATED_HOLD_OUTPUTS}
+# ScalerCEMConfig.init: hand-written corrections a search may start from, and their number of outputs
+INITS = {"calm_lift": CALM_LIFT, "calm_lift_only": CALM_LIFT_ONLY, "calm_hold": CALM_HOLD}
+INIT_OUTPUTS = {"calm_lift": N_GATED_OUTPUTS, "calm_lift_only": N_GATED_HOLD_OUTPUTS,
+                "calm_hold": N_HOLD_GATE_OUTPUTS}
 # what a search from an init searches when ScalerCEMConfig.free is None: the init's own parameters (its thresholds
 # and the hold), a constant capacity correction and the lift's weight on the hour's calm share. Noise on every one
 # of the gated policy's 39 parameters would move the lift's narrow margin (0.4 at a calm quarter-hour) at random.
 INIT_FREE = {"calm_lift": [*CALM_LIFT, "0:b", "1:8"],
-             "calm_lift_only": [*CALM_LIFT_ONLY, "3:b", "1:8"]}  # (row 0 stays zero: the rule outside a lift)
+             "calm_lift_only": [*CALM_LIFT_ONLY, "3:b", "1:8"],  # (row 0 stays zero: the rule outside a lift)
+             "calm_hold": [*(k for k in CALM_HOLD if k[0] != "4"), "0:b", "1:8", "3:b"]}  # (the hold's gate is
+# fixed: with noise on its margin, -1 at "never restored", a candidate would open it for every model, busy ones too)
 
 
 def n_params(outputs: int = N_OUTPUTS) -> int:
@@ -197,9 +203,8 @@ def params_policy(params: np.ndarray | None) -> LinearCorrection:
         return LinearCorrection.zeros()
     p = np.asarray(params, np.float32).astype(np.float64)
     k = len(p) // (N_FEATURES + 1)
-    if len(p) != n_params(k) or k not in (N_OUTPUTS, N_GATED_OUTPUTS, N_GATED_HOLD_OUTPUTS):
-        raise ValueError(f"params_policy: {len(p)} parameters, expected {n_params()}, {n_params(N_GATED_OUTPUTS)} or "
-                         f"{n_params(N_GATED_HOLD_OUTPUTS)}")
+    if len(p) != n_params(k) or k not in OUTPUT_FORMS:
+        raise ValueError(f"params_policy: {len(p)} parameters, expected one of {[n_params(o) for o in OUTPUT_FORMS]}")
     return LinearCorrection(p[:k * N_FEATURES], p[k * N_FEATURES:])
 
 

@@ -12,7 +12,10 @@ in that epoch:
   wait as any scale-down), the model's capacity is not spread N+1 across zones this epoch (one split over its
   groups, cheapest first); it is spread again at once when ``a[1] <= 0``. A gated policy has a third output,
   which replaces ``a[1]`` while the spread is lifted: one linear rule to lift, another to keep it lifted
-  (a linear rule alone cannot say both "lift after 15 calm minutes" and "restore at once on a burst").
+  (a linear rule alone cannot say both "lift after 15 calm minutes" and "restore at once on a burst"). A fourth
+  output replaces ``a[0]`` while the spread is lifted, and a fifth gates ``a[0]`` outside a lift: the need is
+  adjusted there only while the fifth output is > 0 (one linear row cannot hold the need for calm models only, as a
+  weight on the hour's calm share needs a bias that then scales every busy model's need; a threshold can).
 
 Zero parameters give ``a = 0``: factor 1 and the redundancy kept, i.e. ``slo_aware`` decision for decision
 (``tests/test_scaler_correction.py``). What it can learn is when the rule's insurance (headroom, N+1 across zones)
@@ -40,6 +43,8 @@ N_FEATURES = N_STEP_FEATURES + N_MEMORY_FEATURES
 N_OUTPUTS = 2
 N_GATED_OUTPUTS = 3  # a gated policy: a[1] from its own row while the spread is kept, from a third once lifted
 N_GATED_HOLD_OUTPUTS = 4  # ... and a[0] from a fourth once lifted
+N_HOLD_GATE_OUTPUTS = 5  # ... and a fifth that gates row 0 outside a lift: a[0] acts only while it is > 0
+OUTPUT_FORMS = (N_OUTPUTS, N_GATED_OUTPUTS, N_GATED_HOLD_OUTPUTS, N_HOLD_GATE_OUTPUTS)  # the policies' sizes
 NEED_SCALE = 0.3  # a[0] = +-1: the need x exp(+-0.3)
 ACTION_KIND = "model_correction"  # the model card's training["action"]
 
@@ -140,6 +145,15 @@ CALM_LIFT = {"0:11": 1.0,
 # rule exactly, so on traffic with nothing calm it is slo_aware (``init="calm_lift_only"``).
 CALM_LIFT_ONLY = {("3:11" if k == "0:11" else k): v for k, v in CALM_LIFT.items()}
 
+# CALM_LIFT with its hold gated (N_HOLD_GATE_OUTPUTS rows; ``init="calm_hold"``): the need is held at its 15-minute
+# high while the spread is lifted (row 3) and, outside a lift, only in the hour after a restore (row 4:
+# 19 - 20 x_since_restore > 0, i.e. restored less than 57 minutes ago), where a lift's reversal is paid back. A model
+# whose spread was never lifted (a busy one, or any model on busy traffic) gets the rule's need exactly. Chosen on
+# whole training days 2-6 and the Azure code trace at load 0.7 (benchmarks/scaler-inits-on-days.py; docs/autoscaling.md,
+# "The hold") over gates on the last hour's calm share (above 0.1, 0.25, 0.5 or 0.8 of it), which hold there too:
+# on that trace CodeLlama is calm in 57% of the epochs, in lulls between bursts, and is never lifted.
+CALM_HOLD = CALM_LIFT | {"3:11": 1.0, "4:10": -20.0, "4:b": 19.0}
+
 
 def _ratios(ttft: np.ndarray, slo_ttft: np.ndarray, tpot: np.ndarray, slo_tpot: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -153,13 +167,13 @@ def _ratios(ttft: np.ndarray, slo_ttft: np.ndarray, tpot: np.ndarray, slo_tpot: 
 class LinearCorrection:
     """``a = clip(W x + b, -1, 1)``: the policy (``w``: (k, N_FEATURES), ``b``: (k,), k = ``N_OUTPUTS``, or
     ``N_GATED_OUTPUTS`` for a gated policy: one linear rule to lift the spread, another to keep it lifted, as a
-    thermostat has one threshold to switch on and another to switch off)."""
+    thermostat has one threshold to switch on and another to switch off; 4 or 5 with the hold's rows, module
+    docstring)."""
 
     def __init__(self, w: np.ndarray, b: np.ndarray):
         b = np.asarray(b, np.float64).ravel()
-        if len(b) not in (N_OUTPUTS, N_GATED_OUTPUTS, N_GATED_HOLD_OUTPUTS):
-            raise ValueError(f"LinearCorrection: {len(b)} outputs, expected {N_OUTPUTS}, {N_GATED_OUTPUTS} or "
-                             f"{N_GATED_HOLD_OUTPUTS}")
+        if len(b) not in OUTPUT_FORMS:
+            raise ValueError(f"LinearCorrection: {len(b)} outputs, expected one of {OUTPUT_FORMS}")
         self.w = np.asarray(w, np.float64).reshape(len(b), N_FEATURES)
         self.b = b
 
@@ -204,6 +218,8 @@ class CorrectedSLOAware(SLOAware):
         self.decisions += 1
         lift = a[2] if was and len(a) > N_OUTPUTS else a[1]  # (a gated policy: its third output once lifted)
         a0 = a[3] if was and len(a) > N_GATED_OUTPUTS else a[0]  # (and its fourth for a[0])
+        if not was and len(a) > N_GATED_HOLD_OUTPUTS and a[4] <= 0.0:  # (its fifth gates a[0] outside a lift)
+            a0 = 0.0
         if lift > 0.0:
             since = self._drop_since.setdefault(model, now)
             self._drop[model] = now - since >= self.downscale_window_s

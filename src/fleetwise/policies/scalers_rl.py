@@ -102,10 +102,9 @@ class RLScaler:
         parameters were checked by building the rule."""
         from fleetwise.policies.scaler_correction import (
             N_FEATURES,
-            N_GATED_HOLD_OUTPUTS,
-            N_GATED_OUTPUTS,
             N_OUTPUTS,
             N_STEP_FEATURES,
+            OUTPUT_FORMS,
             CorrectedSLOAware,
         )
 
@@ -114,7 +113,7 @@ class RLScaler:
         n_in = tuple(m.obs_shape)[0] if len(tuple(m.obs_shape)) == 1 else -1
         # (a gated policy has a third output: a[1] once the spread is lifted; it needs the memory features)
         outs = tuple(m.action.shape)
-        if (m.action.kind != "box" or outs not in ((N_OUTPUTS,), (N_GATED_OUTPUTS,), (N_GATED_HOLD_OUTPUTS,))
+        if (m.action.kind != "box" or outs not in [(k,) for k in OUTPUT_FORMS]
                 or n_in not in (N_FEATURES, N_STEP_FEATURES) or (outs != (N_OUTPUTS,) and n_in != N_FEATURES)
                 or len(m.layers) != 1 or m.act_low is None or m.act_high is None):
             raise InputError(f"scaler 'rl': {str(path)!r} is not a model-correction policy (observation "

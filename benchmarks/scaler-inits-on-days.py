@@ -1,0 +1,69 @@
+"""The RL scaler's hand-written starts (scaler_cem.INITS) against slo_aware on whole ServeGen days, paired by day:
+how a start's thresholds are chosen without the validation day (7), the test day (1) or the held-out days (8-14).
+The default days are the training days 2-6. (docs/autoscaling.md, "The hold".)
+
+    PYTHONPATH=src python benchmarks/scaler-inits-on-days.py [--inits calm_lift,calm_hold] [--days 2-6] [--seed 0] \\
+        [--variant NAME=INIT:OUT:FEATURE=VALUE[,OUT:FEATURE=VALUE...]] ...
+
+A variant is an init with the named parameters set (e.g. ``hold25=calm_hold:4:b=-5``: the hold's gate at a calm
+share of 0.25). Prints, per candidate, the mean cost change, attainment difference and oscillations added against
+slo_aware with 95% intervals over the days, and each day's figures. About 40-70 s of one core per whole-day run.
+"""
+
+import argparse
+import json
+import os
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--inits", default="calm_lift,calm_hold")
+    ap.add_argument("--days", default="2-6", help="1-based ServeGen days, as A-B or A,B,C")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--variant", action="append", default=[], help="NAME=INIT:OUT:FEATURE=VALUE[,...]")
+    ap.add_argument("--workers", type=int, default=2)
+    a = ap.parse_args()
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from fleetwise.execution import run_tasks
+    from fleetwise.learn import scaler_cem as S
+    from fleetwise.metrics.stats import bootstrap_ci, paired_change
+    from fleetwise.platform.windows import DAY
+    from fleetwise.scenario import SCENARIO_DIR, read_yaml
+
+    lo, _, hi = a.days.partition("-")
+    days = list(range(int(lo), int(hi) + 1)) if hi else [int(d) for d in a.days.split(",")]
+    cands = {n: S.init_params(n) for n in a.inits.split(",") if n}
+    for v in a.variant:
+        name, _, spec = v.partition("=")
+        init, _, sets = spec.partition(":")
+        p = S.init_params(init)
+        for item in sets.split(","):
+            key, _, val = item.rpartition("=")
+            p[S.free_index([key], S.INIT_OUTPUTS[init])[0]] = float(val)
+        cands[name] = p
+    _, base = read_yaml("platform", SCENARIO_DIR, "scenario")
+    wins = [(d - 1, 0.0, a.seed) for d in days]
+    items = [(base, w, DAY, p, {}) for p in [None, *cands.values()] for w in wins]
+    flat = run_tasks(S.window_run, items, workers=a.workers)
+    n = len(wins)
+    rule = flat[:n]
+    out = {"days": days, "seed": a.seed}
+    for k, name in enumerate(cands, start=1):
+        runs = flat[k * n:(k + 1) * n]
+        ch = paired_change({d: r["cost_per_mtok_usd"] for d, r in zip(days, rule)},
+                           {d: r["cost_per_mtok_usd"] for d, r in zip(days, runs)})
+        da = bootstrap_ci([100 * (r["slo_attainment"] - q["slo_attainment"]) for r, q in zip(runs, rule)])
+        do = bootstrap_ci([r["oscillations"] - q["oscillations"] for r, q in zip(runs, rule)])
+        out[name] = {
+            "cost_per_mtok_change_pct": [round(100 * v, 2) for v in (ch.mean, ch.lo, ch.hi)],
+            "slo_attainment_diff_points": [round(v, 3) for v in (da.mean, da.lo, da.hi)],
+            "oscillations_added_per_day": [round(v, 1) for v in (do.mean, do.lo, do.hi)],
+            "lost_requests": sum(r["lost_requests"] for r in runs),
+            "per_day": {d: [round(100 * (r["cost_per_mtok_usd"] / q["cost_per_mtok_usd"] - 1), 2),
+                            round(100 * (r["slo_attainment"] - q["slo_attainment"]), 3),
+                            r["oscillations"] - q["oscillations"]] for d, r, q in zip(days, runs, rule)}}
+    print(json.dumps(out, default=float, indent=1))
+
+
+if __name__ == "__main__":
+    main()
