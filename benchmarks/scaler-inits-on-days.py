@@ -2,13 +2,14 @@
 how a start's thresholds are chosen without the validation day (7), the test day (1) or the held-out days (8-14).
 The default days are the training days 2-6. (docs/autoscaling.md, "The hold".)
 
-    PYTHONPATH=src python benchmarks/scaler-inits-on-days.py [--inits calm_lift,calm_hold] [--days 2-6] [--seed 0] \\
+    PYTHONPATH=src python benchmarks/scaler-inits-on-days.py [--inits calm_lift,calm_hold] [--days 2-6] [--seeds 0] \\
         [--variant NAME=INIT:OUT:FEATURE=VALUE[,OUT:FEATURE=VALUE...]] ...
 
-A variant is an init with the named parameters set (e.g. ``hold25=calm_hold:4:b=-5``: the hold's gate at a calm
-share of 0.25). Prints, per candidate, the mean cost change, attainment difference and oscillations added against
-slo_aware with 95% intervals over the days, and each day's figures. About 30 s of one core per whole-day run
-(2026-12-04: the rule and 5 candidates on days 2-6 in 430 s on 2 CPUs).
+A variant is an init with the named parameters set (e.g. ``share10=calm_hold:4:10=0,4:8=20,4:b=-2``: the hold's
+gate open while the last hour was more than 10% calm). Prints, per candidate, the mean cost change, attainment
+difference and oscillations added against slo_aware with 95% intervals over the runs (paired by day and seed), and
+each run's figures. About 30 s of one core per whole-day run (2026-12-04: the rule and 5 candidates on days 2-6 in
+430 s on 2 CPUs).
 """
 
 import argparse
@@ -20,7 +21,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--inits", default="calm_lift,calm_hold")
     ap.add_argument("--days", default="2-6", help="1-based ServeGen days, as A-B or A,B,C")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seeds", default="0", help="run seeds, as A,B,C: one whole-day run per day and seed")
     ap.add_argument("--variant", action="append", default=[], help="NAME=INIT:OUT:FEATURE=VALUE[,...]")
     ap.add_argument("--workers", type=int, default=2)
     a = ap.parse_args()
@@ -43,26 +44,28 @@ def main() -> None:
             p[S.free_index([key], S.INIT_OUTPUTS[init])[0]] = float(val)
         cands[name] = p
     _, base = read_yaml("platform", SCENARIO_DIR, "scenario")
-    wins = [(d - 1, 0.0, a.seed) for d in days]
+    seeds = [int(x) for x in a.seeds.split(",")]
+    wins = [(d - 1, 0.0, sd) for d in days for sd in seeds]
+    keys = [f"{d}#{sd}" if len(seeds) > 1 else str(d) for d in days for sd in seeds]
     items = [(base, w, DAY, p, {}) for p in [None, *cands.values()] for w in wins]
     flat = run_tasks(S.window_run, items, workers=a.workers)
     n = len(wins)
     rule = flat[:n]
-    out = {"days": days, "seed": a.seed}
+    out = {"days": days, "seeds": seeds}
     for k, name in enumerate(cands, start=1):
         runs = flat[k * n:(k + 1) * n]
-        ch = paired_change({d: r["cost_per_mtok_usd"] for d, r in zip(days, rule)},
-                           {d: r["cost_per_mtok_usd"] for d, r in zip(days, runs)})
+        ch = paired_change({d: r["cost_per_mtok_usd"] for d, r in zip(keys, rule)},
+                           {d: r["cost_per_mtok_usd"] for d, r in zip(keys, runs)})
         da = bootstrap_ci([100 * (r["slo_attainment"] - q["slo_attainment"]) for r, q in zip(runs, rule)])
         do = bootstrap_ci([r["oscillations"] - q["oscillations"] for r, q in zip(runs, rule)])
         out[name] = {
             "cost_per_mtok_change_pct": [round(100 * v, 2) for v in (ch.mean, ch.lo, ch.hi)],
             "slo_attainment_diff_points": [round(v, 3) for v in (da.mean, da.lo, da.hi)],
-            "oscillations_added_per_day": [round(v, 1) for v in (do.mean, do.lo, do.hi)],
+            "oscillations_added_per_run": [round(v, 1) for v in (do.mean, do.lo, do.hi)],
             "lost_requests": sum(r["lost_requests"] for r in runs),
             "per_day": {d: [round(100 * (r["cost_per_mtok_usd"] / q["cost_per_mtok_usd"] - 1), 2),
                             round(100 * (r["slo_attainment"] - q["slo_attainment"]), 3),
-                            r["oscillations"] - q["oscillations"]] for d, r, q in zip(days, runs, rule)}}
+                            r["oscillations"] - q["oscillations"]] for d, r, q in zip(keys, runs, rule)}}
     print(json.dumps(out, default=float, indent=1))
 
 
