@@ -149,9 +149,10 @@ CALM_LIFT_ONLY = {("3:11" if k == "0:11" else k): v for k, v in CALM_LIFT.items(
 # high while the spread is lifted (row 3) and, outside a lift, only in the hour after a restore (row 4:
 # 19 - 20 x_since_restore > 0, i.e. restored less than 57 minutes ago), where a lift's reversal is paid back. A model
 # whose spread was never lifted (a busy one, or any model on busy traffic) gets the rule's need exactly. Chosen on
-# whole training days 2-6 and the Azure code trace at load 0.7 (benchmarks/scaler-inits-on-days.py; docs/autoscaling.md,
-# "The hold") over gates on the last hour's calm share (above 0.1, 0.25, 0.5 or 0.8 of it), which hold there too:
-# on that trace CodeLlama is calm in 57% of the epochs, in lulls between bursts, and is never lifted.
+# whole training days 2-6 and the Azure code trace at load 0.7 (benchmarks/scaler-inits-on-days.py) over gates on
+# the last hour's calm share, which open on that trace too: CodeLlama is calm there in 57% of the epochs, in lulls
+# between bursts, and is never lifted. Without the hold on busy models the lifts' reversals stay, so searches from
+# it kept the rule (docs/autoscaling.md, "A gated hold"); calm_lift stays the budgets' start.
 CALM_HOLD = CALM_LIFT | {"3:11": 1.0, "4:10": -20.0, "4:b": 19.0}
 
 
