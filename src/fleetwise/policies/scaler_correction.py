@@ -154,6 +154,10 @@ CALM_LIFT_ONLY = {("3:11" if k == "0:11" else k): v for k, v in CALM_LIFT.items(
 # between bursts, and is never lifted. Without the hold on busy models the lifts' reversals stay, so searches from
 # it kept the rule (docs/autoscaling.md, "A gated hold"); calm_lift stays the budgets' start.
 CALM_HOLD = CALM_LIFT | {"3:11": 1.0, "4:10": -20.0, "4:b": 19.0}
+# ... whose hold also acts for a model whose need is above one replica (``init="calm_hold_multi"``; row 4:
+# 40 x_need - 40 x_since_restore + 30 > 0: never restored, the need above 1 replica): the hold's reversals saved on
+# multi-replica models, and none for a model of one replica or less (Azure code's CodeLlama).
+CALM_HOLD_MULTI = CALM_HOLD | {"4:1": 40.0, "4:10": -40.0, "4:b": 30.0}
 
 
 def _ratios(ttft: np.ndarray, slo_ttft: np.ndarray, tpot: np.ndarray, slo_tpot: np.ndarray) -> np.ndarray:
