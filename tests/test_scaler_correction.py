@@ -316,7 +316,7 @@ def test_a_fifth_output_gates_the_need_outside_a_lift(tmp_path):
 
     from fleetwise.learn.scaler_cem import INIT_OUTPUTS, init_params, n_params
     from fleetwise.policies import make
-    from fleetwise.policies.scaler_correction import CALM_HOLD, N_FEATURES, N_HOLD_GATE_OUTPUTS
+    from fleetwise.policies.scaler_correction import CALM_HOLD, CALM_HOLD_MULTI, N_FEATURES, N_HOLD_GATE_OUTPUTS
 
     up = pytest.approx(math.exp(0.3))
     # the gate on the hour's calm share: closed until 11% of the hour was calm (20 x_calm60 - 2.2 > 0 after 396 s)
@@ -337,6 +337,11 @@ def test_a_fifth_output_gates_the_need_outside_a_lift(tmp_path):
     assert hold(x)[4] < 0.0
     x[10] = 0.5  # restored half an hour ago: open, and a[0] holds the need at its high
     assert hold(x)[4] > 0.0 and hold(x)[0] == 1.0
+    multi = LinearCorrection.from_spec(CALM_HOLD_MULTI, N_HOLD_GATE_OUTPUTS)
+    x[10], x[1] = 1.0, 0.5 / 4.0  # never restored, the need half a replica: shut; 2 replicas: open
+    assert multi(x)[4] < 0.0 and hold(x)[4] < 0.0
+    x[1] = 2.0 / 4.0
+    assert multi(x)[4] > 0.0 and hold(x)[4] < 0.0
     _, scen = _platform(9.9, 10.15)
     ckpt = save_scaler(tmp_path / "zero5", np.zeros(n_params(N_HOLD_GATE_OUTPUTS)), ScalerCEMConfig(init="calm_hold"),
                        [], None)

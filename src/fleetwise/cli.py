@@ -1095,7 +1095,8 @@ def train_scaler_cmd(
     init: str = typer.Option("calm_lift", "--init", help="where the search starts: calm_lift (a hand-written "
                              "correction that lifts a calm model's N+1 spread; the budgets' default), calm_lift_only "
                              "(its hold only while the spread is lifted), calm_hold (its hold only while lifted and in "
-                             "the hour after a restore) or rule (zero parameters, slo_aware itself)"),
+                             "the hour after a restore), calm_hold_multi (... and for a model needing more than one "
+                             "replica) or rule (zero parameters, slo_aware itself)"),
     backend: str = typer.Option("local", help="local (worker processes) or ray"),
     address: Optional[str] = typer.Option(None, help="a Ray cluster's address (--backend ray)"),
     workers: Optional[int] = typer.Option(None, min=1, max=1024, help="worker processes (default: the CPUs)"),
