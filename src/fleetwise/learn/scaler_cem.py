@@ -63,11 +63,12 @@ INIT_OUTPUTS = {"calm_lift": N_GATED_OUTPUTS, "calm_lift_only": N_GATED_HOLD_OUT
 # what a search from an init searches when ScalerCEMConfig.free is None: the init's own parameters (its thresholds
 # and the hold), a constant capacity correction and the lift's weight on the hour's calm share. Noise on every one
 # of the gated policy's 39 parameters would move the lift's narrow margin (0.4 at a calm quarter-hour) at random.
+# (the hold's gate, row 4, is not searched: with noise on its margin, -1 at "never restored", a candidate would open
+# it for every model, busy ones too)
+_HOLD_FREE = [*(k for k in CALM_HOLD if k[0] != "4"), "0:b", "1:8", "3:b"]
 INIT_FREE = {"calm_lift": [*CALM_LIFT, "0:b", "1:8"],
              "calm_lift_only": [*CALM_LIFT_ONLY, "3:b", "1:8"],  # (row 0 stays zero: the rule outside a lift)
-             "calm_hold": [*(k for k in CALM_HOLD if k[0] != "4"), "0:b", "1:8", "3:b"],  # (the hold's gate is
-             "calm_hold_multi": [*(k for k in CALM_HOLD if k[0] != "4"), "0:b", "1:8", "3:b"]}  # fixed: with
-# noise on its margin, -1 at "never restored", a candidate would open it for every model, busy ones too)
+             "calm_hold": _HOLD_FREE, "calm_hold_multi": _HOLD_FREE}
 
 
 def n_params(outputs: int = N_OUTPUTS) -> int:
