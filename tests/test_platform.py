@@ -231,6 +231,21 @@ def test_unknown_group_from_a_scaler_is_a_clear_error():
         run_platform(scenario(), 0, scaler=Bad())
 
 
+def test_oscillations_count_reversals_of_a_models_total_target_per_model():
+    """An oscillation is a reversal of direction of a model's total target (what the RL scaler's bar counts):
+    up, down, up, (same), down is 3; a target answered again unchanged is none. Counted per model too."""
+    answers = iter([3, 2, 3, 3, 2])
+
+    class Scripted:
+        def scale(self, obs):
+            a = next(answers, None)
+            return {} if a is None else {obs.groups[0].key: a}
+
+    p = run_platform(scenario(), 0, scaler=Scripted())
+    assert p.summary["oscillations"] == p.flaps == 3
+    assert p.flaps_by_model == {p.groups[0].model: 3}
+
+
 def test_bad_fault_target_is_a_clear_error():
     with pytest.raises(InputError, match="link target"):
         run_platform(scenario(faults=[{"at_s": 5, "kind": "link", "target": "mars"}]), 0)

@@ -171,6 +171,7 @@ class Platform:
         self.fault_injector = FaultInjector(self)
         self.events: list[tuple[float, str]] = []
         self.flaps = 0  # scaling oscillations (direction reversals of a model's total target)
+        self.flaps_by_model: dict[str, int] = {g.model: 0 for g in self.groups}  # ... per model (name)
         self._last_dir: dict[int, int] = {}
         self.spot_preemptions = 0
         self.peak_host_copies = 0
@@ -302,6 +303,7 @@ class Platform:
                 last = self._last_dir.get(m, 0)
                 if last and d != last:
                     self.flaps += 1
+                    self.flaps_by_model[gs[0].model] += 1
                 self._last_dir[m] = d
         self.reconcile()
 

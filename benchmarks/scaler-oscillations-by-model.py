@@ -1,0 +1,60 @@
+"""Where a scaler's oscillations (reversals of a model's total target) and cost come from, per model: slo_aware and
+the RL scaler's hand-written starts (scaler_cem.INITS) on whole ServeGen days or on a real trace over reproduce
+platform --quick's window (09:30-11:30, the zone outage), one run each. (docs/autoscaling.md, "Where the
+oscillation clause stands".)
+
+    PYTHONPATH=src python benchmarks/scaler-oscillations-by-model.py [--where 1,7,azure-code@0.7] \\
+        [--inits rule,calm_lift,calm_lift_only] [--seed 0]
+
+``--where``: 1-based ServeGen days (a whole day each) and TRACE@LOAD windows. Prints one JSON line per run: total
+oscillations, per model, cost per million tokens, SLO attainment and the cost (USD) by model.
+"""
+
+import argparse
+import json
+import os
+from concurrent.futures import ProcessPoolExecutor
+
+
+def one(item: tuple) -> dict:
+    where, seed, init = item
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from fleetwise.learn import scaler_cem as S
+    from fleetwise.platform.windows import DAY, windowed, with_trace
+    from fleetwise.policies import make
+    from fleetwise.policies.scaler_correction import CorrectedSLOAware
+    from fleetwise.run import run_platform
+    from fleetwise.scenario import SCENARIO_DIR, parse_scenario, read_yaml
+
+    _, base = read_yaml("platform", SCENARIO_DIR, "scenario")
+    if "@" in where:
+        trace, _, load = where.rpartition("@")
+        data, _ = with_trace(base, trace, float(load), 9.5 * 3600.0, 11.5 * 3600.0)
+    else:
+        data = windowed(base, 0.0, DAY, day=int(where) - 1)
+    rule = S.ScalerCEMConfig().rule_params
+    scaler = (make("scaler", S.RULE, dict(rule)) if init == "rule"
+              else CorrectedSLOAware(S.params_policy(S.init_params(init)), **rule))
+    p = run_platform(parse_scenario(data, where=where), seed, scaler=scaler, monitor=False)
+    s = p.summary
+    return {"where": where, "seed": seed, "scaler": init, "oscillations": s["oscillations"],
+            "oscillations_by_model": p.flaps_by_model, "cost_per_mtok_usd": round(s["cost_per_mtok_usd"], 4),
+            "slo_attainment": round(s["slo_attainment"], 4),
+            "cost_usd_by_model": {k: round(v, 1) for k, v in p.cost_breakdown()["model"].items()}}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--where", default="1,azure-code@0.7")
+    ap.add_argument("--inits", default="rule,calm_lift,calm_lift_only")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--workers", type=int, default=2)
+    a = ap.parse_args()
+    items = [(w, a.seed, i) for w in a.where.split(",") for i in a.inits.split(",")]
+    with ProcessPoolExecutor(a.workers) as ex:
+        for r in ex.map(one, items):
+            print(json.dumps(r), flush=True)
+
+
+if __name__ == "__main__":
+    main()
