@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from fleetwise.learn.scaler_cem import N_PARAMS, ScalerCEMConfig, save_scaler, train_scaler_cem, windows
-from fleetwise.policies.scaler_correction import (N_FEATURES, N_STEP_FEATURES, CorrectedSLOAware, LinearCorrection,
-                                                  ModelMemory, model_features)
+from fleetwise.policies.scaler_correction import (N_FEATURES, N_MEMORY_FEATURES, N_STEP_FEATURES, CorrectedSLOAware,
+                                                  LinearCorrection, ModelMemory, model_features)
 from fleetwise.workload.readers import cached_servegen
 from test_autoscaling_env import _group, assert_answers_as_slo_aware
 
@@ -85,7 +85,7 @@ def _x(need_replicas=0.1, ratio=0.2, waiting=0.0):
 def test_memory_features_calm_share_lift_restore_and_hold():
     m = ModelMemory(0.0)
     f = m.features(0.0, _x(), 1.0, False)
-    assert f.shape == (N_FEATURES - N_STEP_FEATURES,)
+    assert f.shape == (N_MEMORY_FEATURES,)
     assert f[0] == pytest.approx(0.0, abs=1e-9) and f[2] == 0.0 and f[3] == 1.0 and f[4] == 0.0
     for t in range(30, 901, 30):  # 15 calm minutes: the 15-minute share reaches 1, the hour's a quarter
         f = m.features(float(t), _x(), 1.0, False)
@@ -129,22 +129,26 @@ def test_a_policy_on_the_calm_share_lifts_after_fifteen_calm_minutes_and_holds()
     assert not sc._drop["m"] and sc._memory["m"].restored == t - 30.0
 
 
-def test_a_checkpoint_of_one_epochs_features_still_loads(tmp_path):
-    """A checkpoint saved before the memory features (7 inputs) runs as the same policy: it reads the first 7."""
+@pytest.mark.parametrize("n_in,outs", [(N_STEP_FEATURES, 2), (N_FEATURES - 1, 3)])
+def test_a_checkpoint_of_fewer_features_still_loads(tmp_path, n_in, outs):
+    """A checkpoint saved before the memory features (7 inputs), or a gated one from before the price feature (12),
+    runs as the same policy: it reads the first features; the last weight on each input sees only its own."""
     from fleetwise.control.checkpoint import ActionSpec, ModelCard, save_policy
     from fleetwise.policies import make
 
-    w = np.zeros((2, N_STEP_FEATURES))
-    b = np.array([0.0, 1.0])
+    w = np.zeros((outs, n_in))
+    w[0, n_in - 1] = 0.25
+    b = np.array([0.0, 1.0, 0.5][:outs])
     card = ModelCard(level="scaler", policy="rl", rule="slo_aware", validation={"passed": True},
                      training={"algorithm": "cem", "action": "model_correction", "rule_params": {}})
-    ck = save_policy(tmp_path / "old", level="scaler", algorithm="cem", obs_low=np.zeros(N_STEP_FEATURES, np.float32),
-                     obs_high=np.ones(N_STEP_FEATURES, np.float32), action=ActionSpec("box", shape=(2,)),
-                     layers=[(w, b)], activation="identity", card=card, act_low=-np.ones(2, np.float32),
-                     act_high=np.ones(2, np.float32))
+    ck = save_policy(tmp_path / "old", level="scaler", algorithm="cem", obs_low=np.zeros(n_in, np.float32),
+                     obs_high=np.ones(n_in, np.float32), action=ActionSpec("box", shape=(outs,)),
+                     layers=[(w, b)], activation="identity", card=card, act_low=-np.ones(outs, np.float32),
+                     act_high=np.ones(outs, np.float32))
     rl = make("scaler", "rl", {"checkpoint": str(ck)})
     x = np.concatenate([_x(), np.ones(N_FEATURES - N_STEP_FEATURES)])
-    assert list(rl.correction.policy(x)) == [0.0, 1.0]
+    x[n_in - 1], x[N_FEATURES - 1] = 2.0, 3.0
+    assert list(rl.correction.policy(x)) == [0.5, 1.0, 0.5][:outs]
 
 
 def test_free_parameters_name_weights_and_biases():
@@ -157,7 +161,7 @@ def test_free_parameters_name_weights_and_biases():
     pol = params_policy(p)
     assert pol.b[0] == 0.5 and pol.w[1, 7] == 2.0 and pol.w[0, 11] == 1.0 and np.count_nonzero(pol.w) == 2
     assert len(free_index(SPARSE)) == len(SPARSE) and len(free_index(None)) == N_PARAMS
-    for bad in (["2:1"], ["0:12"], ["x"], ["1:b", "1:b"]):
+    for bad in (["2:1"], ["0:13"], ["x"], ["1:b", "1:b"]):
         with pytest.raises(ValueError, match="free parameter"):
             free_index(bad)
 
@@ -293,7 +297,7 @@ def test_a_fourth_output_adjusts_the_need_only_while_the_spread_is_lifted(tmp_pa
 
     sc = CorrectedSLOAware(LinearCorrection.from_spec({"1:b": 1.0, "2:b": 1.0, "3:b": 1.0}, 4),
                            downscale_window_s=60.0)
-    out = [sc._apply("m", 1.0, float(t), _x()) for t in range(0, 180, 30)]
+    out = [sc._apply("m", 1.0, float(t), _x(), 0.0) for t in range(0, 180, 30)]
     assert out[:3] == [1.0] * 3  # lifted at t = 60 (after the window), a[3] used from the next decision on
     assert out[3:] == [pytest.approx(math.exp(0.3))] * 3
     assert INIT_OUTPUTS["calm_lift_only"] == N_GATED_HOLD_OUTPUTS and "0:11" not in CALM_LIFT_ONLY
@@ -321,14 +325,14 @@ def test_a_fifth_output_gates_the_need_outside_a_lift(tmp_path):
     up = pytest.approx(math.exp(0.3))
     # the gate on the hour's calm share: closed until 11% of the hour was calm (20 x_calm60 - 2.2 > 0 after 396 s)
     sc = CorrectedSLOAware(LinearCorrection.from_spec({"0:b": 1.0, "4:8": 20.0, "4:b": -2.2}, 5))
-    out = [sc._apply("m", 1.0, float(t), _x()) for t in range(0, 600, 60)]
+    out = [sc._apply("m", 1.0, float(t), _x(), 0.0) for t in range(0, 600, 60)]
     assert out[:7] == [1.0] * 7 and out[7:] == [up] * 3
     busy = CorrectedSLOAware(LinearCorrection.from_spec({"0:b": 1.0, "4:8": 20.0, "4:b": -2.2}, 5))
-    assert [busy._apply("m", 1.0, float(t), _x(need_replicas=3.0)) for t in range(0, 600, 60)] == [1.0] * 10
+    assert [busy._apply("m", 1.0, float(t), _x(need_replicas=3.0), 0.0) for t in range(0, 600, 60)] == [1.0] * 10
     # a closed gate does not close row 3: once lifted (after the 60 s window), a[3] acts
     lifted = CorrectedSLOAware(LinearCorrection.from_spec({"0:b": 1.0, "1:b": 1.0, "2:b": 1.0, "3:b": 1.0,
                                                            "4:b": -1.0}, 5), downscale_window_s=60.0)
-    out = [lifted._apply("m", 1.0, float(t), _x()) for t in range(0, 180, 30)]
+    out = [lifted._apply("m", 1.0, float(t), _x(), 0.0) for t in range(0, 180, 30)]
     assert out[:3] == [1.0] * 3 and out[3:] == [up] * 3
     assert INIT_OUTPUTS["calm_hold"] == N_HOLD_GATE_OUTPUTS and CALM_HOLD["0:11"] == CALM_HOLD["3:11"] == 1.0
     hold = LinearCorrection.from_spec(CALM_HOLD, N_HOLD_GATE_OUTPUTS)
@@ -350,3 +354,29 @@ def test_a_fifth_output_gates_the_need_outside_a_lift(tmp_path):
     x = np.linspace(0.0, 1.0, N_FEATURES)
     np.testing.assert_allclose(make("scaler", "rl", {"checkpoint": str(ck)}).correction.policy(x),
                                LinearCorrection.from_spec(CALM_HOLD, N_HOLD_GATE_OUTPUTS)(x), atol=1e-6)
+
+
+def test_the_price_feature_reaches_the_policy_and_gates_calm_price_holds_hold():
+    """Feature 12 is one replica's price (the dearest of the model's groups, /20 $ an hour, in [0, 2]); the scaler
+    passes each model's to its policy, with a few groups and with many (the numpy columns' path); calm_price_hold's
+    gate (row 4) opens outside a lift for a replica under $12 an hour (platform: the chat model's A100, $5.12) and
+    stays shut for a dearer one (CodeLlama-34B's 2 x H100, $24.58)."""
+    from fleetwise.policies.scale_columns import NP_MIN_GROUPS
+    from fleetwise.policies.scaler_correction import CALM_PRICE_HOLD, N_HOLD_GATE_OUTPUTS, price_feature
+
+    assert price_feature(np.array([5.12, 1.9, np.nan, 0.0, -1.0])) == pytest.approx(0.256)
+    assert price_feature(np.array([])) == 0.0 and price_feature(np.array([1e6])) == 2.0
+    for n in (2, NP_MIN_GROUPS):
+        seen = []
+        sc = CorrectedSLOAware(lambda x: seen.append(x[N_FEATURES - 1]) or np.zeros(2))
+        groups = [_group(key=f"m/g/z-{k}/on_demand", zone=f"z-{k}", price_usd_per_hour=2.0 + 0.01 * k)
+                  for k in range(n)]
+        sc.scale(_obs(0.0, groups))
+        assert seen == [pytest.approx((2.0 + 0.01 * (n - 1)) / 20.0)]
+    hold = LinearCorrection.from_spec(CALM_PRICE_HOLD, N_HOLD_GATE_OUTPUTS)
+    x = np.zeros(N_FEATURES)
+    x[0], x[10], x[11] = 1.0, 1.0, 1.0  # never restored, the need 0.3 below its 15-minute high
+    x[12] = 5.12 / 20.0
+    assert hold(x)[4] > 0.0 and hold(x)[0] == 1.0
+    x[12] = 24.58 / 20.0
+    assert hold(x)[4] < 0.0

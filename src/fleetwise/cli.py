@@ -1092,11 +1092,13 @@ def train_scaler_cmd(
                                "iterations of 6) instead of the full one (2-hour training windows, 6 iterations of 8, "
                                "validated and gated on whole days)"),
     seed: int = typer.Option(0, min=0, max=MAX_SEED, help="the search's seed"),
-    init: str = typer.Option("calm_lift", "--init", help="where the search starts: calm_lift (a hand-written "
-                             "correction that lifts a calm model's N+1 spread; the budgets' default), calm_lift_only "
-                             "(its hold only while the spread is lifted), calm_hold (its hold only while lifted and in "
-                             "the hour after a restore), calm_hold_multi (... and for a model needing more than one "
-                             "replica) or rule (zero parameters, slo_aware itself)"),
+    init: str = typer.Option("calm_price_hold", "--init", help="where the search starts: calm_price_hold (a "
+                             "hand-written correction that lifts a calm model's N+1 spread and holds its need through "
+                             "dips while lifted, and outside a lift for a replica under $12 an hour; the budgets' "
+                             "default), calm_lift (its hold for every model), calm_lift_only (its hold "
+                             "only while the spread is lifted), calm_hold (... and in the hour after a restore), "
+                             "calm_hold_multi (... and for a model needing more than one replica) or rule (zero "
+                             "parameters, slo_aware itself)"),
     backend: str = typer.Option("local", help="local (worker processes) or ray"),
     address: Optional[str] = typer.Option(None, help="a Ray cluster's address (--backend ray)"),
     workers: Optional[int] = typer.Option(None, min=1, max=1024, help="worker processes (default: the CPUs)"),

@@ -24,8 +24,10 @@ second zone's replica that a burst would fill only after a cold start anyway. On
 hour from a lull between bursts, so the memory features can: how much of the last 15 and 60 minutes the model was
 calm, whether its spread is lifted now (so a policy can hold a decision: hysteresis), how long ago it was last
 restored, and how far the need fell below its 15-minute high (so a policy can hold capacity through a dip, as a
-longer scale-down window does). The features carry no time of day and no model identity, so a policy cannot learn
-a scenario's fault schedule or its model names.
+longer scale-down window does). A last feature is what one of the model's replicas costs an hour: a hold keeps
+replicas to save reversals, and what it costs is their price. The features carry no time of day and no model name,
+so a policy cannot learn a scenario's fault schedule; in a fleet whose models run on GPUs of different prices the
+price tells the models apart.
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ from fleetwise.policies.scalers import SLOAware, model_demand
 
 N_STEP_FEATURES = 7  # bias + 6 (model_features): one epoch's view
 N_MEMORY_FEATURES = 5  # ModelMemory
-N_FEATURES = N_STEP_FEATURES + N_MEMORY_FEATURES
+N_MODEL_FEATURES = 1  # what the model's replica costs (price_feature)
+N_FEATURES = N_STEP_FEATURES + N_MEMORY_FEATURES + N_MODEL_FEATURES
 N_OUTPUTS = 2
 N_GATED_OUTPUTS = 3  # a gated policy: a[1] from its own row while the spread is kept, from a third once lifted
 N_GATED_HOLD_OUTPUTS = 4  # ... and a[0] from a fourth once lifted
@@ -78,6 +81,19 @@ def model_features(need: float, unit: float, rps: float, history: tuple, ready: 
         nstart / max(nready + nstart, 1),
     ])
     return np.nan_to_num(x, nan=0.0, posinf=2.0, neginf=-2.0)  # (a NaN a producer sent never reaches the policy)
+
+
+PRICE_SCALE = 20.0  # $ per replica-hour of the price feature's 1
+
+
+def price_feature(prices: np.ndarray) -> float:
+    """12. What one replica of the model costs: the highest price per replica-hour among its groups (the on-demand
+    one; spot is cheaper), / ``PRICE_SCALE``, in [0, 2] (0 when no group has a price). A hold keeps replicas that
+    a reversal would have released: what it costs is this price, while what it saves, a reversal, is worth the
+    same for every model (docs/autoscaling.md, "A hold priced by the replica")."""
+    p = np.asarray(prices, np.float64)
+    p = p[np.isfinite(p) & (p > 0.0)]
+    return min(float(p.max()) / PRICE_SCALE, 2.0) if len(p) else 0.0
 
 
 CALM_NEED_REPLICAS = 0.5  # a calm epoch: the rule's need below half a replica,
@@ -160,6 +176,12 @@ CALM_HOLD = CALM_LIFT | {"3:11": 1.0, "4:10": -20.0, "4:b": 19.0}
 # It does not keep them (test day: +24.8 oscillations a run): a hold acts as the need falls back below a replica
 # boundary, where a gate on the current need shuts (docs/autoscaling.md, "Where the oscillation clause stands").
 CALM_HOLD_MULTI = CALM_HOLD | {"4:1": 40.0, "4:10": -40.0, "4:b": 30.0}
+# ... whose hold outside a lift acts for a model whose replica is cheap (``init="calm_price_hold"``; row 4:
+# 12 - 20 x_price > 0, a replica below $12 an hour): a hold keeps replicas to save reversals, and a reversal is worth
+# the same to the bar for every model while a held replica costs its price. In reproduce platform's fleet the chat
+# model's replica (1 x A100, $5.12/h) is held and CodeLlama-34B's (2 x H100, $24.58/h) only while lifted: there the
+# gate is the model's identity, by its price (docs/autoscaling.md, "A hold priced by the replica").
+CALM_PRICE_HOLD = {k: v for k, v in CALM_HOLD.items() if k != "4:10"} | {"4:12": -20.0, "4:b": 12.0}
 
 
 def _ratios(ttft: np.ndarray, slo_ttft: np.ndarray, tpot: np.ndarray, slo_tpot: np.ndarray) -> np.ndarray:
@@ -216,12 +238,12 @@ class CorrectedSLOAware(SLOAware):
         self._memory: dict[str, ModelMemory] = {}
         self.decisions = 0  # (model, epoch) pairs the policy answered
 
-    def _apply(self, model: str, need: float, now: float, x: np.ndarray) -> float:
+    def _apply(self, model: str, need: float, now: float, x: np.ndarray, price: float) -> float:
         mem = self._memory.get(model)
         if mem is None:
             mem = self._memory[model] = ModelMemory(now)
         was = self._drop.get(model, False)
-        a = self.policy(np.concatenate([x, mem.features(now, x, need, was)]))
+        a = self.policy(np.concatenate([x, mem.features(now, x, need, was), (price,)]))
         self.decisions += 1
         lift = a[2] if was and len(a) > N_OUTPUTS else a[1]  # (a gated policy: its third output once lifted)
         a0 = a[3] if was and len(a) > N_GATED_OUTPUTS else a[0]  # (and its fourth for a[0])
@@ -244,12 +266,13 @@ class CorrectedSLOAware(SLOAware):
         need = super().need_rps(model, groups, obs, units)
         rps, waiting, _ = model_demand(groups)
         arr = {k: np.array([getattr(g, k) for g in groups], dtype=np.float64)
-               for k in ("ready", "starting", "busy", "ttft_p90_s", "slo_ttft_s", "tpot_p90_s", "slo_tpot_s")}
+               for k in ("ready", "starting", "busy", "ttft_p90_s", "slo_ttft_s", "tpot_p90_s", "slo_tpot_s",
+                         "price_usd_per_hour")}
         unit = max((v for v in units.values() if 0 < v < math.inf), default=1.0)
         x = model_features(need, unit, rps, tuple(groups[0].history_rps) if len(groups) else (),
                            np.maximum(arr["ready"], 0), np.maximum(arr["starting"], 0), waiting, arr["busy"],
                            _ratios(arr["ttft_p90_s"], arr["slo_ttft_s"], arr["tpot_p90_s"], arr["slo_tpot_s"]))
-        return self._apply(model, need, obs.time_s, x)
+        return self._apply(model, need, obs.time_s, x, price_feature(arr["price_usd_per_hour"]))
 
     def need_cols(self, model, groups, obs, cols, unit, demand):
         need = super().need_cols(model, groups, obs, cols, unit, demand)
@@ -260,4 +283,4 @@ class CorrectedSLOAware(SLOAware):
                            cols.ints("starting"), waiting, cols.col("busy"),
                            _ratios(cols.col("ttft_p90_s"), cols.col("slo_ttft_s"), cols.col("tpot_p90_s"),
                                    cols.col("slo_tpot_s")))
-        return self._apply(model, need, obs.time_s, x)
+        return self._apply(model, need, obs.time_s, x, price_feature(cols.col("price_usd_per_hour")))

@@ -102,6 +102,7 @@ class RLScaler:
         parameters were checked by building the rule."""
         from fleetwise.policies.scaler_correction import (
             N_FEATURES,
+            N_MODEL_FEATURES,
             N_OUTPUTS,
             N_STEP_FEATURES,
             OUTPUT_FORMS,
@@ -109,12 +110,13 @@ class RLScaler:
         )
 
         m = self.model
-        # (a checkpoint of one epoch's features only, from before the memory features: it reads the first ones)
+        # (a checkpoint from before the memory features, or before the price feature, reads the first ones)
         n_in = tuple(m.obs_shape)[0] if len(tuple(m.obs_shape)) == 1 else -1
         # (a gated policy has a third output: a[1] once the spread is lifted; it needs the memory features)
         outs = tuple(m.action.shape)
         if (m.action.kind != "box" or outs not in [(k,) for k in OUTPUT_FORMS]
-                or n_in not in (N_FEATURES, N_STEP_FEATURES) or (outs != (N_OUTPUTS,) and n_in != N_FEATURES)
+                or n_in not in (N_FEATURES, N_FEATURES - N_MODEL_FEATURES, N_STEP_FEATURES)
+                or (outs != (N_OUTPUTS,) and n_in == N_STEP_FEATURES)
                 or len(m.layers) != 1 or m.act_low is None or m.act_high is None):
             raise InputError(f"scaler 'rl': {str(path)!r} is not a model-correction policy (observation "
                              f"{m.obs_shape}, action {m.action.to_json()}, {len(m.layers)} layers)")
