@@ -3,17 +3,17 @@ shared recipe (docs/learning.md, docs/autoscaling.md).
 
 The policy is linear (13 features, 7 of one epoch, 5 of the model's last hour and its replica's price -> 2 bounded
 outputs per model and epoch, or 3 for a gated policy: one row to lift the N+1 spread, another to keep it lifted;
-4 and 5 with the hold's rows) and what it is
-judged on (cost per token and SLO attainment over hours of a day) is only known at the end of a whole simulated
-window, so it is trained by the cross-entropy method (CEM; Rubinstein 1999, Szita & Lorincz 2006), a derivative-free
-policy search, as the learned router is (fleetwise.learn.router): numpy only, no torch. Each candidate runs the
-same windows as the rule (common random numbers), so a comparison is paired and the search sees small effects.
+4 and 5 with the hold's rows) and what it is judged on (cost per token and SLO attainment over hours of a day) is
+only known at the end of a whole simulated window, so it is trained by the cross-entropy method (CEM; Rubinstein
+1999, Szita & Lorincz 2006), a derivative-free policy search, as the learned router is (fleetwise.learn.router):
+numpy only, no torch. Each candidate runs the same windows as the rule (common random numbers), so a comparison is
+paired and the search sees small effects.
 The recipe, step by step:
 
 1. The policy contains its rule: zero parameters are ``slo_aware`` decision for decision (tested).
 2. Warm start: the search starts at ``init`` (``calm_price_hold`` in the budgets: a gated correction written by
-   hand, which lifts a calm model's spread and holds a cheap one's need through dips; docs/autoscaling.md) or at zero parameters (the rule); the start, like the
-   rule, is a candidate of the validation's choice.
+   hand, which lifts a calm model's spread and holds a cheap one's need through dips; docs/autoscaling.md) or at
+   zero parameters (the rule); the start, like the rule, is a candidate of the validation's choice.
 3. Service level as a constraint: minimise the cost per million tokens subject to SLO attainment at most
    ``slack`` (0.1 point) below the rule's on the same windows (``recipe.Lagrangian``, dual ascent on the elite's
    violation, logged), and no more oscillations than the rule (a penalty) and no lost request (refused).
