@@ -196,7 +196,8 @@ CASES = [
     ("train-scaler-out-not-npz", "4", ["train", "scaler", "--out", "x.zip"], ["--out", "NAME.npz"]),
     ("train-scaler-out-under-a-file", "4", ["train", "scaler", "--out", "afile/x.npz"], ["afile"]),
     ("train-scaler-backend", "4", ["train", "scaler", "--out", "x.npz", "--backend", "slurm"], ["--backend", "slurm"]),
-    ("train-scaler-init", "4", ["train", "scaler", "--out", "x.npz", "--init", "nope"], ["--init", "nope", "calm_price_hold"]),
+    ("train-scaler-init", "4", ["train", "scaler", "--out", "x.npz", "--init", "nope"],
+     ["--init", "nope", "calm_price_hold"]),
     ("simulate-monitor-under-a-file", "4", ["simulate", "--scaler", "hpa", "-n", "10", "--monitor", "afile/m"],
      ["afile"]),
     # §4: bench sim-speed, serve
