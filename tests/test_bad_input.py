@@ -198,6 +198,11 @@ CASES = [
     ("train-scaler-backend", "4", ["train", "scaler", "--out", "x.npz", "--backend", "slurm"], ["--backend", "slurm"]),
     ("train-scaler-init", "4", ["train", "scaler", "--out", "x.npz", "--init", "nope"],
      ["--init", "nope", "calm_price_hold"]),
+    ("reproduce-platform-rl-checkpoint-missing", "4",
+     ["reproduce", "platform", "--quick", "--rl-checkpoint", "nope.npz"], ["--rl-checkpoint", "nope.npz", "not found"]),
+    ("reproduce-platform-rl-checkpoint-not-npz", "4",
+     ["reproduce", "platform", "--quick", "--rl-checkpoint", "latin1.yaml"],
+     ["--rl-checkpoint", "latin1.yaml", "not a fleetwise policy checkpoint"]),
     ("simulate-monitor-under-a-file", "4", ["simulate", "--scaler", "hpa", "-n", "10", "--monitor", "afile/m"],
      ["afile"]),
     # §4: bench sim-speed, serve

@@ -380,3 +380,21 @@ def test_the_price_feature_reaches_the_policy_and_gates_calm_price_holds_hold():
     assert hold(x)[4] > 0.0 and hold(x)[0] == 1.0
     x[12] = 24.58 / 20.0
     assert hold(x)[4] < 0.0
+
+
+def test_reproduce_platform_evaluates_a_given_checkpoint_without_training(tmp_path):
+    """``reproduce platform --rl-checkpoint``: the checkpoint is run as the rl scaler (no training), its gate is
+    its model card's, and a zero-parameter one gives slo_aware's figures on the same seeds."""
+    from fleetwise.reproduce import platform as P
+
+    gate = {"passed": True, "change": -0.05, "ci95": [-0.08, -0.02], "rule": "slo_aware", "metric": "cost_per_mtok_usd"}
+    ckpt = save_scaler(tmp_path / "given", np.zeros(N_PARAMS), ScalerCEMConfig(), [], gate)
+    res = P.run(quick=True, seeds=1, db=str(tmp_path / "db.duckdb"), progress=False, scalers=["slo_aware", "rl"],
+                workers=1, window=(9.98 * 3600, 10.08 * 3600), rl_checkpoint=str(ckpt))
+    g = res["_meta"]["gates"]["rl"]
+    assert g["trained"] is False and g["passed"] is True and g["validation"] == gate
+    assert g["checkpoint"] == str(ckpt) and not (tmp_path / "platform" / "rl_scaler.npz").exists()
+    for k in ("slo_attainment", "cost_per_mtok_usd", "oscillations", "lost_requests"):
+        assert res["rl"][k] == res["slo_aware"][k], k
+    assert res["rl"]["gate_passed"] is True
+    assert "given by --rl-checkpoint" in P.render(res).caption

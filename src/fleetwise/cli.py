@@ -1012,9 +1012,13 @@ def reproduce_graph_marl(quick: bool = _QUICK, as_json: bool = _JSON, eval_trace
 @reproduce_app.command("platform")
 def reproduce_platform(quick: bool = _QUICK, as_json: bool = _JSON, eval_trace: Optional[str] = _EVAL,
                        seeds: Optional[int] = _SEEDS, db: str = _DB, load: Optional[str] = _LOAD,
+                       rl_checkpoint: Optional[str] = typer.Option(
+                           None, "--rl-checkpoint", help="evaluate this trained RL scaler (NAME.npz + NAME.card.json, "
+                           "e.g. from `fleetwise train scaler`) instead of training one; its gate is its model card's"),
                        wide: bool = _WIDE) -> None:
     """Platform autoscaling: scalers on a day of multi-tenant load with faults and spot preemptions."""
-    _reproduce("platform", quick, as_json, eval_trace, seeds, db, wide, load)
+    _reproduce("platform", quick, as_json, eval_trace, seeds, db, wide, load,
+               **({"rl_checkpoint": rl_checkpoint} if rl_checkpoint is not None else {}))
 
 
 @train_app.command("router")

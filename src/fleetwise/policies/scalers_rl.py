@@ -56,29 +56,29 @@ class RLScaler:
         path = Path(str(checkpoint)).expanduser()
         if path.suffix == ".zip" and path.exists():
             hint = f" (its export is {path.with_suffix(SUFFIX)})" if path.with_suffix(SUFFIX).is_file() else ""
-            raise InputError(f"scaler 'rl': {str(path)!r} is a Stable-Baselines3 zip, which runs code when loaded; "
+            raise InputError(f"{str(path)!r} is a Stable-Baselines3 zip, which runs code when loaded; "
                              f"give the fleetwise checkpoint NAME.npz{hint} (export one with `fleetwise "
                              "export-checkpoint`, only for files you trust)")
         if not path.name.endswith(SUFFIX) and not path.exists():
             path = path.with_name(path.name + SUFFIX)
         if not path.is_file():
-            raise InputError(f"scaler 'rl': checkpoint {str(checkpoint)!r} not found (train one: python -m "
-                             f"fleetwise.learn.autoscaling train --out PATH.zip, which also writes PATH.npz)")
+            raise InputError(f"checkpoint {str(checkpoint)!r} not found (train one: fleetwise train scaler "
+                             "--out PATH.npz)")
         self.model = load_policy(path, level="scaler")
         card = self.model.card
         training = card.training if card is not None else {}
         kind = training.get("action") if card is not None and card.rule == RULE else None
         if kind not in ("residual", CORRECTION):
-            raise CheckpointError(f"scaler 'rl': {str(path)!r} is an RL scaler of the old action (replica changes "
+            raise CheckpointError(f"{str(path)!r} is an RL scaler of the old action (replica changes "
                                   f"without a rule; its card names rule {None if card is None else card.rule!r}): "
                                   f"this fleetwise's rl scaler corrects {RULE}'s targets; retrain it (python -m "
                                   "fleetwise.learn.autoscaling train)")
         rule_params = training.get("rule_params") or {}
         if not isinstance(rule_params, dict):
-            raise CheckpointError(f"scaler 'rl': {str(path)!r}: model card training.rule_params must be an object")
+            raise CheckpointError(f"{str(path)!r}: model card training.rule_params must be an object")
         from fleetwise.policies import make
 
-        self.rule = make("scaler", RULE, dict(rule_params), where=f"scaler 'rl' ({path.name}) rule: ")
+        self.rule = make("scaler", RULE, dict(rule_params), where=f"{path.name}'s rule: ")
         self.checkpoint = str(path)
         self.deterministic = True
         self.correction = None
@@ -92,7 +92,7 @@ class RLScaler:
         if (act.kind != "multi_discrete" or self.max_groups < 1
                 or dim != self.max_groups * N_GROUP_FEATURES + N_GLOBAL_FEATURES or len(act.nvec) != self.max_groups
                 or len(set(act.nvec)) != 1):
-            raise InputError(f"scaler 'rl': {str(path)!r} is not an Autoscaling-v0 policy (observation {shape}, "
+            raise InputError(f"{str(path)!r} is not an Autoscaling-v0 policy (observation {shape}, "
                              f"action {act.to_json()})")
         self.deltas = symmetric_deltas(int(act.nvec[0]))
         self.on_demand_floor = int(on_demand_floor)
@@ -118,7 +118,7 @@ class RLScaler:
                 or n_in not in (N_FEATURES, N_FEATURES - N_MODEL_FEATURES, N_STEP_FEATURES)
                 or (outs != (N_OUTPUTS,) and n_in == N_STEP_FEATURES)
                 or len(m.layers) != 1 or m.act_low is None or m.act_high is None):
-            raise InputError(f"scaler 'rl': {str(path)!r} is not a model-correction policy (observation "
+            raise InputError(f"{str(path)!r} is not a model-correction policy (observation "
                              f"{m.obs_shape}, action {m.action.to_json()}, {len(m.layers)} layers)")
         lo, hi = m.act_low, m.act_high
 

@@ -97,9 +97,12 @@ def _workloads(data: dict, seeds: list[int]) -> tuple[dict[int, Any], dict[int, 
 
 def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = None, db: str | None = None,
         progress: bool = True, scalers: list[str] | None = None, workers: int | None = None,
-        load: float | str = 0.7, window: tuple[float, float] | None = None) -> dict:
+        load: float | str = 0.7, window: tuple[float, float] | None = None,
+        rl_checkpoint: str | None = None) -> dict:
     """``window``: (start, end) seconds of the day to evaluate (default: the budget's; tests use a short one);
-    ``load``: with ``eval_trace``, the trace's rate as a fraction of the fleet's capacity, or "real"."""
+    ``load``: with ``eval_trace``, the trace's rate as a fraction of the fleet's capacity, or "real";
+    ``rl_checkpoint``: evaluate this RL scaler checkpoint (``NAME.npz`` + ``NAME.card.json``) instead of training
+    one; its gate is its model card's."""
     from fleetwise.execution import run_tasks
     from fleetwise.metrics.stats import paired_change
     from fleetwise.reproduce.common import out_dir as _out_dir
@@ -121,17 +124,19 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
                                                                    if (ws, we) != (0.0, DAY) else "")
         _workloads(data, eval_seeds[:1])  # a bad trace fails here, before any training
     names = list(scalers or SCALERS)
+    want_rl = "rl" in names or scalers is None
+    given = _given_rl(rl_checkpoint) if rl_checkpoint is not None and want_rl else None  # (checked before any run)
     out_dir = _out_dir(db, "platform")
     console, bars = _progress(progress)
     result: dict = {}
     with bars as prog:
         jobs = {n: SCALERS[n] for n in names if n in SCALERS}
         gates: dict[str, dict] = {}
-        if "rl" in names or scalers is None:
-            ckpt, validation = _train_rl(base, bud, out_dir, prog, workers)
+        if want_rl:
+            ckpt, validation = given or _train_rl(base, bud, out_dir, prog, workers)
             jobs["rl"] = ("rl", {"checkpoint": str(ckpt)})
             gates["rl"] = {"checkpoint": str(ckpt), "passed": bool((validation or {}).get("passed")),
-                           "validation": validation}
+                           "validation": validation, "trained": given is None}
         t = prog.add_task("building workloads", total=None)
         wls, fits = _workloads(data, eval_seeds)
         prog.remove_task(t)
@@ -239,6 +244,16 @@ def _best(rows: dict[str, list[dict]]) -> str | None:
 
 
 
+def _given_rl(path: str) -> tuple[Path, dict | None]:
+    """A trained RL scaler checkpoint to evaluate: loaded and checked here, before any run, as the scaler loads it
+    (one line for a file that is missing, not a checkpoint, or not an RL scaler); (its path, its card's gate)."""
+    from fleetwise.policies import make
+
+    sc = make("scaler", "rl", {"checkpoint": str(path)}, where="--rl-checkpoint: ")
+    card = sc.model.card
+    return Path(sc.checkpoint), (card.validation if card is not None else None)
+
+
 def _train_rl(base: dict, bud: dict, out_dir: Path, prog, workers: int | None = None) -> tuple[Path, dict | None]:
     """Train the RL scaler (the model-level correction of slo_aware, by CEM: fleetwise.learn.scaler_cem) on windows
     of ServeGen days 2-6, choose its parameters and gate it on windows of day 7 (never the evaluation day);
@@ -317,7 +332,8 @@ def render(result: dict):
         ci = v.get("ci95") or [None, None]
         fmt = (lambda x: "n/a" if x is None else f"{x:+.1%}")
         verdict = "passed" if g["passed"] else "NOT passed"
-        notes.append(f"checkpoint {Path(g['checkpoint']).name} ({name}): gate {verdict}"
+        given = ", given by --rl-checkpoint, not trained here" if g.get("trained") is False else ""
+        notes.append(f"checkpoint {Path(g['checkpoint']).name} ({name}{given}): gate {verdict}"
                      f" on validation windows (cost vs {v.get('rule', 'its rule')} {fmt(v.get('change'))} "
                      f"[{fmt(ci[0])}, {fmt(ci[1])}]); `fleetwise serve` refuses a checkpoint that did not pass "
                      "unless --force")
