@@ -198,6 +198,7 @@ CASES = [
     ("train-scaler-backend", "4", ["train", "scaler", "--out", "x.npz", "--backend", "slurm"], ["--backend", "slurm"]),
     ("train-scaler-init", "4", ["train", "scaler", "--out", "x.npz", "--init", "nope"],
      ["--init", "nope", "calm_price_hold"]),
+    ("train-scaler-searches-0", "4", ["train", "scaler", "--out", "x.npz", "--searches", "0"], ["--searches"]),
     ("reproduce-platform-rl-checkpoint-missing", "4",
      ["reproduce", "platform", "--quick", "--rl-checkpoint", "nope.npz"], ["--rl-checkpoint", "nope.npz", "not found"]),
     ("reproduce-platform-rl-checkpoint-not-npz", "4",

@@ -212,6 +212,29 @@ def test_tiny_cem_training_writes_a_gated_checkpoint_rl_runs(tmp_path):
             require_gate(card, "scaler 'rl'")
 
 
+def test_several_searches_are_the_single_seed_searches_and_validation_keeps_their_best():
+    """``searches=2`` from seed 1 runs the searches of seeds 1 and 2 (each as a run of that seed alone: the same
+    validation figures, iteration by iteration) and keeps the parameters with the best validation score over both
+    (here the second search's), which the gate then judges."""
+    base, _ = _platform(9.9, 10.0)
+    kw = dict(window_s=600.0, train_windows=1, val_windows=1, gate_windows=1, iterations=2, population=3, elite=1,
+              sigma=0.5, slack=0.05)
+    with cached_servegen():
+        both = train_scaler_cem(base, ScalerCEMConfig(seed=1, searches=2, **kw), None, workers=1)
+        one = {sd: train_scaler_cem(base, ScalerCEMConfig(seed=sd, **kw), None, workers=1) for sd in (1, 2)}
+    keys = ("iteration", "val_log_cost_ratio", "val_attainment_diff", "val_oscillations_added", "val_score", "lambda")
+    assert [r["search"] for r in both["curve"]] == [1, 1, 2, 2]
+    for sd in (1, 2):
+        assert ([{k: r[k] for k in keys} for r in both["curve"] if r["search"] == sd]
+                == [{k: r[k] for k in keys} for r in one[sd]["curve"]])
+    best = {sd: max(r["val_score"] for r in one[sd]["curve"]) for sd in (1, 2)}
+    assert best[2] > best[1] > 0.0  # (so the choice crosses searches)
+    assert both["kept"] == f"{one[2]['kept']} of search 2" and both["params"] == one[2]["params"]
+    assert both["gate"]["change"] == one[2]["gate"]["change"] and both["config"]["searches"] == 2
+    with pytest.raises(ValueError, match="searches 0"):
+        ScalerCEMConfig(searches=0)
+
+
 @pytest.mark.ray
 def test_cem_training_on_ray_matches_local(tmp_path, local_ray):
     """Every (candidate, window) run is a task on the sweep backends: on Ray the search gives the same curve,

@@ -1096,6 +1096,8 @@ def train_scaler_cmd(
                                "iterations of 6) instead of the full one (2-hour training windows, 6 iterations of 8, "
                                "validated and gated on whole days)"),
     seed: int = typer.Option(0, min=0, max=MAX_SEED, help="the search's seed"),
+    searches: int = typer.Option(1, min=1, max=64, help="independent searches (seeds SEED, SEED+1, ...; each its own "
+                                 "training windows); validation keeps the best parameters over all of them"),
     init: str = typer.Option("calm_price_hold", "--init", help="where the search starts: calm_price_hold (a "
                              "hand-written correction that lifts a calm model's N+1 spread and holds its need through "
                              "dips while lifted, and outside a lift for a replica under $12 an hour; the budgets' "
@@ -1124,10 +1126,10 @@ def train_scaler_cmd(
     _, base = read_yaml("platform", SCENARIO_DIR, "scenario")
     if init != "rule" and init not in INITS:
         raise InputError(f"--init {init!r}: expected one of {', '.join(['rule', *sorted(INITS)])}")
-    cfg = ScalerCEMConfig(seed=seed, **(CEM_BUDGETS["quick" if quick else "full"] | (
+    cfg = ScalerCEMConfig(seed=seed, searches=searches, **(CEM_BUDGETS["quick" if quick else "full"] | (
         {"init": None, "sigma": ScalerCEMConfig.sigma} if init == "rule" else {"init": init})))
     with _progress() as prog:
-        task = prog.add_task("training the RL scaler (CEM)", total=cfg.iterations)
+        task = prog.add_task("training the RL scaler (CEM)", total=cfg.iterations * cfg.searches)
         res = train_scaler_cem(base, cfg, out_path, backend=backend, workers=workers, address=address,
                                progress=lambda it, row: prog.update(task, completed=it))
     if as_json:
@@ -1135,10 +1137,11 @@ def train_scaler_cmd(
         return
     g = res["gate"]
     t = Table(title="RL scaler on the platform scenario: learning curve (validation windows, against slo_aware)")
-    for c in ("iteration", "$/Mtok vs rule", "SLO attainment vs rule", "oscillations added", "lambda"):
+    for c in ("search", "iteration", "$/Mtok vs rule", "SLO attainment vs rule", "oscillations added", "lambda"):
         t.add_column(c, justify="right")
     for row in res["curve"]:
-        t.add_row(str(row["iteration"]), f"{math.exp(row['val_log_cost_ratio']) - 1:+.2%}",
+        t.add_row("-" if row["search"] is None else str(row["search"]), str(row["iteration"]),
+                  f"{math.exp(row['val_log_cost_ratio']) - 1:+.2%}",
                   f"{row['val_attainment_diff'] * 100:+.2f} pt", f"{row['val_oscillations_added']:+.0f}",
                   f"{row['lambda']:.3g}")
     print_tables(t, False)

@@ -19,8 +19,9 @@ The recipe, step by step:
    violation, logged), and no more oscillations than the rule (a penalty) and no lost request (refused).
 4. Train / validation / test: training windows from the training days and from real traces in place of the
    scenario's arrivals at loads from light to busy (a distribution of workloads), validation windows (the parameters
-   kept: the CEM mean with the best validation score, the rule itself included) and separate gate windows from
-   the validation day; test days are never seen (``reproduce platform`` evaluates on ServeGen day 1).
+   kept: the CEM mean with the best validation score, the rule itself included, over ``searches`` independent
+   searches of their own training windows when there are several) and separate gate windows from the validation
+   day; test days are never seen (``reproduce platform`` evaluates on ServeGen day 1).
 5. The gate: paired cost per token on the gate windows against the rule (``recipe.gate``), passed when its whole
    95% interval is a saving and the attainment and oscillation constraints held there; it goes into the model card.
 6. At scale: every (candidate, window) run is one task on the sweep backends (``fleetwise.execution``: local
@@ -121,6 +122,9 @@ class ScalerCEMConfig:
     gate_slack: float = 0.002  # the gate's bound on the attainment difference: 0.2 point, the bar
     oscillation_weight: float = 0.01  # the penalty per oscillation added over a set of windows (log cost units)
     seed: int = 0
+    # independent searches, of seeds seed, seed + 1, ... (each its own training windows and CEM draws, as a run of
+    # that seed alone); validation keeps the best parameters over all of them, the gate then judges those
+    searches: int = 1
     rule_params: dict[str, Any] = field(default_factory=dict)
     # a distribution of workloads, not ServeGen's alone: trace_windows more training windows, each a trace of
     # train_traces (aliases or paths; drawn in turn) in place of the scenario's arrivals and lengths, fitted to a
@@ -135,6 +139,8 @@ class ScalerCEMConfig:
     def __post_init__(self):
         if self.init is not None and self.init not in INITS:
             raise ValueError(f"init {self.init!r}: expected one of {sorted(INITS)} or None (the rule)")
+        if not 1 <= self.searches <= 64:
+            raise ValueError(f"searches {self.searches}: expected 1 to 64")
         if self.trace_windows and not self.train_traces:
             raise ValueError(f"trace_windows {self.trace_windows}: name the traces (train_traces)")
         lo, hi = self.trace_loads
@@ -294,11 +300,7 @@ def _train(base, cfg, out, backend, workers, address, progress) -> dict:
     def run(items: list) -> list:
         return run_tasks(window_run, items, backend=backend, workers=workers, address=address)
 
-    train = _Windows(base, windows(cfg.train_days, cfg.train_windows, cfg.window_s, 100 + cfg.seed)
-                     + trace_windows(cfg.train_traces, cfg.trace_windows, cfg.window_s, cfg.trace_loads, 100 + cfg.seed),
-                     cfg, run, cfg.window_s)
     val = _Windows(base, windows([cfg.val_day], cfg.val_windows, cfg.val_length_s, 200), cfg, run, cfg.val_length_s)
-    lag = Lagrangian(target=-cfg.slack, sense=">=", lr=2.0, scale=cfg.slack, lam=1.0)
 
     def penalty(c: dict) -> float:
         return 1.0 if c["lost"] > 0 else cfg.oscillation_weight * max(c["oscillations_added"], 0.0)
@@ -315,8 +317,6 @@ def _train(base, cfg, out, backend, workers, address, progress) -> dict:
         p[idx] = v
         return p
 
-    search = CEM(start[idx], cfg.sigma, population=cfg.population, elite=cfg.elite, min_sigma=cfg.min_sigma,
-                 rng=np.random.default_rng(cfg.seed))
     best = {"score": 0.0, "params": np.zeros(n_params()), "iteration": 0, "kept": "rule"}  # the rule scores 0
     curve: list[dict] = []
     if cfg.init is not None:  # the hand-written start is a candidate of the choice too (iteration 0)
@@ -324,29 +324,38 @@ def _train(base, cfg, out, backend, workers, address, progress) -> dict:
         vs = val_score(vc)
         if vs > best["score"]:
             best = {"score": vs, "params": start.copy(), "iteration": 0, "kept": cfg.init}
-        curve.append({"iteration": 0, "wall_s": time.perf_counter() - t0, "lambda": lag.lam,
+        curve.append({"search": None, "iteration": 0, "wall_s": time.perf_counter() - t0, "lambda": 1.0,
                       "train_elite_log_cost_ratio": None, "train_elite_attainment_diff": None,  # (not searched)
                       "val_log_cost_ratio": vc["log_cost_ratio"], "val_attainment_diff": vc["attainment_diff"],
                       "val_oscillations_added": vc["oscillations_added"], "val_score": vs})
         if progress is not None:
             progress(0, curve[-1])
-    for it in range(1, cfg.iterations + 1):
-        cmp_ = [train.compare(r) for r in train.runs([full(v) for v in search.ask()])]
-        scored = [c["log_cost_ratio"] + lag.penalty(c["attainment_diff"]) + penalty(c) for c in cmp_]
-        order = search.tell(scored)
-        lag.update(float(np.mean([cmp_[i]["attainment_diff"] for i in order])), step=it)
-        vc = val.compare(val.runs([full(search.mean)])[0])
-        vs = val_score(vc)
-        if vs > best["score"]:
-            best = {"score": vs, "params": full(search.mean), "iteration": it, "kept": f"iteration {it}"}
-        row = {"iteration": it, "wall_s": time.perf_counter() - t0, "lambda": lag.lam,
-               "train_elite_log_cost_ratio": float(np.mean([cmp_[i]["log_cost_ratio"] for i in order])),
-               "train_elite_attainment_diff": float(np.mean([cmp_[i]["attainment_diff"] for i in order])),
-               "val_log_cost_ratio": vc["log_cost_ratio"], "val_attainment_diff": vc["attainment_diff"],
-               "val_oscillations_added": vc["oscillations_added"], "val_score": vs}
-        curve.append(row)
-        if progress is not None:
-            progress(it, row)
+    for k in range(cfg.searches):
+        sd = cfg.seed + k  # (search k is the search a run of seed sd alone makes)
+        train = _Windows(base, windows(cfg.train_days, cfg.train_windows, cfg.window_s, 100 + sd)
+                         + trace_windows(cfg.train_traces, cfg.trace_windows, cfg.window_s, cfg.trace_loads, 100 + sd),
+                         cfg, run, cfg.window_s)
+        lag = Lagrangian(target=-cfg.slack, sense=">=", lr=2.0, scale=cfg.slack, lam=1.0)
+        search = CEM(start[idx], cfg.sigma, population=cfg.population, elite=cfg.elite, min_sigma=cfg.min_sigma,
+                     rng=np.random.default_rng(sd))
+        for it in range(1, cfg.iterations + 1):
+            cmp_ = [train.compare(r) for r in train.runs([full(v) for v in search.ask()])]
+            scored = [c["log_cost_ratio"] + lag.penalty(c["attainment_diff"]) + penalty(c) for c in cmp_]
+            order = search.tell(scored)
+            lag.update(float(np.mean([cmp_[i]["attainment_diff"] for i in order])), step=it)
+            vc = val.compare(val.runs([full(search.mean)])[0])
+            vs = val_score(vc)
+            if vs > best["score"]:
+                best = {"score": vs, "params": full(search.mean), "iteration": it,
+                        "kept": f"iteration {it}" + (f" of search {sd}" if cfg.searches > 1 else "")}
+            row = {"search": sd, "iteration": it, "wall_s": time.perf_counter() - t0, "lambda": lag.lam,
+                   "train_elite_log_cost_ratio": float(np.mean([cmp_[i]["log_cost_ratio"] for i in order])),
+                   "train_elite_attainment_diff": float(np.mean([cmp_[i]["attainment_diff"] for i in order])),
+                   "val_log_cost_ratio": vc["log_cost_ratio"], "val_attainment_diff": vc["attainment_diff"],
+                   "val_oscillations_added": vc["oscillations_added"], "val_score": vs}
+            curve.append(row)
+            if progress is not None:
+                progress(k * cfg.iterations + it, row)
     params = best["params"]
     gws = cfg.gate_length_s
     gw = _Windows(base, windows([cfg.val_day], cfg.gate_windows, gws, 300), cfg, run, gws)

@@ -261,7 +261,7 @@ def _train_rl(base: dict, bud: dict, out_dir: Path, prog, workers: int | None = 
     from fleetwise.learn.scaler_cem import ScalerCEMConfig, train_scaler_cem
 
     cfg = ScalerCEMConfig(train_days=list(TRAIN_DAYS), val_day=VAL_DAY, **bud["rl"])
-    task = prog.add_task("training the RL scaler (CEM)", total=cfg.iterations)
+    task = prog.add_task("training the RL scaler (CEM)", total=cfg.iterations * cfg.searches)
     res = train_scaler_cem(base, cfg, out_dir / "rl_scaler", workers=workers,
                            progress=lambda it, row: prog.update(task, completed=it))
     (out_dir / "rl_scaler.curve.json").write_text(json.dumps(
