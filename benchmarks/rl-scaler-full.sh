@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The RL scaler at its full budget (issue 17; docs/autoscaling.md, docs/learning.md): the recipe's training of the
-# gated model-level correction of slo_aware (CEM from calm_price_hold, 6 iterations of 8 candidates on 4 two-hour windows
-# of ServeGen days 2-6 and 2 of real traces (azure-conv, mooncake) at loads 0.5-0.9; the parameters kept on 2
-# whole-day runs of day 7, the gate on 4 others), then the RL scaler and slo_aware on the whole of day 1 (the test
-# day), 5 seeds. Measured 2026-12-04: 17 min 48 s wall on 2 CPUs (training 712 s, then the whole-day runs of 40-70 s
-# each). Needs fleetwise on PATH's python (a venv). The other scalers' figures are `fleetwise reproduce platform` (all of
-# them, ~60 min). Writes results/platform-rl/platform/ (result.json, rl_scaler.npz + rl_scaler.card.json with the gate,
-# rl_scaler.curve.json) and prints `{scaler: {slo_attainment, cost_per_mtok_usd, oscillations, lost_requests}}` and
-# rl's paired change against slo_aware.
+# gated model-level correction of slo_aware (CEM from calm_price_hold: 3 searches, seeds 0-2, each 6 iterations of 8
+# candidates on its own 4 two-hour windows of ServeGen days 2-6 and 2 of real traces (azure-conv, mooncake) at loads
+# 0.5-0.9; the parameters kept over all three on 2 whole-day runs of day 7, the gate on 4 others), then the RL scaler
+# and slo_aware on the whole of day 1 (the test day), 5 seeds. Measured 2026-12-04: 34 min 43 s wall on 2 CPUs
+# (training 1,876 s, then the whole-day runs of 40-70 s each); one search alone (--set searches=1): 15 min 51 s.
+# Needs fleetwise on PATH's python (a venv). The other scalers' figures are `fleetwise reproduce platform` (all of
+# them, with this training inside). Writes results/platform-rl/platform/ (result.json, rl_scaler.npz +
+# rl_scaler.card.json with the gate, rl_scaler.curve.json) and prints `{scaler: {slo_attainment, cost_per_mtok_usd,
+# oscillations, lost_requests}}` and rl's paired change against slo_aware.
 # Usage: benchmarks/rl-scaler-full.sh [--quick] [--init NAME] [--set FIELD=JSON ...] [--name NAME]
 #   --init NAME: the search's start (scaler_cem.INITS, e.g. calm_lift); --set: a ScalerCEMConfig field for this
 #   run (e.g. --set slack=0.0005, --set val_window_s=86400); results then go to results/platform-rl-NAME/ and

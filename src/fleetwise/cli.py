@@ -1096,8 +1096,9 @@ def train_scaler_cmd(
                                "iterations of 6) instead of the full one (2-hour training windows, 6 iterations of 8, "
                                "validated and gated on whole days)"),
     seed: int = typer.Option(0, min=0, max=MAX_SEED, help="the search's seed"),
-    searches: int = typer.Option(1, min=1, max=64, help="independent searches (seeds SEED, SEED+1, ...; each its own "
-                                 "training windows); validation keeps the best parameters over all of them"),
+    searches: Optional[int] = typer.Option(None, min=1, max=64, help="independent searches (seeds SEED, SEED+1, ...; "
+                                           "each its own training windows); validation keeps the best parameters "
+                                           "over all of them (default: the budget's, 3 full, 1 --quick)"),
     init: str = typer.Option("calm_price_hold", "--init", help="where the search starts: calm_price_hold (a "
                              "hand-written correction that lifts a calm model's N+1 spread and holds its need through "
                              "dips while lifted, and outside a lift for a replica under $12 an hour; the budgets' "
@@ -1126,7 +1127,8 @@ def train_scaler_cmd(
     _, base = read_yaml("platform", SCENARIO_DIR, "scenario")
     if init != "rule" and init not in INITS:
         raise InputError(f"--init {init!r}: expected one of {', '.join(['rule', *sorted(INITS)])}")
-    cfg = ScalerCEMConfig(seed=seed, searches=searches, **(CEM_BUDGETS["quick" if quick else "full"] | (
+    cfg = ScalerCEMConfig(seed=seed, **(CEM_BUDGETS["quick" if quick else "full"] | (
+        {"searches": searches} if searches is not None else {}) | (
         {"init": None, "sigma": ScalerCEMConfig.sigma} if init == "rule" else {"init": init})))
     with _progress() as prog:
         task = prog.add_task("training the RL scaler (CEM)", total=cfg.iterations * cfg.searches)
