@@ -229,7 +229,8 @@ def test_several_searches_are_the_single_seed_searches_and_validation_keeps_thei
                 == [{k: r[k] for k in keys} for r in one[sd]["curve"]])
     best = {sd: max(r["val_score"] for r in one[sd]["curve"]) for sd in (1, 2)}
     assert best[2] > best[1] > 0.0  # (so the choice crosses searches)
-    assert both["kept"] == f"{one[2]['kept']} of search 2" and both["params"] == one[2]["params"]
+    assert both["kept"] == f"{one[2]['kept']} of search 2" and both["best_search"] == 2
+    assert both["params"] == one[2]["params"]
     assert both["gate"]["change"] == one[2]["gate"]["change"] and both["config"]["searches"] == 2
     with pytest.raises(ValueError, match="searches 0"):
         ScalerCEMConfig(searches=0)

@@ -348,7 +348,7 @@ def _train(base, cfg, out, backend, workers, address, progress) -> dict:
             vc = val.compare(val.runs([full(search.mean)])[0])
             vs = val_score(vc)
             if vs > best["score"]:
-                best = {"score": vs, "params": full(search.mean), "iteration": it,
+                best = {"score": vs, "params": full(search.mean), "iteration": it, "search": sd,
                         "kept": f"iteration {it}" + (f" of search {sd}" if cfg.searches > 1 else "")}
             row = {"search": sd, "iteration": it, "wall_s": time.perf_counter() - t0, "lambda": lag.lam,
                    "train_elite_log_cost_ratio": float(np.mean([cmp_[i]["log_cost_ratio"] for i in order])),
@@ -373,6 +373,7 @@ def _train(base, cfg, out, backend, workers, address, progress) -> dict:
                         "oscillations, no lost request",
           "windows_detail": f"{cfg.gate_windows} windows of {gws / 3600:g} h on ServeGen day {cfg.val_day + 1}"}
     result = {"curve": curve, "gate": g, "params": params.tolist(), "best_iteration": best["iteration"],
+              "best_search": best.get("search"),  # (None: the rule or the start)
               "kept": best["kept"],  # "rule" (zero parameters), the init's name, or "iteration N" of the search
               "config": asdict(cfg), "wall_s": time.perf_counter() - t0}
     if out is not None:

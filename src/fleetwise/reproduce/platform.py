@@ -265,7 +265,8 @@ def _train_rl(base: dict, bud: dict, out_dir: Path, prog, workers: int | None = 
     res = train_scaler_cem(base, cfg, out_dir / "rl_scaler", workers=workers,
                            progress=lambda it, row: prog.update(task, completed=it))
     (out_dir / "rl_scaler.curve.json").write_text(json.dumps(
-        {"validation": res["gate"]} | {k: res[k] for k in ("curve", "best_iteration", "kept", "params", "config", "wall_s")},
+        {"validation": res["gate"]} | {k: res[k] for k in ("curve", "best_iteration", "best_search", "kept", "params",
+                                                          "config", "wall_s")},
         default=float))
     return Path(res["checkpoint"]), res["gate"]
 
