@@ -341,6 +341,43 @@ def test_reproduce_torta_cem_tiny_run_writes_gated_numpy_checkpoints(tmp_path):
         torta.run(seeds=1, topologies=["ring"], progress=False, learner="sgd")
 
 
+def test_reproduce_torta_reuses_the_agents_this_job_trained_and_trains_again_for_another_budget(tmp_path):
+    """A second `reproduce torta` into the same results folder (e.g. the same budget on another --eval-trace) reuses
+    each CEM checkpoint whose card says the same job trained it (world, agent, budget, seed: `job_key`) instead of
+    training it again, with the same figures; another budget, or a card that does not match, trains again."""
+    from fleetwise.reproduce import torta
+
+    tiny = {"iterations": 1, "population": 2, "elite": 1, "train_days": 1, "val_days": 1, "gate_days": 2}
+    kw = dict(seeds=1, topologies=["ring"], train_seeds=1, workers=1, progress=False,
+              db=str(tmp_path / "fleetwise.duckdb"))
+    ck = tmp_path / "torta" / "checkpoints" / "ring-torta-seed0.card.json"
+    first = torta.run(cem=tiny, **kw)
+    card = ck.read_text()
+    from dataclasses import replace
+
+    from fleetwise.learn.torta_cem import TortaCEMConfig, job_key
+    from fleetwise.worlds.torta import TortaConfig
+
+    budget = torta._budget(False)["cem"] | tiny
+    assert json.loads(card)["training"]["job_key"] == job_key(replace(TortaConfig(topology="ring"), temporal=True),
+                                                              TortaCEMConfig(seed=0, **budget), "torta")
+    again = torta.run(cem=tiny, **kw)
+    assert ck.read_text() == card  # not trained (nor written) again
+    for name in ("torta", "reactive_ppo"):
+        assert (first["ring"][name]["reused_checkpoints"], again["ring"][name]["reused_checkpoints"]) == (0, 1)
+        for r in (first, again):
+            r["ring"][name].pop("reused_checkpoints")
+    assert json.dumps(again, sort_keys=True) == json.dumps(first, sort_keys=True)
+    # a card of another job (here: edited by hand) is not trusted to stand for this one: it trains again
+    d = json.loads(card)
+    d["training"]["job_key"] = "0" * 16
+    ck.write_text(json.dumps(d))
+    assert torta.run(cem=tiny, **kw)["ring"]["torta"]["reused_checkpoints"] == 0
+    assert json.loads(ck.read_text())["training"]["job_key"] == json.loads(card)["training"]["job_key"]
+    other = torta.run(cem=tiny | {"iterations": 2}, **kw)["ring"]
+    assert other["torta"]["reused_checkpoints"] == 0 and len(json.loads(ck.read_text())["training"]["curve"]) == 2
+
+
 @pytest.mark.ray
 def test_torta_training_and_evaluation_jobs_on_ray_match_local(tmp_path, local_ray):
     """`reproduce torta --backend ray`: the training jobs (topology x agent x training seed) and the evaluation jobs

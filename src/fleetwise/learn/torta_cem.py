@@ -125,17 +125,62 @@ def _days(cfg, planner, seeds, loads=None) -> dict:
     return out
 
 
+# Bump when a change to the TORTA world or to this learner changes what training produces without changing its
+# configuration: checkpoints keyed with another version are trained again instead of reused (``job_key``).
+TRAINING_VERSION = 1
+
+
+def job_key(tcfg, cem: TortaCEMConfig, policy_name: str) -> str:
+    """What determines a training run's result: the world's configuration (``tcfg``, with the contents of a
+    topology given as a fleet file), the agent, the whole CEM configuration (budget and seed) and
+    ``TRAINING_VERSION`` (a sha256 of them, stored in the model card; a checkpoint is reused only on a match)."""
+    import hashlib
+    import json
+
+    fleet_file = Path(str(tcfg.topology))
+    content = [hashlib.sha256(fleet_file.read_bytes()).hexdigest()] if fleet_file.is_file() else []
+    blob = json.dumps([TRAINING_VERSION, policy_name, repr(tcfg), asdict(cem)] + content, sort_keys=True,
+                      default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _reuse(out, key: str, temporal: bool) -> dict | None:
+    """The result of an earlier run with the same :func:`job_key` from its checkpoint's model card (read with the
+    safe loader: arrays and JSON only), or None."""
+    from fleetwise.control.checkpoint import CheckpointError, load_policy
+
+    if out is None or not Path(out).exists():
+        return None
+    try:
+        ck = load_policy(out, level="planner")
+    except CheckpointError:
+        return None
+    t = ck.card.training or {}
+    if t.get("job_key") != key or len(t.get("params", [])) != n_params(temporal) or "validation_curve" not in t:
+        return None
+    return {"params": [float(x) for x in t["params"]], "curve": t["curve"],
+            "validation_curve": [tuple(v) for v in t["validation_curve"]], "lagrangian": t["lagrangian"],
+            "response_change_target": t["response_change_target"], "gate": dict(ck.card.validation or {}),
+            "best_step": t["best_step"], "config": t["config"], "wall_s": float(t["wall_s"]),
+            "days_simulated": t["days_simulated"], "checkpoint": str(out), "reused": True}
+
+
 def train_torta_cem(tcfg, cem: TortaCEMConfig, out: str | Path | None = None, progress=None,
-                    policy_name: str = "torta") -> dict:
+                    policy_name: str = "torta", reuse: bool = False) -> dict:
     """CEM for the util-weight policy of ``ResidualPlanner`` on ``tcfg`` (a ``TortaConfig``; ``temporal`` says which
-    features); writes ``out`` (fleetwise checkpoint + model card) when given. Returns the parameters, the curve
-    (one row per iteration), the multiplier's history, the validation curve and the gate."""
+    features); writes ``out`` (fleetwise checkpoint + model card, which carries the whole training log) when given.
+    Returns the parameters, the curve (one row per iteration), the multiplier's history, the validation curve and
+    the gate. ``reuse``: when ``out`` holds the checkpoint of a run with the same :func:`job_key` (training is
+    deterministic), return its result without training."""
     from fleetwise.learn.recipe import CEM, Lagrangian, gate
     from fleetwise.metrics.stats import paired_change
     from fleetwise.policies.planners import ResidualPlanner
     from fleetwise.worlds.torta import make_fleet
 
     t0 = time.perf_counter()
+    key = job_key(tcfg, cem, policy_name)
+    if reuse and (old := _reuse(out, key, tcfg.temporal)) is not None:
+        return old
     n, hist, temporal = len(make_fleet(tcfg).names), tcfg.history, tcfg.temporal
     k = n_params(temporal)
 
@@ -200,14 +245,17 @@ def train_torta_cem(tcfg, cem: TortaCEMConfig, out: str | Path | None = None, pr
               "gate": g, "best_step": best["iteration"], "config": asdict(cem),
               "wall_s": time.perf_counter() - t0, "days_simulated": simulated + 2 * cem.gate_days}
     if out is not None:
-        result["checkpoint"] = str(save_torta_cem(out, params, n, hist, temporal, tcfg, cem, result, policy_name))
+        result["checkpoint"] = str(save_torta_cem(out, params, n, hist, temporal, tcfg, cem, result, policy_name,
+                                                  {"job_key": key}))
     return result
 
 
 def save_torta_cem(out, params, n: int, history: int, temporal: bool, tcfg, cem: TortaCEMConfig, result: dict,
-                   policy_name: str = "torta") -> Path:
+                   policy_name: str = "torta", card_extra: dict | None = None) -> Path:
     """The policy as a fleetwise checkpoint (one linear layer over the observation, action clipped to [-1, 1])
-    and its model card, which ``load_torta_checkpoint`` and ``fleetwise serve`` read as any TORTA checkpoint."""
+    and its model card, which ``load_torta_checkpoint`` and ``fleetwise serve`` read as any TORTA checkpoint. The
+    card carries the whole training log (curve, validation curve, the multiplier's history), so that ``reproduce
+    torta`` can report a checkpoint it did not train in this run."""
     from fleetwise.control.checkpoint import ActionSpec, ModelCard, save_policy
     from fleetwise.policies.planners import ResidualPlanner
 
@@ -217,13 +265,17 @@ def save_torta_cem(out, params, n: int, history: int, temporal: bool, tcfg, cem:
                      training={"algorithm": "cem", "topology": str(tcfg.topology), "temporal": bool(temporal),
                                "params": [float(x) for x in params], "config": asdict(cem),
                                "curve": result.get("curve", []), "best_step": result.get("best_step"),
+                               "validation_curve": [list(x) for x in result.get("validation_curve", [])],
+                               "lagrangian": result.get("lagrangian", []),
+                               "response_change_target": result.get("response_change_target"),
+                               "days_simulated": result.get("days_simulated"),
                                "wall_s": round(float(result.get("wall_s", math.nan)), 1),
                                "days": f"training-distribution days at loads {list(cem.loads)} (first 70% of the "
                                        f"traces and ServeGen days); validation days {VAL_SEED0}..",
                                "warm_start": "the rule itself (zero parameters = least_loaded + affinity_greedy)",
                                "objective": "GPU + energy cost (paired with the rule, day by day)",
                                "constraint": f"response time <= {1 + cem.response_tolerance:g} x the rule's on "
-                                             "the same days (Lagrangian)"})
+                                             "the same days (Lagrangian)", **(card_extra or {})})
     return save_policy(out, level="planner", algorithm="cem", obs_low=np.full(d, -1.0, np.float32),
                        obs_high=np.full(d, 5.0, np.float32), action=ActionSpec("box", shape=(na,)),
                        layers=[(W, b)], activation="identity", card=card,

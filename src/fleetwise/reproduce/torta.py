@@ -85,18 +85,20 @@ def policies(models: dict) -> dict:
 
 
 def _train_cem(job: tuple) -> tuple:
-    """Train one agent by CEM (``fleetwise.learn.torta_cem``) and save its fleetwise checkpoint (``path``, .npz)."""
+    """Train one agent by CEM (``fleetwise.learn.torta_cem``) and save its fleetwise checkpoint (``path``, .npz);
+    a checkpoint already there that the same job trained (its card's ``job_key``) is reused instead."""
     from fleetwise.learn.torta_cem import TortaCEMConfig, train_torta_cem
     from fleetwise.worlds.torta import TortaConfig
 
     topo, name, budget, seed, path = job
     cfg = replace(TortaConfig(topology=topo), temporal=AGENTS[name])
-    res = train_torta_cem(cfg, TortaCEMConfig(seed=seed, **budget), out=path, policy_name=name)
-    log = {k: res[k] for k in ("validation_curve", "lagrangian", "response_change_target", "gate", "best_step")}
+    res = train_torta_cem(cfg, TortaCEMConfig(seed=seed, **budget), out=path, policy_name=name, reuse=True)
+    log = {k: res[k] for k in ("validation_curve", "lagrangian", "response_change_target", "gate", "best_step",
+                               "days_simulated")}
     log["curve_metric"] = "minus_elite_cost_change_vs_least_loaded"
-    log["days_simulated"] = res["days_simulated"]
+    log["reused"] = bool(res.get("reused"))
     curve = [(r["days_simulated"], -r["train_elite_cost_change"]) for r in res["curve"]]
-    return topo, name, seed, res["checkpoint"], curve, res["wall_s"], log
+    return topo, name, seed, res["checkpoint"], curve, round(float(res["wall_s"]), 1), log  # (as the card has it)
 
 
 def _train_job(job: tuple) -> tuple:
@@ -287,7 +289,7 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
         def trained(res):
             topo, name, k, path, curve, wall, log = res
             ckpts[(topo, name, k)] = path
-            info.setdefault((topo, name), []).append(wall)
+            info.setdefault((topo, name), {})[k] = wall
             logs[(topo, name, k)] = log
             if db:
                 from fleetwise.experiments.store import Store
@@ -306,10 +308,18 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
             prog.advance(task)
 
         run_jobs(_train_job, train_jobs, backend=backend, workers=nw, address=address, on_result=trained)
+        # (a CEM job whose checkpoint this very job trained before, e.g. for the same budget on another
+        # --eval-trace, reuses it: same world, agent, budget and seed, its card's job_key)
+        reused = {k for k, log in logs.items() if log.get("reused")}
         if progress:
+            if reused:
+                console.print(f"reused {len(reused)} of the {len(train_jobs)} agents already trained in {ckpt_dir} "
+                              "(the same world, budget and seed; delete them to train again)", markup=False)
             for (topo, name), walls in info.items():
-                console.print(f"[{topo}] trained {len(walls)} x {name} ({what}) in {np.mean(walls):.1f} s each",
-                              markup=False)
+                new = [w for k, w in walls.items() if (topo, name, k) not in reused]
+                if new:
+                    console.print(f"[{topo}] trained {len(new)} x {name} ({what}) in {np.mean(new):.1f} s each",
+                                  markup=False)
         eval_jobs = []
         for t in topos:
             for name in policies(dict.fromkeys(AGENTS)):
@@ -347,8 +357,9 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
                            [{c: v for c, v in r.items() if c not in ("slots", "plans")} for r in rs
                             if r.get("train_seed") == k], level="planner", params=params)
         for name in AGENTS:
-            walls = info.get((topo, name), [float("nan")])
-            res[name].update({"train_wall_s": float(np.mean(walls)), "learner": learner})
+            walls = list(info.get((topo, name), {}).values()) or [float("nan")]
+            res[name].update({"train_wall_s": float(np.mean(walls)), "learner": learner,
+                              "reused_checkpoints": sum((topo, name, k) in reused for k in range(n_train))})
             if learner == "cem":
                 res[name]["train_days_simulated"] = logs.get((topo, name, 0), {}).get("days_simulated")
             else:
