@@ -147,19 +147,14 @@ def job_key(cfg, validation, bcfg: BatchingCEMConfig, mix) -> str:
 def _reuse(out, key: str, cfg) -> dict | None:
     """The result of an earlier run with the same :func:`job_key` from its checkpoint's model card (read with the
     safe loader: arrays and JSON only), or None."""
-    from fleetwise.control.checkpoint import CheckpointError, load_policy
+    from fleetwise.learn.recipe import trained_by
 
-    if out is None or not Path(out).exists():
+    card = trained_by(out, "batcher", key, n_params(cfg))
+    if card is None:
         return None
-    try:
-        ck = load_policy(out, level="batcher")
-    except CheckpointError:
-        return None
-    t = ck.card.training or {}
-    if t.get("job_key") != key or len(t.get("params", [])) != n_params(cfg):
-        return None
+    t = card.training
     params = np.asarray(t["params"], np.float64)
-    g = dict(ck.card.validation or {})
+    g = dict(card.validation or {})
     return {"policy": LinearEdgePolicy.from_params(params, cfg), "params": [float(x) for x in params],
             "curve": t["curve"], "validation_curve": [tuple(v) for v in t["validation_curve"]],
             "lagrange": [tuple(v) for v in t["lagrange"]], "gate": g, "best_step": t["best_step"],

@@ -309,6 +309,24 @@ def run_jobs(fn: Callable[[Any], Any], jobs: Sequence[Any], *, backend: str = "l
                      spawn=True)
 
 
+def trained_by(out, level: str, key: str, n_params: int):
+    """The model card of the checkpoint at ``out`` if the same training job made it (its ``training.job_key`` is
+    ``key`` and it holds ``n_params`` parameters), read with the safe loader (arrays and JSON only); None otherwise.
+    Training is deterministic, so a learner can return such a checkpoint's result instead of training again."""
+    from pathlib import Path
+
+    from fleetwise.control.checkpoint import CheckpointError, load_policy
+
+    if out is None or not Path(out).exists():
+        return None
+    try:
+        card = load_policy(out, level=level).card
+    except CheckpointError:
+        return None
+    t = card.training or {}
+    return card if t.get("job_key") == key and len(t.get("params", [])) == n_params else None
+
+
 def mean_ci(values: Iterable[float]) -> tuple[float, float, float]:
     """(mean, lo, hi) with a 95% bootstrap interval (``fleetwise.metrics.stats``)."""
     from fleetwise.metrics.stats import bootstrap_ci

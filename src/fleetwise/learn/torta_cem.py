@@ -147,20 +147,15 @@ def job_key(tcfg, cem: TortaCEMConfig, policy_name: str) -> str:
 def _reuse(out, key: str, temporal: bool) -> dict | None:
     """The result of an earlier run with the same :func:`job_key` from its checkpoint's model card (read with the
     safe loader: arrays and JSON only), or None."""
-    from fleetwise.control.checkpoint import CheckpointError, load_policy
+    from fleetwise.learn.recipe import trained_by
 
-    if out is None or not Path(out).exists():
+    card = trained_by(out, "planner", key, n_params(temporal))
+    if card is None or "validation_curve" not in card.training:  # (a card written before it carried the whole log)
         return None
-    try:
-        ck = load_policy(out, level="planner")
-    except CheckpointError:
-        return None
-    t = ck.card.training or {}
-    if t.get("job_key") != key or len(t.get("params", [])) != n_params(temporal) or "validation_curve" not in t:
-        return None
+    t = card.training
     return {"params": [float(x) for x in t["params"]], "curve": t["curve"],
             "validation_curve": [tuple(v) for v in t["validation_curve"]], "lagrangian": t["lagrangian"],
-            "response_change_target": t["response_change_target"], "gate": dict(ck.card.validation or {}),
+            "response_change_target": t["response_change_target"], "gate": dict(card.validation or {}),
             "best_step": t["best_step"], "config": t["config"], "wall_s": float(t["wall_s"]),
             "days_simulated": t["days_simulated"], "checkpoint": str(out), "reused": True}
 
