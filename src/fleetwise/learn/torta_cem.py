@@ -240,13 +240,12 @@ def train_torta_cem(tcfg, cem: TortaCEMConfig, out: str | Path | None = None, pr
               "gate": g, "best_step": best["iteration"], "config": asdict(cem),
               "wall_s": time.perf_counter() - t0, "days_simulated": simulated + 2 * cem.gate_days}
     if out is not None:
-        result["checkpoint"] = str(save_torta_cem(out, params, n, hist, temporal, tcfg, cem, result, policy_name,
-                                                  {"job_key": key}))
+        result["checkpoint"] = str(save_torta_cem(out, params, n, hist, temporal, tcfg, cem, result, policy_name, key))
     return result
 
 
 def save_torta_cem(out, params, n: int, history: int, temporal: bool, tcfg, cem: TortaCEMConfig, result: dict,
-                   policy_name: str = "torta", card_extra: dict | None = None) -> Path:
+                   policy_name: str = "torta", key: str | None = None) -> Path:
     """The policy as a fleetwise checkpoint (one linear layer over the observation, action clipped to [-1, 1])
     and its model card, which ``load_torta_checkpoint`` and ``fleetwise serve`` read as any TORTA checkpoint. The
     card carries the whole training log (curve, validation curve, the multiplier's history), so that ``reproduce
@@ -270,7 +269,7 @@ def save_torta_cem(out, params, n: int, history: int, temporal: bool, tcfg, cem:
                                "warm_start": "the rule itself (zero parameters = least_loaded + affinity_greedy)",
                                "objective": "GPU + energy cost (paired with the rule, day by day)",
                                "constraint": f"response time <= {1 + cem.response_tolerance:g} x the rule's on "
-                                             "the same days (Lagrangian)", **(card_extra or {})})
+                                             "the same days (Lagrangian)", "job_key": key})
     return save_policy(out, level="planner", algorithm="cem", obs_low=np.full(d, -1.0, np.float32),
                        obs_high=np.full(d, 5.0, np.float32), action=ActionSpec("box", shape=(na,)),
                        layers=[(W, b)], activation="identity", card=card,
