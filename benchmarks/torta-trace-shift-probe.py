@@ -5,7 +5,8 @@ day's slots, whether a run-time monitor on the running means of prompt and outpu
 day to the rule, and from which request (on ``--topology``'s first); with ``--checkpoints DIR`` (``reproduce
 torta``'s checkpoints folder) also each agent's mean response time and cost against least_loaded's on the same
 days (8 per kind, training seeds pooled, paired), on the held-out days at the paper's load and at 0.7 (diurnal,
-``TortaConfig(load=0.7)``) and on each trace at 0.7.
+``TortaConfig(load=0.7)``) and on each trace at 0.7; and on each of the last two with the same requests at
+Poisson arrival times over the day (``+poisson``: no diurnal profile, no bursts, no trace's own burstiness).
 
     PYTHONPATH=src python benchmarks/torta-trace-shift-probe.py [--checkpoints DIR] [--topology grid[,ring...]] \
         [--agents torta,reactive_ppo]
@@ -33,18 +34,22 @@ def _world(topology: str):
 
 
 def _day(topology: str, where: str, seed: int):
+    """One day's requests: ``train@LOAD``, ``validation``, ``held-out[@LOAD]`` or a trace at 0.7; ``+poisson``:
+    the same requests (lengths, origins, model types, in order) at Poisson arrival times over the day."""
     from fleetwise.workload.spec import load_trace
-    from fleetwise.worlds.torta import torta_workload
+    from fleetwise.worlds.torta import HOURS, torta_workload
 
     cfg, fleet, cap = _world(topology)
+    base, _, variant = where.partition("+")
+    kind, _, load = base.partition("@")
     rng = np.random.default_rng(seed)
-    if where.startswith("train@"):
-        return torta_workload(replace(cfg, load=float(where[6:])), fleet, cap, rng, False)
-    if where == "validation":
-        return torta_workload(cfg, fleet, cap, rng, False)
-    if where == "held-out":
-        return torta_workload(cfg, fleet, cap, rng, True)
-    return torta_workload(cfg, fleet, cap, rng, True, load_trace(where), 0.7)
+    if kind in ("train", "validation", "held-out"):
+        w = torta_workload(replace(cfg, load=float(load)) if load else cfg, fleet, cap, rng, kind == "held-out")
+    else:
+        w = torta_workload(cfg, fleet, cap, rng, True, load_trace(kind), 0.7)
+    if variant == "poisson":
+        w.arrival_s = np.sort(np.random.default_rng(seed + 7_000_000).random(len(w)) * HOURS * cfg.slot_s)
+    return w
 
 
 def _running(w):
@@ -54,19 +59,14 @@ def _running(w):
 
 def _response(job):
     topology, ckdir, agent, seed, where = job
-    from fleetwise.policies.planners import load_torta_checkpoint
+    from fleetwise.policies.planners import load_torta_checkpoint, make_micro
     from fleetwise.reproduce.torta import policies
-    from fleetwise.workload.spec import load_trace
-    from fleetwise.worlds.torta import TortaConfig, evaluate
+    from fleetwise.worlds.torta import Day
 
     models = {} if seed is None else {agent: load_torta_checkpoint(f"{ckdir}/{topology}-{agent}-seed{seed}.npz")[0]}
     mk, micro = policies(models)["least_loaded" if seed is None else agent]
-    cfg = TortaConfig(topology=topology)
-    if where.startswith("held-out"):
-        cfg = replace(cfg, load=float(where[9:])) if "@" in where else cfg
-        rows = evaluate(cfg, mk, micro, DAYS, held_out=True)
-    else:
-        rows = evaluate(cfg, mk, micro, DAYS, held_out=True, trace=load_trace(where), load=0.7)
+    cfg, fleet, _ = _world(topology)
+    rows = [Day(cfg, fleet, _day(topology, where, d), d, mk(cfg), make_micro(micro, cfg)).finish() for d in DAYS]
     return job, [(r["response_time_mean_s"], r["cost_usd"]) for r in rows]
 
 
@@ -110,7 +110,8 @@ def main() -> None:
         return
     from fleetwise.metrics.stats import paired_change
 
-    wheres = ["held-out", "held-out@0.7", *TRACES]
+    wheres = ["held-out", "held-out@0.7", "held-out@0.7+poisson"]
+    wheres += [w for t in TRACES for w in (t, t + "+poisson")]
     agents = a.agents.split(",")
     jobs = [(t, a.checkpoints, ag, s, w) for t in topos for w in wheres
             for ag, s in [(None, None)] + [(ag, s) for ag in agents for s in range(a.train_seeds)]]
