@@ -1,7 +1,7 @@
 """The RL scaler against slo_aware on a real trace training never saw (issue 17: "on the other real traces at load
 0.7, neither learned policy worse than its rule"): the trace in place of the platform scenario's arrivals and
 lengths over reproduce platform --quick's window (09:30-11:30, with the zone outage), fitted to ``--load`` of the
-fleet (fleetwise.workload.adapt), 5 seeds, paired by seed.
+fleet (fleetwise.workload.adapt), 5 seeds, paired by seed; ``per_seed`` in the JSON lists each seed's pair.
 
     PYTHONPATH=src python benchmarks/rl-scaler-eval-trace.py --checkpoint results/platform-rl/platform/rl_scaler.npz \
         [--trace azure-code] [--load 0.7] [--seeds 5]
@@ -44,6 +44,12 @@ def main() -> None:
     d = bootstrap_ci([by["rl"][s]["slo_attainment"] - by["slo_aware"][s]["slo_attainment"] for s in seeds])
     out["rl_vs_slo_aware"] = {"cost_per_mtok_change": [ch.mean, ch.lo, ch.hi],
                               "slo_attainment_diff_points": [d.mean * 100, d.lo * 100, d.hi * 100]}
+    out["per_seed"] = [{"seed": s, "cost_per_mtok_change": by["rl"][s]["cost_per_mtok_usd"]
+                        / by["slo_aware"][s]["cost_per_mtok_usd"] - 1,
+                        "slo_attainment_diff_points": 100 * (by["rl"][s]["slo_attainment"]
+                                                             - by["slo_aware"][s]["slo_attainment"]),
+                        "oscillations": [by["slo_aware"][s]["oscillations"], by["rl"][s]["oscillations"]]}
+                       for s in seeds]
     print(json.dumps(out, default=float, indent=1))
 
 
