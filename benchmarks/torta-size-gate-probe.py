@@ -2,10 +2,11 @@
 util weight (packing requests onto the regions that were busy over the last slot, as TORTA's CEM agent does),
 applied only to requests of at most ``T`` prompt + output tokens; longer ones get ``LONG`` x the weight (0: plain
 least_loaded). Against the zero action (least_loaded + affinity_greedy), paired by day, on 8 held-out days and
-on each trace at load 0.7 (the days ``reproduce torta --eval-trace`` uses).
+on each trace at load 0.7 (the days ``reproduce torta --eval-trace`` uses), or on 8 validation days
+(``--where validation``: the training distribution, seeds 500000.., the days TORTA's learner chooses on).
 
     PYTHONPATH=src python benchmarks/torta-size-gate-probe.py [--topology grid,backbone,...] \
-        [--where held-out,azure-conv,mooncake,arxiv-summarization]
+        [--where held-out,azure-conv,mooncake,arxiv-summarization | validation]
 """
 
 import argparse
@@ -47,8 +48,11 @@ def _job(job):
         p.set_action(np.r_[np.zeros(n), 0.0, 0.0, util])
         return p
 
-    trace = None if where == "held-out" else load_trace(where)
-    rows = evaluate(cfg, make, "affinity_greedy", DAYS, held_out=True, trace=trace, load=0.7)
+    if where == "validation":
+        rows = evaluate(cfg, make, "affinity_greedy", [500_000 + d for d in range(len(DAYS))], held_out=False)
+    else:
+        trace = None if where == "held-out" else load_trace(where)
+        rows = evaluate(cfg, make, "affinity_greedy", DAYS, held_out=True, trace=trace, load=0.7)
     return job, np.array([[r["response_time_mean_s"], r["cost_usd"], r["load_cv"]] for r in rows])
 
 
