@@ -125,7 +125,7 @@ def test_env_checker_and_temporal_observation():
     assert obs.shape == (6 * 3 + 6 * 3 + 2,)
     reactive = TortaEnv(replace(TortaConfig(topology="ring"), temporal=False))
     assert reactive.reset(seed=0)[0].shape == (18,)
-    assert env.action_space.shape == (6 + 3,)  # the residual on least_loaded: a bias per region, RTT, ETA, util
+    assert env.action_space.shape == (6 + 4,)  # the residual on least_loaded: a bias per region, RTT, ETA, 2 util
     steps, term = 0, False
     while not term:
         obs, r, term, trunc, info = env.step(env.rule_action())
@@ -164,7 +164,7 @@ def test_zero_action_is_least_loaded_decision_for_decision():
     assert info["day_metrics"] == m
     # a non-zero action does change decisions (the test above could not pass by ignoring the action)
     p = ResidualPlanner(cfg)
-    p.set_action(np.r_[-1.0, np.zeros(5), 0.0, 0.0, 0.0])  # region 0: 2 s more attractive than least_loaded says
+    p.set_action(np.r_[-1.0, np.zeros(5), 0.0, 0.0, 0.0, 0.0])  # region 0: 2 s more attractive than least_loaded says
     w2 = torta_workload(cfg, env.fleet, env.capacity_rps, np.random.default_rng(1003), True)
     d2 = Day(cfg, env.fleet, w2, 1003, p, make_micro("affinity_greedy", cfg))
     d2.finish()
@@ -195,7 +195,7 @@ def test_tiny_training_on_the_recipe():
 
     def skewed(c):
         p = ResidualPlanner(c)
-        p.set_action(np.array([-1, 1, 1, 1, 1, 1, 0, 0, 0], float))
+        p.set_action(np.array([-1, 1, 1, 1, 1, 1, 0, 0, 0, 0], float))
         return p
 
     learned = evaluate(cfg, lambda c: ResidualPlanner(c, model, True), "affinity_greedy", [5])[0]
@@ -287,20 +287,21 @@ def test_cem_policy_zero_parameters_are_the_rule_and_its_layer_reads_the_fleet_m
     b = evaluate(cfg, LeastLoadedPlanner, "affinity_greedy", [1003], keep_day=True)[0]
     a.pop("plans"), b.pop("plans")  # (least_loaded keeps no slot plan matrix; every other figure must agree)
     assert a == b and a["requests"] > 1000
-    p = np.array([-0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7])
+    p = np.array([-0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.25])
     W, bias = linear_layer(p, n, h, True)
-    assert W.shape == (n + 3, obs_dim(n, h, True)) and not W[:-1].any() and not bias[:-1].any()
+    assert W.shape == (n + 4, obs_dim(n, h, True)) and not W[:n + 2].any() and not bias[:n + 2].any()
+    assert not W[n + 3].any() and bias[n + 3] == 0.25  # the long requests' util weight: a constant
     rng = np.random.default_rng(0)
     backlog, util, free = rng.random(n), rng.random(n), rng.random(n)
     demand = rng.random((h, n))
     obs = np.concatenate([np.stack([backlog, util, free], 1).ravel(), demand.ravel(), [0.25, -0.5]])
     want = -0.1 + 0.2 * util.mean() + 0.3 * free.mean() + 0.4 * backlog.mean() + 0.5 * demand[0].mean() \
         + 0.6 * 0.25 + 0.7 * -0.5
-    assert W[-1] @ obs + bias[-1] == pytest.approx(want)
+    assert W[n + 2] @ obs + bias[n + 2] == pytest.approx(want)
     with pytest.raises(ValueError, match="parameters"):
         linear_layer(np.zeros(4), n, h, True)
     # and a non-zero util weight does change the day (the test above could not pass by ignoring the policy)
-    pack = LinearTortaPolicy(np.r_[-0.15, np.zeros(6)], n, h, True)
+    pack = LinearTortaPolicy(np.r_[-0.15, np.zeros(6), -0.15], n, h, True)
     c = evaluate(cfg, lambda c: ResidualPlanner(c, pack, True), "affinity_greedy", [1003])[0]
     assert c["cost_usd"] < b["cost_usd"]
 
@@ -395,3 +396,81 @@ def test_torta_training_and_evaluation_jobs_on_ray_match_local(tmp_path, local_r
     cards = [json.loads((tmp_path / d / "torta" / "checkpoints" / "ring-torta-seed0.card.json").read_text())
              for d in ("ray", "local")]
     assert cards[0]["training"]["params"] == cards[1]["training"]["params"]
+
+
+def test_util_weight_is_size_aware_and_old_checkpoints_keep_one_weight(tmp_path):
+    """``a_{n+2}`` weighs requests of at most ``LONG_TOKENS`` prompt + output tokens and ``a_{n+3}`` longer ones: a
+    day with the short weight only routes every long request as least_loaded would in the same state, and a
+    checkpoint written with ``n + 3`` outputs (before the long weight; its card does not say
+    ``training.residual_extra``) still loads and weighs every request by its one util weight. The hand-written
+    size-aware rule (``least_loaded_pack_short``) is that residual with a fixed action."""
+    from fleetwise.control.checkpoint import ActionSpec, ModelCard, save_policy
+    from fleetwise.learn.torta_cem import obs_dim
+    from fleetwise.policies import names
+    from fleetwise.policies.planners import PackShortPlanner, ResidualPlanner, load_torta_checkpoint
+    from fleetwise.worlds.torta import TortaConfig
+
+    class Probe(ResidualPlanner):
+        """Records, per request, the region chosen and the one the zero action would choose in the same state."""
+
+        def __init__(self, cfg, a):
+            super().__init__(cfg)
+            self.a, self.log = a, []
+
+        def plan(self, obs):
+            self.set_action(self.a(len(obs.backlog_s)))
+            super().plan(obs)
+
+        def region(self, origin, view):
+            from fleetwise.policies.planners import LeastLoadedPlanner
+
+            r = super().region(origin, view)
+            self.log.append((view.request_tokens(view.request), r, int(np.argmin(LeastLoadedPlanner.score(view)))))
+            return r
+
+    cfg = TortaConfig(topology="ring")
+    from fleetwise.worlds.torta import evaluate
+
+    def run(a):
+        box = {}
+
+        def mk(c):
+            box["p"] = Probe(c, a)
+            return box["p"]
+
+        evaluate(cfg, mk, "affinity_greedy", [1003])
+        return np.array(box["p"].log)
+
+    short_only = run(lambda n: np.r_[np.zeros(n + 2), -0.3, 0.0])
+    long_ = short_only[:, 0] > ResidualPlanner.LONG_TOKENS
+    assert long_.sum() > 50 and (~long_).sum() > 50
+    assert (short_only[long_, 1] == short_only[long_, 2]).all()  # long requests: least_loaded's choice
+    assert (short_only[~long_, 1] != short_only[~long_, 2]).mean() > 0.05  # short ones are packed
+    both = run(lambda n: np.r_[np.zeros(n + 2), -0.3, -0.3])
+    assert (both[both[:, 0] > ResidualPlanner.LONG_TOKENS, 1] != both[both[:, 0] > ResidualPlanner.LONG_TOKENS, 2]).any()
+
+    # an old checkpoint (n + 3 outputs, one util weight): every request weighed by it, as it was trained
+    n, h = 6, cfg.history
+    d = obs_dim(n, h, True)
+    W, b = np.zeros((n + 3, d)), np.zeros(n + 3)
+    b[n + 2] = -0.3
+    path = save_policy(tmp_path / "old.npz", level="planner", algorithm="cem", obs_low=np.full(d, -1.0, np.float32),
+                       obs_high=np.full(d, 5.0, np.float32), action=ActionSpec("box", shape=(n + 3,)),
+                       layers=[(W, b)], activation="identity",
+                       card=ModelCard(level="planner", policy="torta", rule="least_loaded", training={}),
+                       act_low=-np.ones(n + 3, np.float32), act_high=np.ones(n + 3, np.float32))
+    pol, temporal, hist, regions = load_torta_checkpoint(path)
+    assert temporal and (hist, regions) == (h, n)
+    old = evaluate(cfg, lambda c: ResidualPlanner(c, pol, True), "affinity_greedy", [1003])[0]
+
+    def fixed(a):
+        return evaluate(cfg, lambda c: Probe(c, a), "affinity_greedy", [1003])[0]
+
+    assert old == fixed(lambda n_: np.r_[np.zeros(n_ + 2), -0.3, -0.3])
+    assert old != fixed(lambda n_: np.r_[np.zeros(n_ + 2), -0.3, 0.0])
+    with pytest.raises(ValueError, match="entries"):
+        ResidualPlanner(cfg).set_action(np.zeros(n + 5), n=n)
+    # the named rule, registered as a planner
+    assert "least_loaded_pack_short" in names("planner")
+    assert evaluate(cfg, PackShortPlanner, "affinity_greedy", [1003])[0] == \
+        fixed(lambda n_: np.r_[np.zeros(n_ + 2), -0.2, 0.0])

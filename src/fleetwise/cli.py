@@ -986,13 +986,21 @@ def reproduce_torta(quick: bool = _QUICK, as_json: bool = _JSON, eval_trace: Opt
                     backend: str = typer.Option("local", help="training and evaluation jobs: local (worker "
                                                 "processes) or ray"),
                     address: Optional[str] = typer.Option(None, help="a Ray cluster's address (--backend ray)"),
+                    objective: Optional[str] = typer.Option(None, "--objective", help="the CEM learner's objective: "
+                                                            "response (response time, cost the constraint; the "
+                                                            "default) or cost (cost, response time the constraint)"),
                     wide: bool = _WIDE) -> None:
     """TORTA: RL + optimal transport across regions, switching-aware allocation within them."""
     if learner not in ("cem", "ppo"):
         raise InputError(f"--learner {learner!r}: expected cem or ppo")
+    if objective is not None and objective not in ("response", "cost"):
+        raise InputError(f"--objective {objective!r}: expected response or cost")
+    if objective is not None and learner != "cem":
+        raise InputError("--objective applies to --learner cem only")
     _check_backend(backend, address)
     _reproduce("torta", quick, as_json, eval_trace, seeds, db, wide, load, train_seeds=train_seeds, workers=workers,
-               learner=learner, backend=backend, address=address)
+               learner=learner, backend=backend, address=address,
+               **({"cem": {"objective": objective}} if objective else {}))
 
 
 @reproduce_app.command("graph-marl")

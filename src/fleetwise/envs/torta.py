@@ -22,11 +22,12 @@ Observation
     ==============  ==============================================================================
 
 Action (``kind="residual"``, the default: TORTA on the recipe of issue 17)
-    ``Box(-1, 1, (n + 3,))``: a residual on the ``least_loaded`` rule (``policies.planners.ResidualPlanner``):
+    ``Box(-1, 1, (n + 4,))``: a residual on the ``least_loaded`` rule (``policies.planners.ResidualPlanner``):
     per request, the region minimising least_loaded's score + ``2 s x a_r`` + ``4 a_n x rtt(origin, r)`` +
-    ``2 a_{n+1} x`` the request's expected completion at r's best server + ``2 s x a_{n+2} x`` (r's GPU-busy
+    ``2 a_{n+1} x`` the request's expected completion at r's best server + ``2 s x u x`` (r's GPU-busy
     fraction over the last slot - the mean over regions: negative packs work onto regions already busy, positive
-    spreads it). ``rule_action()`` (zeros) is ``least_loaded`` + ``affinity_greedy`` exactly.
+    spreads it), ``u = a_{n+2}`` for a request of at most 1,500 prompt + output tokens and ``a_{n+3}`` for a longer
+    one. ``rule_action()`` (zeros) is ``least_loaded`` + ``affinity_greedy`` exactly.
 
 Action (``kind="ot"``, the frozen slot plan of the paper's design)
     ``Box(-1, 1, (n,))``: target supply weights ``b = softmax(log capacity share + 2 a)`` (a = 0: capacity

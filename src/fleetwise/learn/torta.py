@@ -42,7 +42,7 @@ class TortaArgs:
     bc_episodes: int = 2  # days of the rule's demonstrations
     bc_epochs: int = 30
     init_std: float = 0.1  # the policy's spread after behaviour cloning (0.2 s of bias)
-    rest_std: float | None = 0.01  # the spread of the entries other than the util weight (None: init_std): their
+    rest_std: float | None = 0.01  # the spread of the entries other than the util weights (None: init_std): their
     # noise costs response time in every slot (0.2 s of random bias per region at 0.1), the util weight's much less
     objective: str = "cost"  # "cost": min cost s.t. response time <= the rule's; "response": the other way round
     cost_tolerance: float = 0.0  # objective "response": slot cost <= (1 + tol) x the rule's on validation days
@@ -103,8 +103,8 @@ def train(make_env, args: TortaArgs, progress=None, validation: bool = False):
         log["bc_loss"] = behaviour_clone(model, obs, act, epochs=args.bc_epochs, seed=args.seed)
         with torch.no_grad():
             model.policy.log_std.fill_(math.log(args.init_std))
-            if args.rest_std is not None:  # every entry but the last (the util weight, ResidualPlanner)
-                model.policy.log_std[:-1].fill_(math.log(args.rest_std))
+            if args.rest_std is not None:  # every entry but the last two (the util weights, ResidualPlanner)
+                model.policy.log_std[:-2].fill_(math.log(args.rest_std))
             # the rule's action is 0 everywhere: cloning only brings the mean action *near* 0, and a small mean
             # action is a bias that changes decisions; a zero output layer makes the warm start the rule itself
             model.policy.action_net.weight.zero_()

@@ -79,8 +79,11 @@ class ResidualPlanner:
     expected completion at the region's best server (its backlog + the request's tokens / its speed: what a fast
     GPU saves the request), plus ``UTIL_WEIGHT x a_{n+2} x`` (r's GPU-busy fraction over the last slot - the mean
     over regions): ``a_{n+2} < 0`` packs requests onto regions already at work (servers billed per slot anyway,
-    batches with room), ``> 0`` spreads them. A zero action is ``least_loaded`` exactly, decision for decision: the
-    bias is ``+0.0``.
+    batches with room), ``> 0`` spreads them. The util weight is **size-aware**: ``a_{n+2}`` weighs requests of at
+    most ``LONG_TOKENS`` prompt + output tokens, ``a_{n+3}`` longer ones (docs/torta.md: packing long prompts onto
+    busy regions queues the short requests behind their prefills). A zero action is ``least_loaded`` exactly,
+    decision for decision: the bias is ``+0.0``. An action of ``n + 3`` entries (a checkpoint written before the
+    size-aware entry) weighs every request by ``a_{n+2}``, as it was trained.
 
     ``policy``: a trained policy (``predict(obs_vector) -> action``; an SB3 model or a fleetwise checkpoint's
     numpy policy), or None (the action is set with ``set_action``, e.g. by the environment). ``matrix``: the region
@@ -90,7 +93,9 @@ class ResidualPlanner:
     RTT_WEIGHT = 4.0
     ETA_WEIGHT = 2.0
     UTIL_WEIGHT = 2.0
-    EXTRA = 3  # action entries after the n per-region biases: rtt, eta and util weights
+    LONG_TOKENS = 1500  # a request of more prompt + output tokens is "long": its own util weight, a_{n+3}
+    EXTRA = 4  # action entries after the n per-region biases: rtt, eta, util weight (short), util weight (long)
+    EXTRA_V1 = 3  # the layout before the long requests' util weight (one util weight for every request)
 
     def __init__(self, cfg=None, policy=None, temporal: bool = True):
         self.cfg = cfg
@@ -98,7 +103,8 @@ class ResidualPlanner:
         self.bias = None  # per region, seconds
         self.w_rtt = 0.0
         self.w_eta = 0.0
-        self.w_util = 0.0
+        self.w_util = 0.0  # requests of at most LONG_TOKENS tokens
+        self.w_util_long = 0.0  # longer ones
         self.matrix = None
         self._rtt = None
         self._util_dev = None  # per region: last slot's GPU-busy fraction - its mean over regions
@@ -107,13 +113,19 @@ class ResidualPlanner:
     def action_size(n: int) -> int:
         return n + ResidualPlanner.EXTRA
 
-    def set_action(self, a: np.ndarray) -> None:
+    def set_action(self, a: np.ndarray, n: int | None = None) -> None:
+        """``a``: ``n + EXTRA`` entries (``n``, the regions, may be left out), or ``n + EXTRA_V1`` with ``n`` given
+        (the layout of older checkpoints: one util weight for every request)."""
         a = np.clip(np.asarray(a, float), -1.0, 1.0)
-        n = len(a) - self.EXTRA
+        n = len(a) - self.EXTRA if n is None else int(n)
+        if len(a) - n not in (self.EXTRA, self.EXTRA_V1):
+            raise ValueError(f"ResidualPlanner: action of {len(a)} entries for {n} regions, expected "
+                             f"{n + self.EXTRA} (or {n + self.EXTRA_V1})")
         self.bias = self.BIAS_S * a[:n]
         self.w_rtt = self.RTT_WEIGHT * float(a[n])
         self.w_eta = self.ETA_WEIGHT * float(a[n + 1])
         self.w_util = self.UTIL_WEIGHT * float(a[n + 2])
+        self.w_util_long = self.UTIL_WEIGHT * float(a[n + 3]) if len(a) - n == self.EXTRA else self.w_util
 
     def scores(self, per: np.ndarray, origin: int, view: PlanView | None = None, rid: int = -1) -> np.ndarray:
         if self.bias is None:
@@ -121,8 +133,11 @@ class ResidualPlanner:
         s = per + self.bias
         if self.w_rtt != 0.0 and self._rtt is not None:
             s = s + self.w_rtt * self._rtt[origin]
-        if self.w_util != 0.0 and self._util_dev is not None:
-            s = s + self.w_util * self._util_dev
+        w_util = self.w_util
+        if view is not None and rid >= 0 and w_util != self.w_util_long and view.request_tokens(rid) > self.LONG_TOKENS:
+            w_util = self.w_util_long
+        if w_util != 0.0 and self._util_dev is not None:
+            s = s + w_util * self._util_dev
         if self.w_eta != 0.0 and view is not None:
             eta = view.backlog_s() + view.request_tokens(rid) / view.server_speed_tps
             best = np.full(view.n, np.inf)
@@ -134,7 +149,7 @@ class ResidualPlanner:
         if self.policy is not None:
             v = np.clip(obs.vector(self.temporal), -1.0, 5.0)
             a, _ = self.policy.predict(v, deterministic=True)
-            self.set_action(np.asarray(a, float).ravel())
+            self.set_action(np.asarray(a, float).ravel(), n=len(obs.backlog_s))
         self._rtt = np.asarray(obs.rtt_s, float)
         u = np.asarray(obs.util, float)
         self._util_dev = u - u.mean()
@@ -144,6 +159,27 @@ class ResidualPlanner:
 
     def region(self, origin: int, view: PlanView) -> int:
         return int(np.argmin(self.scores(LeastLoadedPlanner.score(view), origin, view, view.request)))
+
+
+@register_planner("least_loaded_pack_short")
+class PackShortPlanner(ResidualPlanner):
+    """A size-aware rule, written by hand (docs/torta.md, "Size-aware packing"): ``least_loaded``, except that
+    requests of at most ``LONG_TOKENS`` tokens lean to the regions that were busier than the mean over the last
+    slot (``ResidualPlanner``'s fixed action: util weight ``util_action`` for short requests, 0 for long ones and
+    every other entry). Short requests gather where servers are already at work, long prompts go to the least
+    loaded servers, so the short ones stop queueing behind their prefills. The strongest rule of this level on
+    response time and load balance; it saves no cost."""
+
+    def __init__(self, cfg=None, util_action: float = -0.2):
+        super().__init__(cfg, None, True)
+        self.util_action = float(util_action)
+
+    def plan(self, obs: SlotObs) -> None:
+        n = len(obs.backlog_s)
+        a = np.zeros(n + self.EXTRA)
+        a[n + 2] = self.util_action
+        self.set_action(a)
+        super().plan(obs)
 
 
 @register_planner("ot")
@@ -228,6 +264,20 @@ def is_residual(policy) -> bool:
     return card is not None and card.rule == "least_loaded"
 
 
+def residual_extra(policy) -> int:
+    """Action entries after the per-region biases of a TORTA checkpoint: 0 for an OT planner's, ``EXTRA`` for a
+    residual whose card says so (``training.residual_extra``), ``EXTRA_V1`` for one written before."""
+    if not is_residual(policy):
+        return 0
+    extra = (getattr(policy.card, "training", None) or {}).get("residual_extra", ResidualPlanner.EXTRA_V1)
+    if extra not in (ResidualPlanner.EXTRA, ResidualPlanner.EXTRA_V1):
+        from fleetwise.control.checkpoint import CheckpointError
+
+        raise CheckpointError(f"TORTA checkpoint: training.residual_extra {extra!r} is not "
+                              f"{ResidualPlanner.EXTRA} or {ResidualPlanner.EXTRA_V1}")
+    return int(extra)
+
+
 def torta_planner(cfg, policy, temporal: bool):
     """The planner that runs a TORTA checkpoint: ``ResidualPlanner`` or the OT ``PolicyPlanner``."""
     return (ResidualPlanner if is_residual(policy) else PolicyPlanner)(cfg, policy, temporal)
@@ -237,14 +287,15 @@ def load_torta_checkpoint(path):
     """A trained TORTA planner agent from its fleetwise checkpoint (``NAME.npz`` + ``NAME.card.json``,
     fleetwise.control.checkpoint; an SB3 .zip is refused, it runs code on load): ``(policy, temporal, history,
     regions)``. The observation layout says which agent it is: ``3 n`` values for the reactive one, ``n (3 +
-    history) + 2`` for the temporal one, for ``n`` regions (the action size; ``n + 3`` for a residual on
-    ``least_loaded``, whose model card names that rule: ``ResidualPlanner``)."""
+    history) + 2`` for the temporal one, for ``n`` regions (the action size; ``n + 4`` for a residual on
+    ``least_loaded``, whose model card names that rule: ``ResidualPlanner``; ``n + 3`` for one whose card does not
+    say ``training.residual_extra``, written before the long requests' util weight)."""
     from fleetwise.control.checkpoint import CheckpointError, load_policy
 
     pol = load_policy(path, level="planner")
     if pol.action.kind != "box" or len(pol.action.shape) != 1 or len(pol.obs_shape) != 1:
         raise CheckpointError(f"checkpoint {path}: not a TORTA planner (action {pol.action.to_json()})")
-    n, d = pol.action.shape[0] - (ResidualPlanner.EXTRA if is_residual(pol) else 0), pol.obs_shape[0]
+    n, d = pol.action.shape[0] - residual_extra(pol), pol.obs_shape[0]
     if n < 1:
         raise CheckpointError(f"checkpoint {path}: action size {pol.action.shape[0]} does not fit a residual planner")
     if d == 3 * n:

@@ -29,7 +29,8 @@ from fleetwise.workload.adapt import WARN_SHARE
 PAPER = {"response_time": "-15% (up to)", "load_balance": "+4-5%", "cost": "-10% to -20%"}
 METRICS = ("response_time_mean_s", "response_time_p95_s", "response_time_p99_s", "load_cv", "load_std",
            "cost_usd", "cost_gpu_usd", "cost_energy_usd", "cost_egress_usd", "switches", "migrations", "rejected")
-BASELINES = ("round_robin", "nearest", "least_loaded", "ot_capacity", "reactive_ppo")
+BASELINES = ("round_robin", "nearest", "least_loaded", "least_loaded_pack_short", "ot_capacity", "reactive_ppo")
+RULES = ("least_loaded", "least_loaded_pack_short")  # TORTA's paired change against each: changes.vs_<rule>
 MAX_UNSERVED = 0.001  # a baseline counts as "best" only if it served all but 0.1% of the requests
 
 
@@ -64,13 +65,15 @@ def policies(models: dict) -> dict:
     from fleetwise.policies.planners import (
         LeastLoadedPlanner,
         NearestPlanner,
+        PackShortPlanner,
         ResidualPlanner,
         RoundRobinPlanner,
         ot_capacity,
     )
 
     out = {"round_robin": (RoundRobinPlanner, "affinity_greedy"), "nearest": (NearestPlanner, "affinity_greedy"),
-           "least_loaded": (LeastLoadedPlanner, "affinity_greedy"), "ot_capacity": (ot_capacity, "affinity_greedy")}
+           "least_loaded": (LeastLoadedPlanner, "affinity_greedy"),
+           "least_loaded_pack_short": (PackShortPlanner, "affinity_greedy"), "ot_capacity": (ot_capacity, "affinity_greedy")}
     if "reactive_ppo" in models:
         # the ablation differs from TORTA only in what its planner sees (no history, no time of day)
         out["reactive_ppo"] = (lambda cfg, m=models["reactive_ppo"]: ResidualPlanner(cfg, m, False),
@@ -94,10 +97,11 @@ def _train_cem(job: tuple) -> tuple:
     cfg = replace(TortaConfig(topology=topo), temporal=AGENTS[name])
     res = train_torta_cem(cfg, TortaCEMConfig(seed=seed, **budget), out=path, policy_name=name, reuse=True)
     log = {k: res[k] for k in ("validation_curve", "lagrangian", "response_change_target", "gate", "best_step",
-                               "days_simulated")}
-    log["curve_metric"] = "minus_elite_cost_change_vs_least_loaded"
+                               "days_simulated", "objective", "constraint_target")}
+    obj = "response" if res["objective"] == "response" else "cost"
+    log["curve_metric"] = f"minus_elite_{obj}_change_vs_least_loaded"
     log["reused"] = bool(res.get("reused"))
-    curve = [(r["days_simulated"], -r["train_elite_cost_change"]) for r in res["curve"]]
+    curve = [(r["days_simulated"], -r[f"train_elite_{obj}_change"]) for r in res["curve"]]
     return topo, name, seed, res["checkpoint"], curve, round(float(res["wall_s"]), 1), log  # (as the card has it)
 
 
@@ -109,6 +113,7 @@ def _train_job(job: tuple) -> tuple:
     from fleetwise.envs.torta import TortaConfig, TortaEnv
     from fleetwise.learn.export import export_sb3
     from fleetwise.learn.torta import TortaArgs, train
+    from fleetwise.policies.planners import ResidualPlanner
 
     topo, name, steps, seed, path = job[1:]
     args = TortaArgs(total_timesteps=steps, seed=seed)
@@ -125,7 +130,7 @@ def _train_job(job: tuple) -> tuple:
                             if args.objective == "cost" else
                             {"objective": "response time", "constraint": "slot cost <= the rule's (Lagrangian, "
                              f"target {log.get('cost_target', float('nan')):.4f} of all-servers cost)"}),
-                         "best_step": log.get("best_step")},
+                         "best_step": log.get("best_step"), "residual_extra": ResidualPlanner.EXTRA},
                validation=log.get("gate"))
     return topo, name, seed, path, curve, wall, log
 
@@ -157,7 +162,7 @@ def _gate_row(log: dict) -> dict:
     g = log.get("gate") or {}
     return {"passed": bool(g.get("passed", False)), "metric": g.get("metric"), "change": g.get("change"),
             "ci95": g.get("ci95"), "cost_change": g.get("cost_change"), "response_change": g.get("response_change"),
-            "response_ci95": g.get("response_ci95"), "best_step": g.get("best_step")}
+            "response_ci95": g.get("response_ci95"), "cost_ci95": g.get("cost_ci95"), "best_step": g.get("best_step")}
 
 
 def _gate_text(g: dict) -> str:
@@ -194,12 +199,14 @@ def _changes(rows: dict, train_seeds: int) -> dict:
         # every baseline left requests unserved: the least bad one, named as such (no "best" on such a run)
         vs = best if complete else f"{best} (every baseline left > {MAX_UNSERVED:.1%} unserved: no best)"
         out[metric] = {"vs": vs, "change": ch.mean, "ci95": [ch.lo, ch.hi]}
-    # against the rule TORTA's action adjusts (issue 17's acceptance), paired by (training seed, day)
-    out["vs_least_loaded"] = {}
-    for metric in ("response_time_mean_s", "load_cv", "cost_usd"):
-        base = {(k, r["seed"]): r[metric] for k in ks for r in rows["least_loaded"]}
-        ch = paired_change(base, by_key(rows["torta"], metric))
-        out["vs_least_loaded"][metric] = {"change": ch.mean, "ci95": [ch.lo, ch.hi]}
+    # against the rule TORTA's action adjusts (issue 17's acceptance), and the size-aware rule written from the same
+    # residual by hand, paired by (training seed, day)
+    for rule in RULES:
+        out[f"vs_{rule}"] = {}
+        for metric in ("response_time_mean_s", "load_cv", "cost_usd"):
+            base = {(k, r["seed"]): r[metric] for k in ks for r in rows[rule]}
+            ch = paired_change(base, by_key(rows["torta"], metric))
+            out[f"vs_{rule}"][metric] = {"change": ch.mean, "ci95": [ch.lo, ch.hi]}
     m = "response_time_mean_s"
     base, other = by_key(rows["reactive_ppo"], m), by_key(rows["torta"], m)
     ch = paired_change(base, other)
@@ -362,6 +369,7 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
                               "reused_checkpoints": sum((topo, name, k) in reused for k in range(n_train))})
             if learner == "cem":
                 res[name]["train_days_simulated"] = logs.get((topo, name, 0), {}).get("days_simulated")
+                res[name]["objective"] = logs.get((topo, name, 0), {}).get("objective")
             else:
                 res[name]["train_timesteps"] = steps
             # the deployment gate of each checkpoint (validation days, against least_loaded, paired by day)
@@ -488,10 +496,11 @@ def render(result: dict):
         for c in ("metric", "vs", "change [95% CI]"):
             lines.add_column(c)
         for m, ch in res["torta"]["changes"].items():
-            if m == "vs_least_loaded":
+            if m.startswith("vs_") and m[3:] in RULES:
+                label = "least_loaded (the rule)" if m == "vs_least_loaded" else m[3:]
                 for mm, c2 in ch.items():
                     lo, hi = c2["ci95"]
-                    lines.add_row(mm, "least_loaded (the rule)", f"{c2['change']:+.1%} [{lo:+.1%}, {hi:+.1%}]")
+                    lines.add_row(mm, label, f"{c2['change']:+.1%} [{lo:+.1%}, {hi:+.1%}]")
                 continue
             lo, hi = ch["ci95"]
             txt = f"{ch['change']:+.1%} [{lo:+.1%}, {hi:+.1%}]"
