@@ -447,7 +447,8 @@ def test_util_weight_is_size_aware_and_old_checkpoints_keep_one_weight(tmp_path)
     assert (short_only[long_, 1] == short_only[long_, 2]).all()  # long requests: least_loaded's choice
     assert (short_only[~long_, 1] != short_only[~long_, 2]).mean() > 0.05  # short ones are packed
     both = run(lambda n: np.r_[np.zeros(n + 2), -0.3, -0.3])
-    assert (both[both[:, 0] > ResidualPlanner.LONG_TOKENS, 1] != both[both[:, 0] > ResidualPlanner.LONG_TOKENS, 2]).any()
+    long_b = both[:, 0] > ResidualPlanner.LONG_TOKENS
+    assert (both[long_b, 1] != both[long_b, 2]).any()  # with a long weight too, long requests are packed as well
 
     # an old checkpoint (n + 3 outputs, one util weight): every request weighed by it, as it was trained
     n, h = 6, cfg.history

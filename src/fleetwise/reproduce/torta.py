@@ -73,7 +73,8 @@ def policies(models: dict) -> dict:
 
     out = {"round_robin": (RoundRobinPlanner, "affinity_greedy"), "nearest": (NearestPlanner, "affinity_greedy"),
            "least_loaded": (LeastLoadedPlanner, "affinity_greedy"),
-           "least_loaded_pack_short": (PackShortPlanner, "affinity_greedy"), "ot_capacity": (ot_capacity, "affinity_greedy")}
+           "least_loaded_pack_short": (PackShortPlanner, "affinity_greedy"),
+           "ot_capacity": (ot_capacity, "affinity_greedy")}
     if "reactive_ppo" in models:
         # the ablation differs from TORTA only in what its planner sees (no history, no time of day)
         out["reactive_ppo"] = (lambda cfg, m=models["reactive_ppo"]: ResidualPlanner(cfg, m, False),
