@@ -18,7 +18,7 @@ DAYS = [1000, 1001, 1002]
 def fixed(a):
     def mk(c):
         p = ResidualPlanner(c)
-        p.set_action(np.asarray(a, float))
+        p.set_action(np.asarray(a, float), n=len(a) - 3)  # the n + 3 layout: one util weight for every request
         return p
     return mk
 

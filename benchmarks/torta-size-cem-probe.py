@@ -18,18 +18,13 @@ SPLIT = 1500.0
 
 def make_planner_cls():
     from fleetwise.policies.planners import ResidualPlanner
-    class SizePlanner(ResidualPlanner):
+    class SizePlanner(ResidualPlanner):  # the long requests' util weight: the short ones' x long_mult
         def __init__(self, cfg=None, policy=None, temporal=True, long_mult=1.0):
             super().__init__(cfg, policy, temporal)
             self.long_mult = long_mult
-        def scores(self, per, origin, view=None, rid=-1):
-            w = self.w_util
-            if view is not None and rid >= 0 and view.request_tokens(rid) > SPLIT:
-                self.w_util = w * self.long_mult
-            try:
-                return super().scores(per, origin, view, rid)
-            finally:
-                self.w_util = w
+        def set_action(self, a, n=None):
+            super().set_action(a, n)
+            self.w_util_long = self.w_util * self.long_mult
     return SizePlanner
 
 def train(seed, topo="grid"):
@@ -38,12 +33,12 @@ def train(seed, topo="grid"):
     from fleetwise.learn.torta import VAL_SEED0, rule_planner
     from fleetwise.worlds.torta import TortaConfig, make_fleet
     SP = make_planner_cls()
-    cem = TortaCEMConfig(seed=seed, iterations=8, population=12, train_days=4)
+    cem = TortaCEMConfig(seed=seed, iterations=8, population=12, train_days=4, objective="cost")
     tcfg = TortaConfig(topology=topo)
     n, hist, temporal = len(make_fleet(tcfg).names), tcfg.history, True
-    k = n_params(temporal)
+    k = n_params(temporal) - 1  # the short requests' row (the long weight is the multiplier below)
     def planner(params):
-        pol = LinearTortaPolicy(params[:k], n, hist, temporal)
+        pol = LinearTortaPolicy(np.r_[params[:k], 0.0], n, hist, temporal)
         m = float(np.clip(1.0 + params[k], -1.0, 2.0))
         return lambda c: SP(c, pol, temporal, m)
     vdays = list(range(VAL_SEED0, VAL_SEED0 + cem.val_days))
@@ -79,11 +74,11 @@ def evaluate_job(a):
     from fleetwise.policies.planners import LeastLoadedPlanner
     SP = make_planner_cls()
     tcfg = TortaConfig(topology=topo)
-    n = len(make_fleet(tcfg).names); k = n_params(True)
+    n = len(make_fleet(tcfg).names); k = n_params(True) - 1
     if params is None:
         mk = LeastLoadedPlanner
     else:
-        pol = LinearTortaPolicy(params[:k], n, tcfg.history, True)
+        pol = LinearTortaPolicy(np.r_[params[:k], 0.0], n, tcfg.history, True)
         m = float(np.clip(1.0 + params[k], -1.0, 2.0))
         mk = lambda c: SP(c, pol, True, m)
     tr = None if where == "held-out" else load_trace(where)

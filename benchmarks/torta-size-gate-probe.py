@@ -30,22 +30,15 @@ def _job(job):
     from fleetwise.workload.spec import load_trace
     from fleetwise.worlds.torta import TortaConfig, evaluate, make_fleet
 
-    class SizeGated(ResidualPlanner):
-        def scores(self, per, origin, view=None, rid=-1):
-            w = self.w_util
-            if max_tokens and view is not None and rid >= 0 and view.request_tokens(rid) > max_tokens:
-                self.w_util = long_w * w
-            try:
-                return super().scores(per, origin, view, rid)
-            finally:
-                self.w_util = w
+    class Sized(ResidualPlanner):  # the size-aware residual with this variant's threshold
+        LONG_TOKENS = max_tokens or ResidualPlanner.LONG_TOKENS
 
     cfg = TortaConfig(topology=topology)
     n = len(make_fleet(cfg).names)
 
     def make(c):
-        p = SizeGated(c)
-        p.set_action(np.r_[np.zeros(n), 0.0, 0.0, util])
+        p = Sized(c)  # a_{n+2}: requests of at most T tokens; a_{n+3}: longer ones (T = 0: every request)
+        p.set_action(np.r_[np.zeros(n), 0.0, 0.0, util, util * (long_w if max_tokens else 1.0)])
         return p
 
     if where == "validation":
