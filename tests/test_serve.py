@@ -492,6 +492,35 @@ def test_plan_from_a_torta_checkpoint(web, tmp_path):
         web.create_app(checkpoint=str(tmp_path / "junk.npz"))
 
 
+def test_plan_from_a_size_aware_residual_checkpoint_answers_for_long_requests_too(web, tmp_path):
+    """A residual TORTA checkpoint (size-aware util weights, docs/torta.md) answers /v1/plan with the region a
+    request of each origin would go to (``shares``) and, since its long requests' weight differs, the region a
+    request over 1,500 tokens would go to (``shares_long``); here short requests lean to the busiest region and
+    long ones to the idlest."""
+    from fleetwise.control.checkpoint import ActionSpec, ModelCard, save_policy
+
+    n, hist = 3, 1
+    d = n * (3 + hist) + 2
+    W, b = np.zeros((n + 4, d)), np.zeros(n + 4)
+    b[n + 2], b[n + 3] = -1.0, 1.0  # short: pack onto busy regions; long: spread to idle ones
+    card = ModelCard(level="planner", policy="torta", rule="least_loaded", training={"residual_extra": 4},
+                     validation={"passed": True, "rule": "least_loaded", "change": -0.05, "ci95": [-0.07, -0.03]})
+    save_policy(tmp_path / "sized.npz", level="planner", algorithm="cem", obs_low=np.full(d, -1.0, np.float32),
+                obs_high=np.full(d, 5.0, np.float32), action=ActionSpec("box", shape=(n + 4,)), layers=[(W, b)],
+                activation="identity", card=card, act_low=-np.ones(n + 4, np.float32),
+                act_high=np.ones(n + 4, np.float32))
+    c = client(web, checkpoint="sized.npz", checkpoint_dir=str(tmp_path))
+    body = plan_body(3, 3)
+    for r_, u in zip(body["regions"], (0.9, 0.5, 0.1)):
+        r_.update(util=u, backlog_s=0.0)
+    r = c.post("/v1/plan", json=body, headers=AUTH)
+    assert r.status_code == 200, r.text
+    out = r.json()
+    check_plan(out, body)
+    assert (np.argmax(out["shares"], 1) == 0).all() and (np.argmax(out["shares_long"], 1) == 2).all()
+    np.testing.assert_allclose(np.sum(out["shares_long"], 1), 1.0)
+
+
 # --------------------------------------------------------------------------------------------- reload
 def test_reload_swaps_policies_and_a_failed_load_keeps_the_old(web):
     c = client(web, route_policy="round_robin")

@@ -87,7 +87,8 @@ class ResidualPlanner:
 
     ``policy``: a trained policy (``predict(obs_vector) -> action``; an SB3 model or a fleetwise checkpoint's
     numpy policy), or None (the action is set with ``set_action``, e.g. by the environment). ``matrix``: the region
-    a request of each origin would go to at the slot start (rows one-hot), what ``POST /v1/plan`` returns."""
+    a request of each origin would go to at the slot start (rows one-hot), what ``POST /v1/plan`` returns;
+    ``matrix_long``: the same for a request over ``LONG_TOKENS`` tokens where its util weight differs (else None)."""
 
     BIAS_S = 2.0
     RTT_WEIGHT = 4.0
@@ -106,6 +107,7 @@ class ResidualPlanner:
         self.w_util = 0.0  # requests of at most LONG_TOKENS tokens
         self.w_util_long = 0.0  # longer ones
         self.matrix = None
+        self.matrix_long = None
         self._rtt = None
         self._util_dev = None  # per region: last slot's GPU-busy fraction - its mean over regions
 
@@ -128,14 +130,16 @@ class ResidualPlanner:
         self.w_util_long = self.UTIL_WEIGHT * float(a[n + 3]) if len(a) - n == self.EXTRA else self.w_util
 
     def scores(self, per: np.ndarray, origin: int, view: PlanView | None = None, rid: int = -1) -> np.ndarray:
+        long_ = (view is not None and rid >= 0 and self.w_util != self.w_util_long
+                 and view.request_tokens(rid) > self.LONG_TOKENS)
+        return self._scores(per, origin, self.w_util_long if long_ else self.w_util, view, rid)
+
+    def _scores(self, per: np.ndarray, origin: int, w_util: float, view: PlanView | None, rid: int) -> np.ndarray:
         if self.bias is None:
             return per
         s = per + self.bias
         if self.w_rtt != 0.0 and self._rtt is not None:
             s = s + self.w_rtt * self._rtt[origin]
-        w_util = self.w_util
-        if view is not None and rid >= 0 and w_util != self.w_util_long and view.request_tokens(rid) > self.LONG_TOKENS:
-            w_util = self.w_util_long
         if w_util != 0.0 and self._util_dev is not None:
             s = s + w_util * self._util_dev
         if self.w_eta != 0.0 and view is not None:
@@ -153,9 +157,13 @@ class ResidualPlanner:
         self._rtt = np.asarray(obs.rtt_s, float)
         u = np.asarray(obs.util, float)
         self._util_dev = u - u.mean()
-        n = len(obs.backlog_s)
-        pick = [int(np.argmin(self.scores(np.asarray(obs.backlog_s, float), o))) for o in range(n)]
+        n, per = len(obs.backlog_s), np.asarray(obs.backlog_s, float)
+        pick = [int(np.argmin(self._scores(per, o, self.w_util, None, -1))) for o in range(n)]
         self.matrix = np.eye(n)[pick] / n
+        self.matrix_long = None  # where a request over LONG_TOKENS would go, when its util weight differs
+        if self.w_util_long != self.w_util:
+            pick = [int(np.argmin(self._scores(per, o, self.w_util_long, None, -1))) for o in range(n)]
+            self.matrix_long = np.eye(n)[pick] / n
 
     def region(self, origin: int, view: PlanView) -> int:
         return int(np.argmin(self.scores(LeastLoadedPlanner.score(view), origin, view, view.request)))

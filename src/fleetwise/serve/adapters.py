@@ -139,17 +139,25 @@ class PlanPolicy:
         with self._lock:
             self.planner.plan(obs)
             mat = None if self.planner.matrix is None else np.array(self.planner.matrix, float)
+            long_ = getattr(self.planner, "matrix_long", None)
+            long_ = None if long_ is None else np.array(long_, float)
             target = np.asarray(self.planner.target(obs), float) if hasattr(self.planner, "target") else None
-        if mat is None or mat.shape != (len(req.origins), len(req.regions)) or not np.isfinite(mat).all():
+        shape = (len(req.origins), len(req.regions))
+        if any(m is not None and (m.shape != shape or not np.isfinite(m).all()) for m in (mat, long_)) or mat is None:
             raise PolicyFailed(f"planner {self.name!r} gave no valid transport plan for this slot")
-        rs = mat.sum(1, keepdims=True)
-        shares = np.divide(mat, rs, out=np.full_like(mat, 1.0 / mat.shape[1]), where=rs > 0)
-        shares /= shares.sum(1, keepdims=True)
+
+        def row_shares(m):
+            rs = m.sum(1, keepdims=True)
+            sh = np.divide(m, rs, out=np.full_like(m, 1.0 / m.shape[1]), where=rs > 0)
+            return sh / sh.sum(1, keepdims=True)
+
+        shares = row_shares(mat)
         plan = np.asarray(req.demand_rps, float)[:, None] * shares
         if target is None:
             target = mat.sum(0) / max(mat.sum(), 1e-300)
         return {"origins": list(req.origins), "regions": [r.name for r in req.regions], "plan_rps": plan.tolist(),
-                "shares": shares.tolist(), "target": target.tolist(), "policy": self.name}
+                "shares": shares.tolist(), "shares_long": None if long_ is None else row_shares(long_).tolist(),
+                "target": target.tolist(), "policy": self.name}
 
 
 def _probe_plan(p: PlanPolicy) -> PlanPolicy:

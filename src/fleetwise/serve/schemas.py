@@ -285,6 +285,9 @@ class PlanResponse(BaseModel):
     plan_rps: list[list[float]] = Field(description="origins x regions: requests/s from each origin to each region; "
                                                     "row i sums to demand_rps[i]")
     shares: list[list[float]] = Field(description="origins x regions: the share of each origin's requests per region")
+    shares_long: list[list[float]] | None = Field(None, description="a size-aware TORTA checkpoint: the same for "
+                                                  "requests of more than 1,500 prompt + output tokens (null: as "
+                                                  "shares)")
     target: list[float] = Field(description="the supply weights the plan transports demand to (sum 1)")
     policy: str
 
