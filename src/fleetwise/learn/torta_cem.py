@@ -230,7 +230,8 @@ def train_torta_cem(tcfg, cem: TortaCEMConfig, out: str | Path | None = None, pr
     for it in range(1, cem.iterations + 1):
         seeds = [TRAIN_SEED0 + 10_000 * int(cem.seed) + 100 * it + j for j in range(cem.train_days)]
         rule_t = _days(tcfg, rule_planner, seeds, cem.loads)
-        cmp_ = [_split(cem, *_changes(_days(tcfg, planner(p), seeds, cem.loads), rule_t)) for p in search.ask()]
+        chg = [_changes(_days(tcfg, planner(p), seeds, cem.loads), rule_t) for p in search.ask()]  # (cost, resp)
+        cmp_ = [_split(cem, *c) for c in chg]  # (objective, constrained)
         simulated += (cem.population + 1) * cem.train_days
         scored = [o + lag.penalty(k_) for o, k_ in cmp_]
         order = search.tell(scored)
@@ -242,10 +243,9 @@ def train_torta_cem(tcfg, cem: TortaCEMConfig, out: str | Path | None = None, pr
         if vs > best["score"] + cem.min_delta:
             best = {"score": vs, "params": mu.copy(), "iteration": it, "val_cost_change": vc,
                     "val_response_change": vr}
-        c_i, r_i = (1, 0) if cem.objective == "response" else (0, 1)  # where cost and response sit in cmp_
         row = {"iteration": it, "days_simulated": simulated, "wall_s": time.perf_counter() - t0, "lambda": lag.lam,
-               "train_elite_cost_change": float(np.mean([cmp_[i][c_i] for i in order])),
-               "train_elite_response_change": float(np.mean([cmp_[i][r_i] for i in order])),
+               "train_elite_cost_change": float(np.mean([chg[i][0] for i in order])),
+               "train_elite_response_change": float(np.mean([chg[i][1] for i in order])),
                "train_elite_score": float(np.mean([scored[i] for i in order])),
                "val_cost_change": vc, "val_response_change": vr, "val_score": vs,
                "util_weight_bias": float(mu[0]), "long_util_weight": float(mu[-1])}
