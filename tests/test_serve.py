@@ -492,23 +492,28 @@ def test_plan_from_a_torta_checkpoint(web, tmp_path):
         web.create_app(checkpoint=str(tmp_path / "junk.npz"))
 
 
+def _residual_checkpoint(path, short: float, long_: float, training: dict, n: int = 3, hist: int = 1):
+    """A gated residual TORTA checkpoint for ``n`` regions whose action is constant: util weights ``short`` and
+    ``long_`` (requests of at most / over 1,500 tokens), every other entry 0."""
+    from fleetwise.control.checkpoint import ActionSpec, ModelCard, save_policy
+
+    d = n * (3 + hist) + 2
+    W, b = np.zeros((n + 4, d)), np.zeros(n + 4)
+    b[n + 2], b[n + 3] = short, long_
+    card = ModelCard(level="planner", policy="torta", rule="least_loaded", training=training,
+                     validation={"passed": True, "rule": "least_loaded", "change": -0.05, "ci95": [-0.07, -0.03]})
+    return save_policy(path, level="planner", algorithm="cem", obs_low=np.full(d, -1.0, np.float32),
+                       obs_high=np.full(d, 5.0, np.float32), action=ActionSpec("box", shape=(n + 4,)),
+                       layers=[(W, b)], activation="identity", card=card, act_low=-np.ones(n + 4, np.float32),
+                       act_high=np.ones(n + 4, np.float32))
+
+
 def test_plan_from_a_size_aware_residual_checkpoint_answers_for_long_requests_too(web, tmp_path):
     """A residual TORTA checkpoint (size-aware util weights, docs/torta.md) answers /v1/plan with the region a
     request of each origin would go to (``shares``) and, since its long requests' weight differs, the region a
     request over 1,500 tokens would go to (``shares_long``); here short requests lean to the busiest region and
     long ones to the idlest."""
-    from fleetwise.control.checkpoint import ActionSpec, ModelCard, save_policy
-
-    n, hist = 3, 1
-    d = n * (3 + hist) + 2
-    W, b = np.zeros((n + 4, d)), np.zeros(n + 4)
-    b[n + 2], b[n + 3] = -1.0, 1.0  # short: pack onto busy regions; long: spread to idle ones
-    card = ModelCard(level="planner", policy="torta", rule="least_loaded", training={"residual_extra": 4},
-                     validation={"passed": True, "rule": "least_loaded", "change": -0.05, "ci95": [-0.07, -0.03]})
-    save_policy(tmp_path / "sized.npz", level="planner", algorithm="cem", obs_low=np.full(d, -1.0, np.float32),
-                obs_high=np.full(d, 5.0, np.float32), action=ActionSpec("box", shape=(n + 4,)), layers=[(W, b)],
-                activation="identity", card=card, act_low=-np.ones(n + 4, np.float32),
-                act_high=np.ones(n + 4, np.float32))
+    _residual_checkpoint(tmp_path / "sized.npz", -1.0, 1.0, {"residual_extra": 4})  # short: pack; long: spread
     c = client(web, checkpoint="sized.npz", checkpoint_dir=str(tmp_path))
     body = plan_body(3, 3)
     for r_, u in zip(body["regions"], (0.9, 0.5, 0.1)):
@@ -519,6 +524,30 @@ def test_plan_from_a_size_aware_residual_checkpoint_answers_for_long_requests_to
     check_plan(out, body)
     assert (np.argmax(out["shares"], 1) == 0).all() and (np.argmax(out["shares_long"], 1) == 2).all()
     np.testing.assert_allclose(np.sum(out["shares_long"], 1), 1.0)
+    assert out["guarded"] is False  # (no guard in this card)
+
+
+def test_plan_from_a_guarded_checkpoint_hands_long_prompt_slots_to_the_rule(web, tmp_path):
+    """A trained TORTA checkpoint whose card carries the guard's threshold (``training.long_share_max``, the
+    highest share of long requests of a training slot) plans by its rule, least_loaded, when the request says
+    that more of the last slot's requests were long (``long_share``), and says so (``guarded``); at or below
+    it, or with no share given, the learned policy plans. A share outside [0, 1] is a 422."""
+    # pack every request onto the busiest region
+    _residual_checkpoint(tmp_path / "guarded.npz", -1.0, -1.0, {"residual_extra": 4, "long_share_max": 0.5})
+    c = client(web, checkpoint="guarded.npz", checkpoint_dir=str(tmp_path))
+    body = plan_body(3, 3)
+    for r_, u, q in zip(body["regions"], (0.9, 0.5, 0.1), (0.5, 0.2, 0.0)):
+        r_.update(util=u, backlog_s=q)  # the busiest region also has the most work queued
+    for share, guarded in ((None, False), (0.5, False), (0.9, True)):
+        r = c.post("/v1/plan", json=body | ({} if share is None else {"long_share": share}), headers=AUTH)
+        assert r.status_code == 200, r.text
+        out = r.json()
+        check_plan(out, body)
+        assert out["guarded"] is guarded
+        # learned: packed onto region 0; the rule: the least-loaded region, 2
+        assert (np.argmax(out["shares"], 1) == (2 if guarded else 0)).all(), (share, out["shares"])
+    r = c.post("/v1/plan", json=body | {"long_share": 1.5}, headers=AUTH)
+    assert r.status_code == 422 and "long_share" in r.text
 
 
 # --------------------------------------------------------------------------------------------- reload

@@ -324,6 +324,8 @@ def test_reproduce_torta_cem_tiny_run_writes_gated_numpy_checkpoints(tmp_path):
     card = json.loads((ck / "ring-torta-seed0.card.json").read_text())
     assert card["rule"] == "least_loaded" and card["training"]["algorithm"] == "cem"
     assert len(card["training"]["curve"]) == 2 and card["validation"]["windows"] == 2
+    assert 0.2 < card["training"]["long_share_max"] < 0.7  # the guard: the highest long share of a training slot
+    assert 0.0 <= res["torta"]["guarded_slot_share"] <= 1.0 and res["least_loaded"]["guarded_slot_share"] == 0.0
     assert res["torta"]["gate"][0]["passed"] == card["validation"]["passed"]
     assert [s for s, _ in res["torta"]["validation_curve"][0]] == [0, 1, 2]  # the rule, then every iteration
     assert (tmp_path / "torta" / "learning-curves.png").is_file()
@@ -475,3 +477,59 @@ def test_util_weight_is_size_aware_and_old_checkpoints_keep_one_weight(tmp_path)
     assert "least_loaded_pack_short" in names("planner")
     assert evaluate(cfg, PackShortPlanner, "affinity_greedy", [1003])[0] == \
         fixed(lambda n_: np.r_[np.zeros(n_ + 2), -0.2, 0.0])
+
+
+def test_the_guard_hands_slots_after_long_prompt_heavy_ones_to_the_rule(tmp_path):
+    """The world tells the planner what share of the last slot's routed requests were long
+    (``SlotObs.long_share``, None in the first slot). A trained policy whose model card carries the guard's
+    threshold (``training.long_share_max``) plans every slot after one with a higher share by least_loaded (the
+    zero action) and the day counts it: with the threshold at 0, the day from its second slot on is the day of a
+    planner that switches to the zero action there, metric for metric. Without the threshold, no slot is guarded."""
+    from fleetwise.control.checkpoint import ActionSpec, ModelCard, save_policy
+    from fleetwise.learn.torta_cem import obs_dim
+    from fleetwise.policies.planners import ResidualPlanner, load_torta_checkpoint
+    from fleetwise.worlds.torta import TortaConfig, evaluate
+
+    cfg = TortaConfig(topology="ring")
+    n, h = 6, cfg.history
+    d = obs_dim(n, h, True)
+    W, b = np.zeros((n + 4, d)), np.zeros(n + 4)
+    b[n + 2] = b[n + 3] = -0.3  # pack every request
+
+    def ckpt(name, training):
+        path = save_policy(tmp_path / f"{name}.npz", level="planner", algorithm="cem",
+                           obs_low=np.full(d, -1.0, np.float32), obs_high=np.full(d, 5.0, np.float32),
+                           action=ActionSpec("box", shape=(n + 4,)), layers=[(W, b)], activation="identity",
+                           card=ModelCard(level="planner", policy="torta", rule="least_loaded", training=training),
+                           act_low=-np.ones(n + 4, np.float32), act_high=np.ones(n + 4, np.float32))
+        return load_torta_checkpoint(path)[0]
+
+    seen = []
+
+    class Seen(ResidualPlanner):
+        def plan(self, obs):
+            seen.append(obs.long_share)
+            super().plan(obs)
+
+    class Switch(ResidualPlanner):  # the policy's plan in the first slot, the zero action after
+        def plan(self, obs):
+            if obs.slot >= 1:
+                self.policy = None
+                self.set_action(np.zeros(n + 4))
+            super().plan(obs)
+
+    guard0 = ckpt("guard0", {"residual_extra": 4, "long_share_max": 0.0})
+    assert ResidualPlanner(cfg, guard0, True).long_share_max == 0.0
+    row = evaluate(cfg, lambda c: Seen(c, guard0, True), "affinity_greedy", [1003])[0]
+    assert seen[0] is None and len(seen) == 24 and all(0.1 < s < 0.7 for s in seen[1:])
+    assert row["long_share_max"] >= max(seen[1:]) and (row["guarded_slots"], row["slots_planned"]) == (23, 24)
+    switched = evaluate(cfg, lambda c: Switch(c, guard0, True), "affinity_greedy", [1003])[0]
+    assert switched["guarded_slots"] == 0
+    drop = ("guarded_slots",)
+    assert {k: v for k, v in row.items() if k not in drop} == {k: v for k, v in switched.items() if k not in drop}
+    free = evaluate(cfg, lambda c: ResidualPlanner(c, ckpt("free", {"residual_extra": 4}), True),
+                    "affinity_greedy", [1003])[0]
+    assert free["guarded_slots"] == 0 and free["response_time_mean_s"] != row["response_time_mean_s"]
+    high = evaluate(cfg, lambda c: ResidualPlanner(c, ckpt("high", {"residual_extra": 4, "long_share_max": 0.99}),
+                                                   True), "affinity_greedy", [1003])[0]
+    assert high == free  # (no slot above it)

@@ -217,6 +217,7 @@ class PlanView(Protocol):
 
 
 HOURS_PER_DAY = 24
+LONG_TOKENS = 1500  # a request of more prompt + output tokens is "long" (SlotObs.long_share, TORTA's size-aware util)
 
 
 @dataclass
@@ -233,6 +234,9 @@ class SlotObs:
     rtt_s: np.ndarray  # n x n
     egress_usd_per_gb: np.ndarray
     slot_s: float
+    # the share of the last slot's routed requests over LONG_TOKENS prompt + output tokens (None: unknown, or no
+    # request then). Not in ``vector``: what a trained planner's guard reads (ResidualPlanner.long_share_max)
+    long_share: float | None = None
 
     def vector(self, temporal: bool) -> np.ndarray:
         """The observation vector of TORTA's macro agent (``fleetwise/Torta-v0``)."""

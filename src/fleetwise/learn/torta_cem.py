@@ -34,7 +34,9 @@ so ``fleetwise serve`` runs it like any TORTA checkpoint.
    nothing beats it by ``min_delta``); only held-out test days are reported (``reproduce torta``).
 5. The gate: the objective paired against the rule on further validation days, passed when its whole 95%
    interval is a gain and the constrained metric's upper bound is at most ``gate_ci_hi`` above the rule's; it goes
-   into the model card.
+   into the model card, with the guard's threshold: the highest share of long requests that a slot of the
+   training days saw (``ResidualPlanner.long_share_max``: after a slot with more, the rule plans; the gate runs
+   the policy with it, as deployed).
 6. At scale: ``reproduce torta`` runs the training jobs (topologies x agents x training seeds) in worker
    processes.
 """
@@ -152,7 +154,7 @@ def _days(cfg, planner, seeds, loads=None) -> dict:
 
 # Bump when a change to the TORTA world or to this learner changes what training produces without changing its
 # configuration: checkpoints keyed with another version are trained again instead of reused (``job_key``).
-TRAINING_VERSION = 2  # 2: the long requests' util weight, response time the objective
+TRAINING_VERSION = 3  # 2: the long requests' util weight, response time the objective; 3: the guard's threshold
 
 
 def job_key(tcfg, cem: TortaCEMConfig, policy_name: str) -> str:
@@ -183,6 +185,7 @@ def _reuse(out, key: str, temporal: bool) -> dict | None:
             "response_change_target": t["response_change_target"], "gate": dict(card.validation or {}),
             "objective": t["config"].get("objective", "cost"), "constraint_target": t.get("constraint_target"),
             "best_step": t["best_step"], "config": t["config"], "wall_s": float(t["wall_s"]),
+            "long_share_max": t.get("long_share_max"),
             "days_simulated": t["days_simulated"], "checkpoint": str(out), "reused": True}
 
 
@@ -205,9 +208,9 @@ def train_torta_cem(tcfg, cem: TortaCEMConfig, out: str | Path | None = None, pr
     n, hist, temporal = len(make_fleet(tcfg).names), tcfg.history, tcfg.temporal
     k = n_params(temporal)
 
-    def planner(params):
+    def planner(params, long_share_max=None):
         pol = LinearTortaPolicy(params, n, hist, temporal)
-        return lambda c: ResidualPlanner(c, pol, temporal)
+        return lambda c: ResidualPlanner(c, pol, temporal, long_share_max)
 
     vdays = list(range(VAL_SEED0, VAL_SEED0 + cem.val_days))
     rule_v = _days(tcfg, rule_planner, vdays)
@@ -227,9 +230,11 @@ def train_torta_cem(tcfg, cem: TortaCEMConfig, out: str | Path | None = None, pr
     curve: list[dict] = []
     validation_curve: list[tuple[int, float]] = [(0, 0.0)]  # the warm start (the rule) scores 0 by definition
     simulated = 0
+    long_share_max = 0.0  # the guard's threshold: the highest share of long requests of a slot in training
     for it in range(1, cem.iterations + 1):
         seeds = [TRAIN_SEED0 + 10_000 * int(cem.seed) + 100 * it + j for j in range(cem.train_days)]
         rule_t = _days(tcfg, rule_planner, seeds, cem.loads)
+        long_share_max = max([long_share_max, *(m["long_share_max"] for m in rule_t.values())])
         chg = [_changes(_days(tcfg, planner(p), seeds, cem.loads), rule_t) for p in search.ask()]  # (cost, resp)
         cmp_ = [_split(cem, *c) for c in chg]  # (objective, constrained)
         simulated += (cem.population + 1) * cem.train_days
@@ -255,7 +260,7 @@ def train_torta_cem(tcfg, cem: TortaCEMConfig, out: str | Path | None = None, pr
     params = best["params"]
     gdays = list(range(VAL_SEED0 + cem.val_days, VAL_SEED0 + cem.val_days + cem.gate_days))
     rule_g = _days(tcfg, rule_planner, gdays)
-    pol_g = _days(tcfg, planner(params), gdays)
+    pol_g = _days(tcfg, planner(params, long_share_max), gdays)  # (as deployed: with the guard)
     pc = {k: paired_change({d: m[k] for d, m in rule_g.items()}, {d: m[k] for d, m in pol_g.items()})
           for k in ("cost_usd", "response_time_mean_s")}
     metric = "response_time_mean_s" if cem.objective == "response" else "cost_usd"
@@ -271,7 +276,8 @@ def train_torta_cem(tcfg, cem: TortaCEMConfig, out: str | Path | None = None, pr
               "constraint_target": cem.constraint_target,
               "response_change_target": cem.response_tolerance if cem.objective == "cost" else None,
               "gate": g, "best_step": best["iteration"], "config": asdict(cem),
-              "wall_s": time.perf_counter() - t0, "days_simulated": simulated + 2 * cem.gate_days}
+              "wall_s": time.perf_counter() - t0, "days_simulated": simulated + 2 * cem.gate_days,
+              "long_share_max": float(long_share_max)}
     if out is not None:
         result["checkpoint"] = str(save_torta_cem(out, params, n, hist, temporal, tcfg, cem, result, policy_name, key))
     return result
@@ -308,6 +314,9 @@ def save_torta_cem(out, params, n: int, history: int, temporal: bool, tcfg, cem:
                                    "constraint": f"response time <= {1 + cem.response_tolerance:g} x the rule's on "
                                                  "the same days (Lagrangian)"}),
                                "residual_extra": ResidualPlanner.EXTRA, "long_tokens": ResidualPlanner.LONG_TOKENS,
+                               # the guard: a slot after one with more long requests than any training slot is
+                               # planned by the rule (ResidualPlanner.long_share_max)
+                               "long_share_max": result.get("long_share_max"),
                                "job_key": key})
     return save_policy(out, level="planner", algorithm="cem", obs_low=np.full(d, -1.0, np.float32),
                        obs_high=np.full(d, 5.0, np.float32), action=ActionSpec("box", shape=(na,)),

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fleetwise.control.registry import register_planner
-from fleetwise.control.views import PlanView, SlotObs
+from fleetwise.control.views import LONG_TOKENS, PlanView, SlotObs
 from fleetwise.policies.transport import transport_plan
 
 
@@ -88,19 +88,32 @@ class ResidualPlanner:
     ``policy``: a trained policy (``predict(obs_vector) -> action``; an SB3 model or a fleetwise checkpoint's
     numpy policy), or None (the action is set with ``set_action``, e.g. by the environment). ``matrix``: the region
     a request of each origin would go to at the slot start (rows one-hot), what ``POST /v1/plan`` returns;
-    ``matrix_long``: the same for a request over ``LONG_TOKENS`` tokens where its util weight differs (else None)."""
+    ``matrix_long``: the same for a request over ``LONG_TOKENS`` tokens where its util weight differs (else None).
+
+    **The guard** (``long_share_max``; a trained policy's, from its model card's ``training.long_share_max``, or
+    given): a slot whose observation says that more of the last slot's requests were long than in any slot of the
+    training days (``SlotObs.long_share`` above it) is planned by the rule (a zero action) and counted in
+    ``guarded_slots``. What the policy learned (packing short requests onto busy regions) was learned where long
+    prefills were a minority; where they dominate, packing queues the short requests behind them, and the
+    slot observation alone does not show it (docs/torta.md, "A guard on the share of long requests"). None, or a
+    slot with no share known: no guard."""
 
     BIAS_S = 2.0
     RTT_WEIGHT = 4.0
     ETA_WEIGHT = 2.0
     UTIL_WEIGHT = 2.0
-    LONG_TOKENS = 1500  # a request of more prompt + output tokens is "long": its own util weight, a_{n+3}
+    LONG_TOKENS = LONG_TOKENS  # a request of more prompt + output tokens is "long": its own util weight, a_{n+3}
     EXTRA = 4  # action entries after the n per-region biases: rtt, eta, util weight (short), util weight (long)
     EXTRA_V1 = 3  # the layout before the long requests' util weight (one util weight for every request)
 
-    def __init__(self, cfg=None, policy=None, temporal: bool = True):
+    def __init__(self, cfg=None, policy=None, temporal: bool = True, long_share_max: float | None = None):
         self.cfg = cfg
         self.policy, self.temporal = policy, temporal
+        if long_share_max is None and policy is not None:
+            long_share_max = card_long_share_max(policy)
+        self.long_share_max = None if long_share_max is None else float(long_share_max)
+        self.guarded = False  # this slot's plan is the rule's (the guard)
+        self.guarded_slots = 0
         self.bias = None  # per region, seconds
         self.w_rtt = 0.0
         self.w_eta = 0.0
@@ -153,7 +166,13 @@ class ResidualPlanner:
         if self.policy is not None:
             v = np.clip(obs.vector(self.temporal), -1.0, 5.0)
             a, _ = self.policy.predict(v, deterministic=True)
-            self.set_action(np.asarray(a, float).ravel(), n=len(obs.backlog_s))
+            a = np.asarray(a, float).ravel()
+            share, cap = getattr(obs, "long_share", None), self.long_share_max
+            self.guarded = cap is not None and share is not None and float(share) > cap
+            if self.guarded:
+                a = np.zeros_like(a)  # (the zero action: least_loaded)
+                self.guarded_slots += 1
+            self.set_action(a, n=len(obs.backlog_s))
         self._rtt = np.asarray(obs.rtt_s, float)
         u = np.asarray(obs.util, float)
         self._util_dev = u - u.mean()
@@ -167,6 +186,17 @@ class ResidualPlanner:
 
     def region(self, origin: int, view: PlanView) -> int:
         return int(np.argmin(self.scores(LeastLoadedPlanner.score(view), origin, view, view.request)))
+
+
+def card_long_share_max(policy) -> float | None:
+    """The guard's threshold a trained TORTA policy's model card carries (``training.long_share_max``), or None."""
+    card = getattr(policy, "card", None)
+    v = (getattr(card, "training", None) or {}).get("long_share_max") if card is not None else None
+    try:
+        v = float(v) if v is not None else None
+    except (TypeError, ValueError):
+        return None
+    return v if v is not None and 0.0 <= v <= 1.0 else None
 
 
 @register_planner("least_loaded_pack_short")

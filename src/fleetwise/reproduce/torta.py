@@ -57,6 +57,9 @@ def _summ(rows: list[dict]) -> dict:
 
     out = summarize_rows(rows, METRICS)
     out["rejected_share"] = float(sum(r["rejected"] for r in rows) / max(1, sum(r["requests"] for r in rows)))
+    # slots whose plan a trained planner's guard handed to the rule (ResidualPlanner.long_share_max)
+    out["guarded_slot_share"] = float(sum(r.get("guarded_slots", 0) for r in rows)
+                                      / max(1, sum(r.get("slots_planned", 0) for r in rows)))
     return out
 
 
@@ -508,6 +511,9 @@ def render(result: dict):
             if ch.get("by_train_seed"):
                 txt += "; by training seed " + ", ".join(f"{x:+.1%}" for x in ch["by_train_seed"])
             lines.add_row(m, ch["vs"], txt)
+        gs = res["torta"].get("guarded_slot_share")
+        if gs:  # (the guard: slots after one with more long requests than any training slot, by the rule)
+            lines.add_row("slots planned by the rule (the guard)", "", f"{gs:.1%}")
         for g in res["torta"].get("gate", []):
             lines.add_row("gate (validation days)", "least_loaded",
                           ("PASSED" if g["passed"] else "NOT PASSED") + (_gate_text(g) if g.get("change") is not None

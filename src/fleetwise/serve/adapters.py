@@ -130,7 +130,8 @@ class PlanPolicy:
         return SlotObs(slot=0, hour_utc=req.hour_utc, backlog_s=np.array([r.backlog_s for r in req.regions], float),
                        util=util, free_frac=free, demand=np.asarray(rows, float) * req.slot_s,
                        capacity_rps=np.array([r.capacity_rps for r in req.regions], float),
-                       rtt_s=np.asarray(req.rtt_s, float), egress_usd_per_gb=eg, slot_s=req.slot_s)
+                       rtt_s=np.asarray(req.rtt_s, float), egress_usd_per_gb=eg, slot_s=req.slot_s,
+                       long_share=req.long_share)
 
     def plan(self, req: PlanRequest) -> dict[str, Any]:
         import numpy as np
@@ -142,6 +143,7 @@ class PlanPolicy:
             long_ = getattr(self.planner, "matrix_long", None)
             long_ = None if long_ is None else np.array(long_, float)
             target = np.asarray(self.planner.target(obs), float) if hasattr(self.planner, "target") else None
+            guarded = bool(getattr(self.planner, "guarded", False))
         shape = (len(req.origins), len(req.regions))
         if any(m is not None and (m.shape != shape or not np.isfinite(m).all()) for m in (mat, long_)) or mat is None:
             raise PolicyFailed(f"planner {self.name!r} gave no valid transport plan for this slot")
@@ -157,7 +159,7 @@ class PlanPolicy:
             target = mat.sum(0) / max(mat.sum(), 1e-300)
         return {"origins": list(req.origins), "regions": [r.name for r in req.regions], "plan_rps": plan.tolist(),
                 "shares": shares.tolist(), "shares_long": None if long_ is None else row_shares(long_).tolist(),
-                "target": target.tolist(), "policy": self.name}
+                "target": target.tolist(), "guarded": guarded, "policy": self.name}
 
 
 def _probe_plan(p: PlanPolicy) -> PlanPolicy:

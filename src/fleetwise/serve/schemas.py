@@ -258,6 +258,10 @@ class PlanRequest(BaseModel):
     egress_usd_per_gb: Matrix | None = Field(None, description="origins x regions; null: all 0")
     slot_s: float = Field(6.0, gt=0.0, le=1e6, description="planning slot length, seconds")
     hour_utc: float = Field(0.0, ge=0.0, lt=24.0, description="UTC hour of the coming slot")
+    long_share: float | None = Field(None, ge=0.0, le=1.0,
+                                     description="the share of the last slot's requests of more than 1,500 prompt + "
+                                                 "output tokens; a trained TORTA checkpoint plans by its rule when it "
+                                                 "is above any slot of its training days (null: unknown, no guard)")
 
     @model_validator(mode="after")
     def _shapes(self):
@@ -289,6 +293,8 @@ class PlanResponse(BaseModel):
                                                   "requests of more than 1,500 prompt + output tokens (null: as "
                                                   "shares)")
     target: list[float] = Field(description="the supply weights the plan transports demand to (sum 1)")
+    guarded: bool = Field(False, description="a trained TORTA checkpoint's guard planned this slot by its rule "
+                                             "(long_share above its training days'), not by the learned policy")
     policy: str
 
 

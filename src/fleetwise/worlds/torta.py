@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from fleetwise.control.views import HOURS_PER_DAY, SlotObs
+from fleetwise.control.views import HOURS_PER_DAY, LONG_TOKENS, SlotObs
 from fleetwise.errors import InputError
 from fleetwise.workload.request import Workload
 
@@ -301,6 +301,11 @@ class Day:
         self.slot = 0
         self.demand_hist = np.zeros((cfg.history, self.n))
         self._slot_demand = np.zeros(self.n)
+        self._slot_long = 0  # routed requests over LONG_TOKENS tokens in this slot
+        self._long_prev = None  # their share in the last slot (SlotObs.long_share)
+        self.long_share_max = 0.0  # the highest such share of the day so far
+        self.slots_planned = 0
+        self.guarded_slots = 0  # slots whose plan the planner's guard handed to its rule
         self._done = False
         self._busy_prev = np.zeros(len(reps))
         self._util_prev = np.zeros(len(reps))  # GPU-busy fraction of each server over the last closed slot
@@ -354,7 +359,7 @@ class Day:
                        free_frac=np.bincount(reg, (out == 0).astype(float), self.n) / np.bincount(reg, None, self.n),
                        demand=self.demand_hist.copy(), capacity_rps=self.capacity_rps,
                        rtt_s=np.asarray(self.fleet.rtt_s), egress_usd_per_gb=np.asarray(self.fleet.egress_usd_per_gb),
-                       slot_s=self.cfg.slot_s)
+                       slot_s=self.cfg.slot_s, long_share=self._long_prev)
 
     # -- the loop
     def run_slot(self) -> dict:
@@ -381,6 +386,8 @@ class Day:
         self.request = int(rid)
         o = self.origin[rid]
         self._slot_demand[o] += 1
+        if self.tokens[rid] > LONG_TOKENS:
+            self._slot_long += 1
         region = int(self.planner.region(o, self))
         ri = int(self.micro.pick(region, rid, self))
         m = self.model_of[rid]
@@ -413,7 +420,14 @@ class Day:
         self.slot_rows.append(row)
         self._busy_prev, self._energy_prev, self._util_prev = busy, energy, util
         self.demand_hist = np.vstack([self._slot_demand[None, :], self.demand_hist[:-1]])
+        routed = float(self._slot_demand.sum())
+        self._long_prev = self._slot_long / routed if routed > 0 else None
+        if self._long_prev is not None and self._long_prev > self.long_share_max:
+            self.long_share_max = self._long_prev
         self._slot_demand = np.zeros(self.n)
+        self._slot_long = 0
+        self.slots_planned += 1
+        self.guarded_slots += bool(getattr(self.planner, "guarded", False))
         self.slot += 1
         return row
 
@@ -448,7 +462,11 @@ class Day:
                 "load_std": float(util.std()),
                 "region_load_cv": float(_cv(np.bincount(reg, util, self.n) / np.bincount(reg, None, self.n))),
                 "cost_gpu_usd": gpu, "cost_energy_usd": elec, "cost_egress_usd": egress,
-                "cost_usd": gpu + elec + egress, "switches": self.switches, "migrations": self.migrations}
+                "cost_usd": gpu + elec + egress, "switches": self.switches, "migrations": self.migrations,
+                # the highest share of long requests a slot saw (what a trained planner's guard is set from), and
+                # the slots whose plan a planner's guard handed to its rule (ResidualPlanner.long_share_max)
+                "long_share_max": self.long_share_max, "guarded_slots": self.guarded_slots,
+                "slots_planned": self.slots_planned}
 
 
 def _cv(x):
