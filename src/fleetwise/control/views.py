@@ -234,8 +234,9 @@ class SlotObs:
     rtt_s: np.ndarray  # n x n
     egress_usd_per_gb: np.ndarray
     slot_s: float
-    # the share of the last slot's routed requests over LONG_TOKENS prompt + output tokens (None: unknown, or no
-    # request then). Not in ``vector``: what a trained planner's guard reads (ResidualPlanner.long_share_max)
+    # the share of recent requests over LONG_TOKENS prompt + output tokens (TORTA's world: those routed in the last
+    # two slots; None: unknown, or none routed). Not in ``vector``: what a trained planner's guard reads
+    # (ResidualPlanner.long_share_max)
     long_share: float | None = None
 
     def vector(self, temporal: bool) -> np.ndarray:

@@ -91,8 +91,8 @@ class ResidualPlanner:
     ``matrix_long``: the same for a request over ``LONG_TOKENS`` tokens where its util weight differs (else None).
 
     **The guard** (``long_share_max``; a trained policy's, from its model card's ``training.long_share_max``, or
-    given): a slot whose observation says that more of the last slot's requests were long than in any slot of the
-    training days (``SlotObs.long_share`` above it) is planned by the rule (a zero action) and counted in
+    given): a slot whose observation says that more of the recent requests were long than ever in the training
+    days (``SlotObs.long_share`` above it) is planned by the rule (a zero action) and counted in
     ``guarded_slots``. What the policy learned (packing short requests onto busy regions) was learned where long
     prefills were a minority; where they dominate, packing queues the short requests behind them, and the
     slot observation alone does not show it (docs/torta.md, "A guard on the share of long requests"). None, or a

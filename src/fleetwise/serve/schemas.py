@@ -259,9 +259,10 @@ class PlanRequest(BaseModel):
     slot_s: float = Field(6.0, gt=0.0, le=1e6, description="planning slot length, seconds")
     hour_utc: float = Field(0.0, ge=0.0, lt=24.0, description="UTC hour of the coming slot")
     long_share: float | None = Field(None, ge=0.0, le=1.0,
-                                     description="the share of the last slot's requests of more than 1,500 prompt + "
-                                                 "output tokens; a trained TORTA checkpoint plans by its rule when it "
-                                                 "is above any slot of its training days (null: unknown, no guard)")
+                                     description="the share of recent requests (TORTA's world: the last two slots') "
+                                                 "of more than 1,500 prompt + output tokens; a trained TORTA "
+                                                 "checkpoint plans by its rule when it is above any share of its "
+                                                 "training days (null: unknown, no guard)")
 
     @model_validator(mode="after")
     def _shapes(self):

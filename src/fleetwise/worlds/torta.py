@@ -26,6 +26,10 @@ from fleetwise.errors import InputError
 from fleetwise.workload.request import Workload
 
 HOURS = HOURS_PER_DAY
+# SlotObs.long_share: the share of long requests among those routed in the last this many slots (two: one slot's
+# share swings at the quiet hours; over one slot the guard also split Mooncake days between the rule and the
+# policy, docs/torta.md "A guard on the share of long requests")
+LONG_SHARE_SLOTS = 2
 TOPOLOGIES = ("backbone", "grid", "random_geometric", "ring")
 # real cloud regions for the continental backbone (each with its real price, carbon, UTC offset, RTTs)
 BACKBONE = ("us-east-1", "us-west-2", "sa-east-1", "eu-central-1", "ap-south-1", "ap-northeast-1",
@@ -302,7 +306,8 @@ class Day:
         self.demand_hist = np.zeros((cfg.history, self.n))
         self._slot_demand = np.zeros(self.n)
         self._slot_long = 0  # routed requests over LONG_TOKENS tokens in this slot
-        self._long_prev = None  # their share in the last slot (SlotObs.long_share)
+        self._long_hist: list[tuple[int, float]] = []  # (long, routed) of the last LONG_SHARE_SLOTS slots
+        self._long_prev = None  # the share of long ones among them (SlotObs.long_share)
         self.long_share_max = 0.0  # the highest such share of the day so far
         self.slots_planned = 0
         self.guarded_slots = 0  # slots whose plan the planner's guard handed to its rule
@@ -420,8 +425,9 @@ class Day:
         self.slot_rows.append(row)
         self._busy_prev, self._energy_prev, self._util_prev = busy, energy, util
         self.demand_hist = np.vstack([self._slot_demand[None, :], self.demand_hist[:-1]])
-        routed = float(self._slot_demand.sum())
-        self._long_prev = self._slot_long / routed if routed > 0 else None
+        self._long_hist = [*self._long_hist, (self._slot_long, float(self._slot_demand.sum()))][-LONG_SHARE_SLOTS:]
+        routed = sum(r for _, r in self._long_hist)
+        self._long_prev = sum(k for k, _ in self._long_hist) / routed if routed > 0 else None
         if self._long_prev is not None and self._long_prev > self.long_share_max:
             self.long_share_max = self._long_prev
         self._slot_demand = np.zeros(self.n)
