@@ -92,10 +92,10 @@ class ResidualPlanner:
 
     **The guard** (``long_share_max``; a trained policy's, from its model card's ``training.long_share_max``, or
     given): a slot whose observation says that more of the recent requests were long than ever in the training
-    days (``SlotObs.long_share`` above it) is planned by the rule (a zero action) and counted in
-    ``guarded_slots``. What the policy learned (packing short requests onto busy regions) was learned where long
-    prefills were a minority; where they dominate, packing queues the short requests behind them, and the
-    slot observation alone does not show it (docs/torta.md, "A guard on the share of long requests"). None, or a
+    days (``SlotObs.long_share`` above it) is planned by the rule (a zero action; ``guarded`` says so). What the
+    policy learned (packing short requests onto busy regions) was learned where long prefills were a minority;
+    where they dominate, packing queues the short requests behind them, and the slot observation alone does not
+    show it (docs/torta.md, "A guard on the share of long requests"). None, or a
     slot with no share known: no guard."""
 
     BIAS_S = 2.0
@@ -112,8 +112,7 @@ class ResidualPlanner:
         if long_share_max is None and policy is not None:
             long_share_max = card_long_share_max(policy)
         self.long_share_max = None if long_share_max is None else float(long_share_max)
-        self.guarded = False  # this slot's plan is the rule's (the guard)
-        self.guarded_slots = 0
+        self.guarded = False  # this slot's plan is the rule's (the guard; TORTA's day counts such slots)
         self.bias = None  # per region, seconds
         self.w_rtt = 0.0
         self.w_eta = 0.0
@@ -171,7 +170,6 @@ class ResidualPlanner:
             self.guarded = cap is not None and share is not None and float(share) > cap
             if self.guarded:
                 a = np.zeros_like(a)  # (the zero action: least_loaded)
-                self.guarded_slots += 1
             self.set_action(a, n=len(obs.backlog_s))
         self._rtt = np.asarray(obs.rtt_s, float)
         u = np.asarray(obs.util, float)
