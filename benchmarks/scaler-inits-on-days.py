@@ -3,10 +3,12 @@ how a start's thresholds are chosen without the validation day (7), the test day
 The default days are the training days 2-6. (docs/autoscaling.md, "The hold".)
 
     PYTHONPATH=src python benchmarks/scaler-inits-on-days.py [--inits calm_lift,calm_hold] [--days 2-6] [--seeds 0] \\
-        [--variant NAME=INIT:OUT:FEATURE=VALUE[,OUT:FEATURE=VALUE...]] ...
+        [--variant NAME=INIT:OUT:FEATURE=VALUE[,OUT:FEATURE=VALUE...]] [--rule-params JSON] ...
 
-A variant is an init with the named parameters set (e.g. ``share10=calm_hold:4:10=0,4:8=20,4:b=-2``: the hold's
-gate open while the last hour was more than 10% calm). Prints, per candidate, the mean cost change, attainment
+``--rule-params '{"upscale_window_s": 60}'``: the candidates correct slo_aware with those parameters, and that
+slo_aware is a candidate too ("rule+params"); the baseline is always slo_aware's defaults (docs/autoscaling.md,
+"The rule's one-epoch spikes"). A variant is an init with the named parameters set (e.g.
+``share10=calm_hold:4:10=0,4:8=20,4:b=-2``: the hold's gate open while the last hour was more than 10% calm). Prints, per candidate, the mean cost change, attainment
 difference and oscillations added against slo_aware with 95% intervals over the runs (paired by day and seed), and
 each run's figures. About 30 s of one core per whole-day run (2026-12-04: the rule and 5 candidates on days 2-6 in
 430 s on 2 CPUs).
@@ -23,6 +25,9 @@ def main() -> None:
     ap.add_argument("--days", default="2-6", help="1-based ServeGen days, as A-B or A,B,C")
     ap.add_argument("--seeds", default="0", help="run seeds, as A,B,C: one whole-day run per day and seed")
     ap.add_argument("--variant", action="append", default=[], help="NAME=INIT:OUT:FEATURE=VALUE[,...]")
+    ap.add_argument("--rule-params", default="{}",
+                    help='JSON: slo_aware\'s parameters under the candidates (e.g. \'{"upscale_window_s": 60}\'); '
+                         'given, slo_aware with them is a candidate too ("rule+params"). The baseline stays slo_aware')
     ap.add_argument("--workers", type=int, default=2)
     a = ap.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -34,7 +39,11 @@ def main() -> None:
 
     lo, _, hi = a.days.partition("-")
     days = list(range(int(lo), int(hi) + 1)) if hi else [int(d) for d in a.days.split(",")]
-    cands = {n: S.init_params(n) for n in a.inits.split(",") if n}
+    rule_params = json.loads(a.rule_params)
+    if not isinstance(rule_params, dict):
+        ap.error("--rule-params: expected a JSON object")
+    cands = {"rule+params": None} if rule_params else {}
+    cands |= {n: S.init_params(n) for n in a.inits.split(",") if n}
     for v in a.variant:
         name, _, spec = v.partition("=")
         init, _, sets = spec.partition(":")
@@ -47,11 +56,12 @@ def main() -> None:
     seeds = [int(x) for x in a.seeds.split(",")]
     wins = [(d - 1, 0.0, sd) for d in days for sd in seeds]
     keys = [f"{d}#{sd}" if len(seeds) > 1 else str(d) for d in days for sd in seeds]
-    items = [(base, w, DAY, p, {}) for p in [None, *cands.values()] for w in wins]
+    items = [(base, w, DAY, None, {}) for w in wins]
+    items += [(base, w, DAY, p, rule_params) for p in cands.values() for w in wins]
     flat = run_tasks(S.window_run, items, workers=a.workers)
     n = len(wins)
     rule = flat[:n]
-    out = {"days": days, "seeds": seeds}
+    out = {"days": days, "seeds": seeds, "rule_params": rule_params}
     for k, name in enumerate(cands, start=1):
         runs = flat[k * n:(k + 1) * n]
         ch = paired_change({d: r["cost_per_mtok_usd"] for d, r in zip(keys, rule)},

@@ -116,6 +116,52 @@ def test_hpa_stabilization_window_delays_scale_down():
     assert one(hpa, 360, ready=2, busy=1.0, rps=1) == 3
 
 
+def test_scale_up_window_acts_on_a_rise_only_once_every_epoch_of_the_window_sees_it():
+    """upscale_window_s (HPA's behavior.scaleUp.stabilizationWindowSeconds): the lowest recommendation of the last
+    window counts, so a one-epoch burst scales nothing up and a lasting rise one epoch later; 0 (the default) is
+    the rule as before, epoch for epoch."""
+    plain = make("scaler", "slo_aware", {"downscale_window_s": 120, **NO_SPLIT})
+    up = make("scaler", "slo_aware", {"downscale_window_s": 120, "upscale_window_s": 60, **NO_SPLIT})
+    same = make("scaler", "slo_aware", {"downscale_window_s": 120, "upscale_window_s": 0, **NO_SPLIT})
+    rates = [10.0, 10.0, 50.0, 10.0, 10.0, 10.0, 10.0, 10.0, 50.0, 50.0, 50.0, 10.0]
+    ready_p = ready_u = 2
+    got_p, got_u = [], []
+    for k, r in enumerate(rates):
+        t = 30 * k
+        ready_p = one(plain, t, ready=ready_p, rps=r)
+        ready_u = one(up, t, ready=ready_u, rps=r)
+        assert one(same, t, ready=got_p[-1] if got_p else 2, rps=r) == ready_p
+        got_p.append(ready_p)
+        got_u.append(ready_u)
+    # 10 rps * 1.2 / 10 -> 2 replicas; 50 rps -> 6
+    assert got_p == [2, 2, 6, 6, 6, 6, 2, 2, 6, 6, 6, 6]  # the burst at t=60 is held for the scale-down window
+    assert got_u == [2, 2, 2, 2, 2, 2, 2, 2, 2, 6, 6, 6]  # ignored; the rise at t=240 acted on at t=270
+    hpa = make("scaler", "hpa", {"target": 0.7, "upscale_window_s": 60, **NO_SPLIT})
+    assert one(hpa, 0, ready=2, busy=0.7, rps=1) == 2
+    assert one(hpa, 30, ready=2, busy=1.0, rps=1) == 2  # wants 3 for one epoch
+    assert one(hpa, 60, ready=2, busy=1.0, rps=1) == 3  # seen twice
+    with pytest.raises(InputError, match="upscale_window_s"):
+        make("scaler", "slo_aware", {"upscale_window_s": -1})
+
+
+def test_scale_up_window_holds_back_a_one_epoch_rise_behind_zone_redundancy():
+    """A zone-redundant scaler's current capacity counts the spare zone, so HPA's test (up only above the current
+    replicas) would let a one-epoch rise through: the window acts on the recommendation itself."""
+    def run(params):
+        s = make("scaler", "slo_aware", {"downscale_window_s": 120, **params})
+        ra = rb = 1
+        out = []
+        for k, r in enumerate([5.0, 5.0, 40.0, 5.0, 5.0, 5.0, 5.0, 5.0]):
+            tg = s.scale(obs(30 * k, grp("m/a/od", zone="a", ready=ra, rps=r / 2),
+                             grp("m/b/od", zone="b", ready=rb, rps=r / 2)))
+            ra, rb = tg["m/a/od"], tg["m/b/od"]
+            out.append(ra + rb)
+        return out
+
+    assert run({}) == [2, 2, 6, 6, 6, 6, 2, 2]  # one epoch at 40 rps: 3 replicas in each zone for the window
+    assert run({"upscale_window_s": 60}) == [2] * 8
+
+
 def test_hpa_keeps_one_replica_or_scales_to_zero_and_back():
     hpa = make("scaler", "hpa", NO_SPLIT)
     for t in range(0, 2000, 60):

@@ -262,13 +262,24 @@ class _Split:
 
 @dataclass
 class _Window:
-    """Kubernetes HPA scale-down stabilization: recommendations of the last ``window_s`` seconds."""
+    """Kubernetes HPA stabilization: recommendations of the last ``window_s`` seconds (scale-down) and, with
+    ``up_window_s`` (0, HPA's default: none), of the last ``up_window_s`` (scale-up)."""
 
     window_s: float
+    up_window_s: float = 0.0
     recs: list[tuple[float, float]] = field(default_factory=list)
+    raw: list[tuple[float, float]] = field(default_factory=list)  # the recommendations of the scale-up window
 
     def stabilize(self, now: float, rec: float, current: float) -> float:
-        """Up at once (to ``rec``); down only to the highest recommendation of the window."""
+        """Up at once (to ``rec``); down only to the highest recommendation of the window. With a scale-up window,
+        a recommendation counts for the lowest of the last ``up_window_s`` (as HPA's ``behavior.scaleUp
+        .stabilizationWindowSeconds``): a rise that one epoch alone sees is not acted on. It is the lowest
+        *recommendation*, not HPA's comparison with the current replicas: a zone-redundant scaler's current
+        capacity counts the spare zone, which would let a one-epoch rise through (docs/autoscaling.md)."""
+        if self.up_window_s > 0.0:
+            self.raw = [(t, r) for t, r in self.raw if t > now - self.up_window_s]
+            self.raw.append((now, rec))
+            rec = min(r for _, r in self.raw)
         self.recs = [(t, r) for t, r in self.recs if t > now - self.window_s]
         self.recs.append((now, rec))
         if rec > current:
@@ -278,6 +289,7 @@ class _Window:
 
     def reset(self) -> None:
         self.recs.clear()
+        self.raw.clear()
 
 
 class _Idle:
@@ -349,7 +361,8 @@ class HPA:
 
     def __init__(self, metric: str = "busy", target: float | None = None, tolerance: float = 0.1,
                  downscale_window_s: float = 300.0, scale_up_factor: float = 2.0, scale_up_pods: int = 4,
-                 scale_to_zero: bool = False, idle_s: float = 300.0, on_demand_floor: int = 1, min_zones: int = 2):
+                 scale_to_zero: bool = False, idle_s: float = 300.0, on_demand_floor: int = 1, min_zones: int = 2,
+                 upscale_window_s: float = 0.0):
         if metric not in HPA_METRICS:
             raise ValueError(f"metric must be one of {', '.join(HPA_METRICS)}, got {metric!r}")
         if target is None:
@@ -357,13 +370,14 @@ class HPA:
         _check("target", target, strict=True)
         _check("tolerance", tolerance)
         _check("downscale_window_s", downscale_window_s)
+        _check("upscale_window_s", upscale_window_s)
         _check("scale_up_factor", scale_up_factor, 1.0)
         _check("scale_up_pods", scale_up_pods)
         _check("idle_s", idle_s)
         _check("on_demand_floor", on_demand_floor)
         _check("min_zones", min_zones)
         self.metric, self.target, self.tolerance = metric, float(target), float(tolerance)
-        self.downscale_window_s = float(downscale_window_s)
+        self.downscale_window_s, self.upscale_window_s = float(downscale_window_s), float(upscale_window_s)
         self.scale_up_factor, self.scale_up_pods = float(scale_up_factor), int(scale_up_pods)
         self.scale_to_zero, self.idle_s = bool(scale_to_zero), float(idle_s)
         self.on_demand_floor, self.min_zones = int(on_demand_floor), int(min_zones)
@@ -434,7 +448,7 @@ class HPA:
                 model_max = sum(group_cap(g) for g in groups)
                 rps, waiting, running = model_demand(groups)
             idle = self._idle.idle_for(model, now, rps > 0 or waiting > 0 or running > 0, current)
-            win = self._win.setdefault(model, _Window(self.downscale_window_s))
+            win = self._win.setdefault(model, _Window(self.downscale_window_s, self.upscale_window_s))
             if self.scale_to_zero and idle >= self.idle_s:
                 desired = 0
                 win.reset()
@@ -455,15 +469,18 @@ class _CapacityScaler:
     """Shared by ``slo_aware`` and ``predictive``: demand in requests/s -> capacity -> replicas per group."""
 
     def __init__(self, headroom: float, drain_s: float, downscale_window_s: float, idle_s: float,
-                 scale_to_zero: bool, on_demand_floor: int, min_zones: int, zone_redundant: bool = False):
+                 scale_to_zero: bool, on_demand_floor: int, min_zones: int, zone_redundant: bool = False,
+                 upscale_window_s: float = 0.0):
         _check("headroom", headroom)
         _check("drain_s", drain_s, strict=True)
         _check("downscale_window_s", downscale_window_s)
+        _check("upscale_window_s", upscale_window_s)
         _check("idle_s", idle_s)
         _check("on_demand_floor", on_demand_floor)
         _check("min_zones", min_zones)
         self.headroom, self.drain_s = float(headroom), float(drain_s)
         self.downscale_window_s, self.idle_s = float(downscale_window_s), float(idle_s)
+        self.upscale_window_s = float(upscale_window_s)
         self.scale_to_zero = bool(scale_to_zero)
         self.on_demand_floor, self.min_zones = int(on_demand_floor), int(min_zones)
         # zone_redundant: a model with demand keeps a replica in each of min_zones zones, and capacity such
@@ -548,7 +565,7 @@ class _CapacityScaler:
             active = rps > 0 or waiting > 0 or running > 0
             cr = [current_replicas(g) for g in groups]
             idle = self._idle.idle_for(model, now, active, sum(cr))
-            win = self._win.setdefault(model, _Window(self.downscale_window_s))
+            win = self._win.setdefault(model, _Window(self.downscale_window_s, self.upscale_window_s))
             split = {"on_demand_floor": self.on_demand_floor, "min_zones": self.min_zones}
             if self.scale_to_zero and idle >= self.idle_s and self.keep_zero(model, groups, obs):
                 win.reset()
@@ -576,7 +593,7 @@ class _CapacityScaler:
         rps, waiting, running = demand
         cur = cols.current()
         idle = self._idle.idle_for(model, now, rps > 0 or waiting > 0 or running > 0, int(cur.sum()))
-        win = self._win.setdefault(model, _Window(self.downscale_window_s))
+        win = self._win.setdefault(model, _Window(self.downscale_window_s, self.upscale_window_s))
         if self.scale_to_zero and idle >= self.idle_s and self.keep_zero(model, groups, obs):
             win.reset()
             return _split_cols(cols, None, 0.0, None, 0, self.on_demand_floor, self.min_zones)  # type: ignore[return-value]
@@ -693,9 +710,9 @@ class SLOAware(_CapacityScaler):
     def __init__(self, headroom: float = 0.2, drain_s: float = 60.0, downscale_window_s: float = 300.0,
                  idle_s: float = 600.0, scale_to_zero: bool = True, correction_gain: float = 0.5,
                  max_correction: float = 4.0, on_demand_floor: int = 1, min_zones: int = 2,
-                 zone_redundant: bool = True):
+                 zone_redundant: bool = True, upscale_window_s: float = 0.0):
         super().__init__(headroom, drain_s, downscale_window_s, idle_s, scale_to_zero, on_demand_floor, min_zones,
-                         zone_redundant)
+                         zone_redundant, upscale_window_s)
         _check("correction_gain", correction_gain)
         if correction_gain > 1:
             raise ValueError(f"correction_gain must be <= 1, got {correction_gain}")
@@ -794,9 +811,9 @@ class Predictive(_CapacityScaler):
                  season_s: float | None = None, season_weight: float = 0.5, headroom: float = 0.2,
                  drain_s: float = 60.0, downscale_window_s: float = 300.0, idle_s: float = 600.0,
                  scale_to_zero: bool = True, on_demand_floor: int = 1, min_zones: int = 2,
-                 zone_redundant: bool = True):
+                 zone_redundant: bool = True, upscale_window_s: float = 0.0):
         super().__init__(headroom, drain_s, downscale_window_s, idle_s, scale_to_zero, on_demand_floor, min_zones,
-                         zone_redundant)
+                         zone_redundant, upscale_window_s)
         if lead_s is not None:
             _check("lead_s", lead_s)
         if season_s is not None:
