@@ -239,6 +239,14 @@ def test_reproduce_torta_tiny_run_with_two_training_seeds(tmp_path):
     card = json.loads(ckpts[-1].with_suffix(".card.json").read_text())
     assert card["rule"] == "least_loaded" and set(card["validation"]) >= {"passed", "change", "ci95", "cost_change"}
     assert res["torta"]["gate"][1]["passed"] == card["validation"]["passed"]  # ckpts[-1]: ring-torta-seed1
+    # the guard, as for the CEM learner: the highest long share of a training slot, in the card and in the agent
+    # evaluated from the zip (the gate ran with it too)
+    assert 0.2 < card["training"]["long_share_max"] < 0.7
+    from fleetwise.policies.planners import ResidualPlanner
+
+    assert ResidualPlanner(None, torta._load_ppo(str(ckpts[-1])), True).long_share_max == \
+        card["training"]["long_share_max"]
+    assert 0.0 <= res["torta"]["guarded_slot_share"] <= 1.0
     assert set(ch["vs_least_loaded"]) == {"response_time_mean_s", "load_cv", "cost_usd"}
     from io import StringIO
 

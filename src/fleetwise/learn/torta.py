@@ -9,7 +9,9 @@
    ``objective="response"`` swaps the two (cost no more than the rule's on validation days);
 4. checkpoint choice and early stopping on validation days (training distribution, seeds disjoint from
    training and test), against the rule paired by day (``Validator``), after every update;
-5. the gate (``gate``) on further validation days, written into the model card by the caller.
+5. the gate (``gate``) on further validation days, written into the model card by the caller, run with the guard
+   as deployed: the highest share of long requests of a slot in the training days (``long_share_max`` in the log;
+   ``ResidualPlanner.long_share_max``: after a slot with more, the rule plans), as the CEM learner's.
 
 ``train(make_env, args) -> (model, curve, wall_s)``; ``curve`` is (timestep, episode return) pairs; with
 ``validation`` the model comes back at its best validation checkpoint and ``model.fleetwise_log`` holds the
@@ -136,11 +138,15 @@ def train(make_env, args: TortaArgs, progress=None, validation: bool = False):
             validator.check(model, 0)  # the warm start itself (about the rule) is a candidate
     day_measured: list[float] = []  # what the constraint measures per training day: response change or cost ratio
     measured = "day_response_change" if args.objective == "cost" else "day_cost_ratio"
+    long_shares: list[float] = []  # per training day: its highest share of long requests of a slot (the guard's)
 
     def on_episode(info):
         curve.append((int(model.num_timesteps), float(info["episode"]["r"])))
         if measured in info:
             day_measured.append(float(info[measured]))
+        share = (info.get("day_metrics") or {}).get("long_share_max")
+        if share is not None and math.isfinite(float(share)):
+            long_shares.append(float(share))
         if progress is not None:
             progress(model.num_timesteps)
 
@@ -157,6 +163,9 @@ def train(make_env, args: TortaArgs, progress=None, validation: bool = False):
     model.learn(total_timesteps=args.total_timesteps, callback=cb)
     if validator is not None and cb.keep_going and validator.curve[-1][0] != model.num_timesteps:
         validator.check(model, model.num_timesteps)
+    # the guard's threshold: the highest share of long requests of a slot in the training days (None: no day ended)
+    guard = max(long_shares) if residual and long_shares else None
+    log["long_share_max"] = guard
     if validator is not None:
         validator.restore(model)
         log["validation_curve"] = validator.curve
@@ -168,7 +177,7 @@ def train(make_env, args: TortaArgs, progress=None, validation: bool = False):
         from fleetwise.metrics.stats import paired_change
 
         rule_g = day_metrics(cfg, rule_planner, gdays)
-        pol_g = day_metrics(cfg, lambda c: ResidualPlanner(c, model, temporal), gdays)
+        pol_g = day_metrics(cfg, lambda c: ResidualPlanner(c, model, temporal, guard), gdays)  # (as deployed)
         cost_ch = paired_mean_change(pol_g, rule_g, "cost_usd")
         resp = paired_change({d: m["response_time_mean_s"] for d, m in rule_g.items()},
                              {d: m["response_time_mean_s"] for d, m in pol_g.items()})

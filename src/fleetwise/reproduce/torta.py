@@ -134,9 +134,26 @@ def _train_job(job: tuple) -> tuple:
                             if args.objective == "cost" else
                             {"objective": "response time", "constraint": "slot cost <= the rule's (Lagrangian, "
                              f"target {log.get('cost_target', float('nan')):.4f} of all-servers cost)"}),
-                         "best_step": log.get("best_step"), "residual_extra": ResidualPlanner.EXTRA},
+                         "best_step": log.get("best_step"), "residual_extra": ResidualPlanner.EXTRA,
+                         # the guard: a slot after one with more long requests than any training slot is planned
+                         # by the rule (ResidualPlanner.long_share_max), as for the CEM learner's checkpoints
+                         "long_share_max": log.get("long_share_max")},
                validation=log.get("gate"))
     return topo, name, seed, path, curve, wall, log
+
+
+def _load_ppo(ckpt: str):
+    """This run's PPO agent (SB3's zip, which unpickles on load: only files this run wrote, never served) with the
+    model card of its export beside it, so that it plans with the guard it was gated with (``card``:
+    ``ResidualPlanner`` reads ``training.long_share_max`` from it)."""
+    from stable_baselines3 import PPO
+
+    from fleetwise.control.checkpoint import card_path, read_card
+
+    model = PPO.load(ckpt, device="cpu")
+    side = card_path(Path(ckpt).with_suffix(".npz"))
+    model.card = read_card(side) if side.exists() else None
+    return model
 
 
 def _eval_job(job: tuple) -> tuple:
@@ -150,9 +167,7 @@ def _eval_job(job: tuple) -> tuple:
 
         models[USES_AGENT[name]] = load_torta_checkpoint(ckpt)[0]
     elif ckpt is not None:  # SB3's zip, written by this run's PPO training
-        from stable_baselines3 import PPO
-
-        models[USES_AGENT[name]] = PPO.load(ckpt, device="cpu")
+        models[USES_AGENT[name]] = _load_ppo(ckpt)
     mk, micro = policies(models)[name]
     rows = evaluate(TortaConfig(topology=topo), mk, micro, eval_seeds, held_out=True, trace=trace, keep_day=keep_day,
                     load=load)
