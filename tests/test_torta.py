@@ -247,6 +247,7 @@ def test_reproduce_torta_tiny_run_with_two_training_seeds(tmp_path):
     assert ResidualPlanner(None, torta._load_ppo(str(ckpts[-1])), True).long_share_max == \
         card["training"]["long_share_max"]
     assert 0.0 <= res["torta"]["guarded_slot_share"] <= 1.0
+    assert served.planner.long_share_max == card["training"]["long_share_max"]  # the service plans with it too
     assert set(ch["vs_least_loaded"]) == {"response_time_mean_s", "load_cv", "cost_usd"}
     from io import StringIO
 
