@@ -165,6 +165,8 @@ CASES = [
     ("compare-requests-1e12", "4", ["compare", "-n", "1000000000000"], ["--requests"]),
     ("duration-1e12", "4", ["simulate", "-s", "duration.yaml"], ["duration.yaml", "duration_s"]),
     ("rate-x-duration", "4", ["simulate", "-s", "rate_x_duration.yaml"], ["rate x duration_s", "docs/limits.md"]),
+    ("perf-predict-tokens-beyond-bound", "4", ["perf", "predict", "--gpu", "h100", "--model", "Llama-3-8B",
+                                               "--prefill-tokens", "99999999999"], ["10,000,000 tokens", "limits"]),
     # §4: negative seeds
     ("seed-option-negative", "4", ["simulate", "--seed", "-1", "-n", "10"], ["--seed"]),
     ("seed-option-huge", "4", ["simulate", "--seed", str(2**64), "-n", "10"], ["--seed"]),

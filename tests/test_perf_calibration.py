@@ -194,6 +194,11 @@ def test_iteration_breakdown(synth_cal, tp, pp):
         pm.iteration_breakdown(0, 100, 4, 10)  # a cached context with no prefilling sequence: refused, not ignored
     with pytest.raises(InputError, match="decode_context without decode_seqs"):
         pm.iteration_breakdown(64, 0, 0, 10)
+    # bounds (docs/limits.md): one sequence of at most MAX_TOKENS tokens, at most MAX_REQUESTS decoding sequences
+    pm.iteration_breakdown(9_999_000, 1_000, 4, 9_999_999)
+    for args in ((99_999_999_999, 0, 0, 0), (9_999_000, 1_001, 0, 0), (0, 0, 4, 10_000_000), (0, 0, 10**7 + 1, 1)):
+        with pytest.raises(InputError, match="bounds of docs/limits.md"):
+            pm.iteration_breakdown(*args)
 
 
 def test_calibration_file_round_trip(synth_cal, tmp_path):

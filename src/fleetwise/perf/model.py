@@ -10,6 +10,7 @@ import math
 
 from fleetwise.catalog.specs import GPUSpec, ModelSpec
 from fleetwise.errors import InputError
+from fleetwise.limits import MAX_REQUESTS, MAX_TOKENS
 from fleetwise.perf.calibration import (
     LINEAR_OPS,
     SMALL_OPS,
@@ -429,6 +430,10 @@ class PerfModel:
         if min(N, P, B, C) < 0 or N + B == 0:
             raise InputError(f"an iteration needs prefill tokens or decoding sequences, and no negative count; "
                              f"got prefill_tokens={N} prefill_context={P} decode_seqs={B} decode_context={C}")
+        if max(N + P, C + 1) > MAX_TOKENS or B > MAX_REQUESTS:  # (docs/limits.md)
+            raise InputError(f"an iteration beyond the bounds of docs/limits.md: a sequence of at most "
+                             f"{MAX_TOKENS:,} tokens (prefill_context + prefill_tokens = {N + P:,}, decode_context + 1 "
+                             f"= {C + 1:,}) and at most {MAX_REQUESTS:,} decoding sequences (decode_seqs = {B:,})")
         if P and not N or C and not B:  # (a context with no sequence to hold it: refused, not ignored)
             raise InputError(f"{'prefill_context' if P and not N else 'decode_context'} without "
                              f"{'prefill_tokens' if P and not N else 'decode_seqs'}: got prefill_tokens={N} "
