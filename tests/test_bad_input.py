@@ -160,6 +160,8 @@ CASES = [
     ("experiment-not-utf8", "4", ["sweep", "latin1_exp.yaml", "--db", "r/x.duckdb"], ["latin1_exp.yaml", "UTF-8"]),
     ("experiment-folder", "4", ["sweep", "folder.yaml", "--db", "r/x.duckdb"], ["folder.yaml", "folder"]),
     ("compare-scenario-folder", "4", ["compare", "-s", "folder.yaml", "-n", "10"], ["folder.yaml", "folder"]),
+    ("trace-a-device", "4", ["simulate", "--trace", "/dev/zero", "-n", "10"], ["/dev/zero", "not a regular file"]),
+    ("trace-a-folder", "4", ["compare", "--trace", "folder.yaml", "-n", "10"], ["folder.yaml", "a directory"]),
     # §4: absurd request counts
     ("requests-1e12", "4", ["simulate", "-n", "1000000000000"], ["--requests", "10000000"]),
     ("compare-requests-1e12", "4", ["compare", "-n", "1000000000000"], ["--requests"]),

@@ -105,6 +105,10 @@ def resolve_trace(path_or_alias: str | Path) -> tuple[Path, str | None]:
         raise InputError(
             f"trace {key!r}: file not found and not a known alias ({', '.join(TRACE_ALIASES)})"
         )
+    if p.is_dir():
+        raise InputError(f"trace {key!r}: a directory, not a trace file")
+    if not p.is_file():  # (a device or a pipe: /dev/zero has no end, and sniffing its header read it all)
+        raise InputError(f"trace {key!r}: not a regular file (a device, a pipe or a socket)")
     return p, None
 
 
