@@ -30,6 +30,7 @@ def _files(d: Path) -> None:
     w("ok.yaml", DEP + WL)
     wb("latin1.yaml", b"name: caf\xe9\n" + DEP.encode())
     (d / "folder.yaml").mkdir()
+    os.mkfifo(d / "pipe.json")  # an output path that is not a regular file (as /dev/null is)
     w("duration.yaml", DEP + "workload: {kind: poisson, rate_rps: 5, duration_s: 1e12}\n")
     w("rate_x_duration.yaml", DEP + "workload: {kind: poisson, rate_rps: 1000, duration_s: 1.0e6}\n")
     w("negseed.yaml", DEP + WL + "seed: -1\n")
@@ -197,6 +198,10 @@ CASES = [
     ("report-out-is-a-file", "4", ["report", "--db", "store.duckdb", "--out", "afile"], ["afile", "is a file"]),
     ("report-db-missing", "4", ["report", "--db", "nope.duckdb"], ["nope.duckdb", "not found"]),
     ("reproduce-db-under-a-file", "4", ["reproduce", "platform", "--quick", "--db", "afile/x.duckdb"], ["afile"]),
+    ("perf-profile-out-a-pipe", "4", ["perf", "profile", "--quick", "--out", "pipe.json"],
+     ["pipe.json", "not a regular file"]),
+    ("scenarios-copy-over-a-pipe", "4", ["scenarios", "--copy", "default", "pipe.json", "--force"],
+     ["pipe.json", "not a regular file"]),
     ("train-scaler-out-not-npz", "4", ["train", "scaler", "--out", "x.zip"], ["--out", "NAME.npz"]),
     ("train-scaler-out-under-a-file", "4", ["train", "scaler", "--out", "afile/x.npz"], ["afile"]),
     ("train-scaler-backend", "4", ["train", "scaler", "--out", "x.npz", "--backend", "slurm"], ["--backend", "slurm"]),
@@ -501,3 +506,29 @@ def test_port_in_use_is_one_line_exit_2(tmp_path):
         s.listen()
         port = s.getsockname()[1]
         _one_line_exit_2(cli("serve", "--port", str(port), cwd=tmp_path), str(port), "in use")
+
+
+def test_writers_replace_a_file_or_a_link_but_never_a_device_or_a_pipe(tmp_path):
+    """An output path is written by renaming a temporary file over it (nothing half-written): a regular file or a
+    symbolic link is replaced (the link itself, not what it points to); a device or a pipe is refused, since as
+    root the rename would replace ``/dev/null`` itself with a file."""
+    import stat
+
+    from fleetwise.cli import _write_atomic
+    from fleetwise.errors import check_replaceable
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    link = tmp_path / "link.yaml"
+    link.symlink_to(fifo)
+    check_replaceable(tmp_path / "absent.json")
+    (tmp_path / "f.json").write_text("{}")
+    check_replaceable(tmp_path / "f.json")
+    for bad in (fifo, Path("/dev/null")):
+        with pytest.raises(InputError, match="not a regular file"):
+            check_replaceable(bad)
+    with pytest.raises(InputError, match="not a regular file"):
+        _write_atomic(fifo, b"x")
+    _write_atomic(link, b"x")  # the link is replaced by the file; the pipe it pointed to is left as it was
+    assert link.read_bytes() == b"x" and not link.is_symlink()
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)

@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from fleetwise.errors import InputError
+from fleetwise.errors import InputError, check_replaceable
 from fleetwise.limits import MAX_REPLICAS, MAX_REQUESTS, MAX_SEED, MAX_SEEDS, MAX_WORKERS
 
 app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,
@@ -639,6 +639,7 @@ def _write_atomic(target: Path, data: bytes | None = None, write=None) -> None:
         raise InputError(f"{target}: folder {parent} does not exist")
     if target.is_dir():
         raise InputError(f"{target}: is a directory")
+    check_replaceable(target)
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=parent)
     except OSError as e:
@@ -691,6 +692,7 @@ def perf_validate(
 
 
 def _write_json_atomic(path: Path, obj) -> None:
+    check_replaceable(path)
     tmp = path.with_name(path.name + ".tmp")
     try:
         tmp.write_text(json.dumps(obj, indent=1) + "\n")
@@ -720,6 +722,7 @@ def perf_profile(
         get_model(n)  # an unknown name fails before any timing
     if out_file.parent and not out_file.parent.is_dir():
         raise InputError(f"{out_file}: the folder {out_file.parent} does not exist")
+    check_replaceable(out_file)  # (before any work)
     with _progress() as prog:
         task = prog.add_task("profiling", total=None)
         res = run_profile(names, quick=quick,
@@ -746,6 +749,7 @@ def perf_calibrate(
     gc = gpu_calibration_from_profile(load_profile(profile), gpu, source=profile.name)
     if out_file.parent and not out_file.parent.is_dir():
         raise InputError(f"{out_file}: the folder {out_file.parent} does not exist")
+    check_replaceable(out_file)  # (before any work)
     write_calibration(gc, out_file)
     d = gc.default_backend
     console.print(f"{out_file}: {gc.gpu}, {len(gc.gemm_shapes)} GEMM shapes, attention backends "

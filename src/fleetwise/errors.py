@@ -3,3 +3,20 @@
 
 class InputError(ValueError):
     """Bad input (config, trace, request). The message names the file, field or row and what was expected."""
+
+
+def check_replaceable(path) -> None:
+    """``path`` may be written by renaming a temporary file over it: absent, a regular file, or a symbolic link (the
+    link is replaced, not what it points to). A device, a pipe or a socket is refused: renaming a file over
+    ``/dev/null`` as root would replace the device with that file. Directories are the writers' own message."""
+    import os
+    import stat
+
+    try:
+        mode = os.lstat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    except OSError as e:
+        raise InputError(f"{path}: cannot write ({e.strerror})") from None
+    if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode) or stat.S_ISDIR(mode)):
+        raise InputError(f"{path}: not a regular file (a device, a pipe or a socket); refusing to replace it")

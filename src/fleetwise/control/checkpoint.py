@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 from numpy.lib import format as npy_format
 
-from fleetwise.errors import InputError
+from fleetwise.errors import InputError, check_replaceable
 
 FORMAT = "fleetwise-policy"
 VERSION = 1
@@ -530,6 +530,7 @@ def save_policy(path: str | os.PathLike, *, level: str, algorithm: str, obs_low:
 
 
 def _atomic(path: Path, write: Any) -> None:
+    check_replaceable(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "wb") as f:

@@ -35,7 +35,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from fleetwise.errors import InputError
+from fleetwise.errors import InputError, check_replaceable
 from fleetwise.metrics.pareto import pareto_front
 from fleetwise.metrics.stats import CI, aggregate
 
@@ -899,6 +899,7 @@ def write_report(store, out_dir: str | Path, experiment: str | None = None, base
             f'<body><main data-plots="{n_plots}"><h1>{_esc(title)}</h1>{head}{nav}{sections}</main></body></html>\n')
 
     index = out / "index.html"
+    check_replaceable(index)
     tmp = out / "index.html.tmp"
     tmp.write_text(page, encoding="utf-8")
     os.replace(tmp, index)

@@ -17,7 +17,7 @@ from typing import Callable
 
 import numpy as np
 
-from fleetwise.errors import InputError
+from fleetwise.errors import InputError, check_replaceable
 from fleetwise.execution import run_local, run_ray
 from fleetwise.experiments.spec import Run
 
@@ -101,6 +101,7 @@ def _write_records(rec, path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    check_replaceable(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     pq.write_table(pa.table({k: v for k, v in rec.as_dict().items()}), tmp)

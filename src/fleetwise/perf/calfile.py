@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from fleetwise.errors import InputError
+from fleetwise.errors import InputError, check_replaceable
 from fleetwise.perf.calibration import (
     ATTN_KINDS,
     SMALL_OPS,
@@ -211,6 +211,7 @@ def write_calibration(g: GpuCalibration, path: str | Path) -> None:
     text = re.sub(r"\[\s*([-+0-9.e,\s]+?)\s*\]", lambda m: "[" + ", ".join(m.group(1).split()).replace(",,", ",") + "]",
                   json.dumps(from_gpu_calibration(g), indent=1)) + "\n"  # number lists on one line
     parse_calibration(json.loads(text), where="calibration being written")  # what we write must load
+    check_replaceable(p)
     tmp = p.with_name(p.name + ".tmp")
     tmp.write_text(text)
     tmp.replace(p)

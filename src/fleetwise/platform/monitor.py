@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from fleetwise.errors import InputError
+from fleetwise.errors import InputError, check_replaceable
 
 STRING_COLUMNS: tuple[str, ...] = ("group", "model", "region", "zone", "pool")
 LABEL_COLUMNS: tuple[str, ...] = STRING_COLUMNS[1:]
@@ -109,6 +109,7 @@ def _fmt_value(x: float) -> str:
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
+    check_replaceable(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_bytes(data)
@@ -351,6 +352,7 @@ class Monitor:
             else:
                 cols[c] = pa.array(self._num[c][: self._n])
         tab = pa.table(cols).replace_schema_metadata({"fleetwise.monitor.interval_s": repr(self.interval_s)})
+        check_replaceable(path)
         tmp = path.with_name(f".{path.name}.tmp")
         pq.write_table(tab, tmp)
         os.replace(tmp, path)
