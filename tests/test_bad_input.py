@@ -532,3 +532,22 @@ def test_writers_replace_a_file_or_a_link_but_never_a_device_or_a_pipe(tmp_path)
     _write_atomic(link, b"x")  # the link is replaced by the file; the pipe it pointed to is left as it was
     assert link.read_bytes() == b"x" and not link.is_symlink()
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+def test_a_config_file_over_the_size_bound_or_not_a_regular_file_is_one_line(tmp_path, monkeypatch):
+    from fleetwise import yamlio
+    from fleetwise.scenario import load_scenario
+
+    f = tmp_path / "big.yaml"
+    f.write_text("name: x\n" + "# padding\n" * 200)
+    monkeypatch.setattr(yamlio, "MAX_FILE_BYTES", 1000)
+    with pytest.raises(InputError, match="big.yaml: larger than 0 MiB, the limit for a scenario file"):
+        load_scenario(str(f))
+    fifo = tmp_path / "pipe.yaml"
+    os.mkfifo(fifo)
+    fd = os.open(fifo, os.O_RDWR)  # (a writer holds it open, so that opening it to read does not block)
+    try:
+        with pytest.raises(InputError, match="pipe.yaml: not a regular file"):
+            yamlio.read_text(fifo, "scenario")
+    finally:
+        os.close(fd)

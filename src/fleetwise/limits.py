@@ -39,3 +39,7 @@ MAX_CV = 100.0  # (and at least 1 / MAX_CV)
 # processes a command may start (--workers of sweep / compare / reproduce, bench gateway --servers): each
 # imports numpy and the simulator (~100 MB)
 MAX_WORKERS = 256
+# a file a user writes by hand or a tool writes for them, read whole and parsed (a scenario, an experiment, a
+# topology, a calibration or a profile; fleetwise.yamlio.read_text): the largest such file here is 110 KB (the H200
+# operator timings), and PyYAML's safe loader parses a few MB a second
+MAX_FILE_BYTES = 64 * 2**20

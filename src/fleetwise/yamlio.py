@@ -8,6 +8,8 @@ an error (plain YAML loaders keep the last value silently). Every failure is an
 from __future__ import annotations
 
 import json
+import os
+import stat
 from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ import yaml
 from yaml.constructor import ConstructorError
 
 from fleetwise.errors import InputError
+from fleetwise.limits import MAX_FILE_BYTES
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
@@ -40,14 +43,21 @@ class UniqueKeyLoader(yaml.SafeLoader):
 
 
 def read_text(path: str | Path, what: str = "file") -> str:
-    """The UTF-8 text of a file; one-line errors for a folder, an unreadable file or bytes that are not UTF-8."""
+    """The UTF-8 text of a file; one-line errors for a folder, a device or a pipe, a file over ``MAX_FILE_BYTES``, an
+    unreadable file or bytes that are not UTF-8."""
     p = Path(path)
     if p.is_dir():
         raise InputError(f"{p}: is a folder, expected a {what} file")
     try:
-        data = p.read_bytes()
+        with open(p, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise InputError(f"{p}: not a regular file (a device, a pipe or a socket), expected a {what} file")
+            data = f.read(MAX_FILE_BYTES + 1)
     except OSError as e:
         raise InputError(f"{p}: cannot read {what} file ({e.strerror or e})") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise InputError(f"{p}: larger than {MAX_FILE_BYTES // 2**20} MiB, the limit for a {what} file "
+                         "(docs/limits.md)")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
