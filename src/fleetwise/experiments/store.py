@@ -57,6 +57,8 @@ def check_writable_file(path: str | Path, what: str = "file") -> None:
     if p.is_dir():
         raise InputError(f"{p}: is a folder, expected a {what} file")
     if p.exists():
+        if not p.is_file():  # (a database written into /dev/sda would be written into the disk)
+            raise InputError(f"{p}: not a regular file (a device, a pipe or a socket), expected a {what} file")
         if not os.access(p, os.W_OK):
             raise InputError(f"{p}: {what} is not writable")
         return
