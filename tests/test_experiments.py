@@ -135,6 +135,20 @@ def test_failing_run_is_recorded_and_does_not_stop_the_sweep(tmp_path):
     assert len(failed) == 1 and "does not fit" in failed[0]["error"]
 
 
+def test_a_sweep_with_a_failed_run_stores_the_rest_and_exits_1(tmp_path):
+    """`fleetwise sweep`: a run that fails is stored as failed and the others run and are shown, but the exit status
+    is 1, so that a script or a CI job sees it (it was 0)."""
+    f = tmp_path / "e.yaml"
+    f.write_text(yaml.safe_dump(small(grid={"deployments.0.gpu_memory_utilization": [0.9, 0.1]}, seeds=1,
+                                      policies={"router": ["round_robin"]})))
+    r = cli("sweep", str(f), "--db", str(tmp_path / "r.duckdb"))
+    assert r.returncode == 1, r.stderr
+    assert "1 of 2 runs failed" in " ".join((r.stdout + r.stderr).split())
+    runs = Store(tmp_path / "r.duckdb").runs(where="true")
+    assert sorted(x["status"] for x in runs) == ["failed", "ok"]
+    assert "does not fit" in next(x["error"] for x in runs if x["status"] == "failed")
+
+
 def test_same_seed_same_metrics_in_process_and_pool(tmp_path):
     runs = expand(parse_experiment(small(seeds=1)))
     a = [execute_run(r)["metrics"] for r in runs]

@@ -484,6 +484,11 @@ def sweep(
             print_tables(t, wide)
     if report:
         _report(db, str(Path(db).parent / "report"), spec.name, spec.baseline or None)
+    bad = sum(1 for f in failed if f["run_id"] in set(ids))
+    if bad:  # (everything else is stored and shown; a script or a CI job must still see the failure)
+        console.print(f"{bad} of {len(ids)} runs failed (stored as failed, errors above; the next sweep retries "
+                      "them): exit status 1", highlight=False)
+        raise typer.Exit(1)
 
 
 @app.command()
