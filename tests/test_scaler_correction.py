@@ -294,6 +294,32 @@ def test_calm_lift_lifts_after_calm_minutes_restores_at_once_and_waits_an_hour(t
     assert lifts[-1]  # then lifted again
 
 
+def test_calm_hour_price_hold_lifts_only_after_a_calm_hour():
+    """CALM_HOUR_PRICE_HOLD: calm_price_hold whose lift also needs every epoch of the last hour calm, so the first
+    lift comes after an hour and the scale-down window (calm_price_hold's after 15 minutes), and after a burst
+    again only once the hour since it is calm."""
+    from fleetwise.policies.scaler_correction import CALM_HOUR_PRICE_HOLD, CALM_PRICE_HOLD, N_HOLD_GATE_OUTPUTS
+
+    def zones(rps):
+        return [_group(key=f"m/g/z-{z}/on_demand", zone=f"z-{z}", ready=1, starting=0, arrivals_rps=rps,
+                       capacity_rps=5.0, max_replicas=6, min_replicas=0, busy=0.1, waiting=0, tpot_p90_s=0.01)
+                for z in "ab"]
+
+    def lifts(spec):
+        sc = CorrectedSLOAware(LinearCorrection.from_spec(spec, N_HOLD_GATE_OUTPUTS), downscale_window_s=300.0)
+        out, t = [], 0.0
+        for k in range(400):
+            sc.scale(_obs(t, zones(6.0) if 160 <= k < 162 else zones(0.3)))  # a burst of two epochs at 80 minutes
+            out.append(sc._drop.get("m", False))
+            t += 30.0
+        return out
+
+    quarter, hour = lifts(CALM_PRICE_HOLD), lifts(CALM_HOUR_PRICE_HOLD)
+    assert 39 <= quarter.index(True) <= 41  # 15 calm minutes, then the 300-s window
+    assert 127 <= hour.index(True) <= 131  # 59 calm minutes (the share above 0.98), then the window
+    assert not any(hour[160:162 + 120]) and hour[-1]  # restored by the burst; lifted again after a calm hour
+
+
 def test_a_search_from_calm_lift_starts_there(tmp_path):
     """ScalerCEMConfig.init names the start; the gated parameters index as output:feature with outputs 0..2."""
     from fleetwise.learn.scaler_cem import free_index, init_params, n_params, params_policy

@@ -46,6 +46,7 @@ from fleetwise.policies.scaler_correction import (
     CALM_HOLD_MULTI,
     CALM_LIFT,
     CALM_LIFT_ONLY,
+    CALM_HOUR_PRICE_HOLD,
     CALM_PRICE_HOLD,
     N_FEATURES,
     N_GATED_HOLD_OUTPUTS,
@@ -60,10 +61,11 @@ from fleetwise.policies.scaler_features import RULE
 N_PARAMS = N_OUTPUTS * N_FEATURES + N_OUTPUTS  # (an ungated policy; a gated one: n_params(N_GATED_OUTPUTS))
 # ScalerCEMConfig.init: hand-written corrections a search may start from, and their number of outputs
 INITS = {"calm_lift": CALM_LIFT, "calm_lift_only": CALM_LIFT_ONLY, "calm_hold": CALM_HOLD,
-         "calm_hold_multi": CALM_HOLD_MULTI, "calm_price_hold": CALM_PRICE_HOLD}
+         "calm_hold_multi": CALM_HOLD_MULTI, "calm_price_hold": CALM_PRICE_HOLD,
+         "calm_hour_price_hold": CALM_HOUR_PRICE_HOLD}
 INIT_OUTPUTS = {"calm_lift": N_GATED_OUTPUTS, "calm_lift_only": N_GATED_HOLD_OUTPUTS,
                 "calm_hold": N_HOLD_GATE_OUTPUTS, "calm_hold_multi": N_HOLD_GATE_OUTPUTS,
-                "calm_price_hold": N_HOLD_GATE_OUTPUTS}
+                "calm_price_hold": N_HOLD_GATE_OUTPUTS, "calm_hour_price_hold": N_HOLD_GATE_OUTPUTS}
 # what a search from an init searches when ScalerCEMConfig.free is None: the init's own parameters (its thresholds
 # and the hold), a constant capacity correction and the lift's weight on the hour's calm share. Noise on every one
 # of the gated policy's 42 parameters would move the lift's narrow margin (0.4 at a calm quarter-hour) at random.
@@ -72,7 +74,8 @@ INIT_OUTPUTS = {"calm_lift": N_GATED_OUTPUTS, "calm_lift_only": N_GATED_HOLD_OUT
 _HOLD_FREE = [*(k for k in CALM_HOLD if k[0] != "4"), "0:b", "1:8", "3:b"]
 INIT_FREE = {"calm_lift": [*CALM_LIFT, "0:b", "1:8"],
              "calm_lift_only": [*CALM_LIFT_ONLY, "3:b", "1:8"],  # (row 0 stays zero: the rule outside a lift)
-             "calm_hold": _HOLD_FREE, "calm_hold_multi": _HOLD_FREE, "calm_price_hold": _HOLD_FREE}
+             "calm_hold": _HOLD_FREE, "calm_hold_multi": _HOLD_FREE, "calm_price_hold": _HOLD_FREE,
+             "calm_hour_price_hold": _HOLD_FREE}
 
 
 def n_params(outputs: int = N_OUTPUTS) -> int:

@@ -182,6 +182,12 @@ CALM_HOLD_MULTI = CALM_HOLD | {"4:1": 40.0, "4:10": -40.0, "4:b": 30.0}
 # model's replica (1 x A100, $5.12/h) is held and CodeLlama-34B's (2 x H100, $24.58/h) only while lifted: there the
 # gate is the model's identity, by its price (docs/autoscaling.md, "A hold priced by the replica").
 CALM_PRICE_HOLD = {k: v for k, v in CALM_HOLD.items() if k != "4:10"} | {"4:12": -20.0, "4:b": 12.0}
+# ... whose lift also needs a calm last hour (``init="calm_hour_price_hold"``; row 1: 20 x_calm15 + 20 x_calm60 +
+# 20 x_since_restore > 59.6, i.e. every epoch of the last hour calm, not only of the last 15 minutes): a lift that is
+# restored costs two reversals and the code tenant's bursts that arrive while it lasts, and a calm hour predicts a
+# calm next one better than a calm quarter-hour. Chosen on whole training and validation days 2-7 (seed 0; a hour
+# at least 90% calm instead kept calm_price_hold's figures): docs/autoscaling.md, "A lift after a calm hour".
+CALM_HOUR_PRICE_HOLD = CALM_PRICE_HOLD | {"1:8": 20.0, "1:b": -59.6}
 
 
 def _ratios(ttft: np.ndarray, slo_ttft: np.ndarray, tpot: np.ndarray, slo_tpot: np.ndarray) -> np.ndarray:
