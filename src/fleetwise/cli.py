@@ -1119,7 +1119,8 @@ def train_scaler_cmd(
     init: str = typer.Option("calm_price_hold", "--init", help="where the search starts: calm_price_hold (a "
                              "hand-written correction that lifts a calm model's N+1 spread and holds its need through "
                              "dips while lifted, and outside a lift for a replica under $12 an hour; the budgets' "
-                             "default), calm_lift (its hold for every model), calm_lift_only (its hold "
+                             "default), calm_hour_price_hold (its lift only after a calm hour), calm_lift (its "
+                             "hold for every model), calm_lift_only (its hold "
                              "only while the spread is lifted), calm_hold (... and in the hour after a restore), "
                              "calm_hold_multi (... and for a model needing more than one replica) or rule (zero "
                              "parameters, slo_aware itself)"),

@@ -185,8 +185,8 @@ CALM_PRICE_HOLD = {k: v for k, v in CALM_HOLD.items() if k != "4:10"} | {"4:12":
 # ... whose lift also needs a calm last hour (``init="calm_hour_price_hold"``; row 1: 20 x_calm15 + 20 x_calm60 +
 # 20 x_since_restore > 59.6, i.e. every epoch of the last hour calm, not only of the last 15 minutes): a lift that is
 # restored costs two reversals and the code tenant's bursts that arrive while it lasts, and a calm hour predicts a
-# calm next one better than a calm quarter-hour. Chosen on whole training and validation days 2-7 (seed 0; a hour
-# at least 90% calm instead kept calm_price_hold's figures): docs/autoscaling.md, "A lift after a calm hour".
+# calm next one better than a calm quarter-hour. Chosen on whole training and validation days 2-7 (seed 0; an
+# hour at least 90% calm instead gave about calm_price_hold's figures): docs/autoscaling.md, "A lift after a calm hour".
 CALM_HOUR_PRICE_HOLD = CALM_PRICE_HOLD | {"1:8": 20.0, "1:b": -59.6}
 
 
