@@ -465,14 +465,14 @@ def sweep(
     if spec.trace is not None or spec.load is not None:
         _print_experiment_fit(spec, spec_file)
     store, runs, res = _execute(spec, db, backend, workers, address, spec_file)
-    ids = [r.run_id for r in runs]
-    stored = [r for r in store.runs() if r["run_id"] in set(ids)]
+    ids = {r.run_id for r in runs}  # (a set: a sweep may hold up to MAX_RUNS runs)
+    stored = [r for r in store.runs() if r["run_id"] in ids]
     _warn_stored_overload(stored)
     rows = aggregate(stored, SUMMARY_METRICS, spec.baseline or None)
     console.print(f"{res.total} runs: {res.ok} ran, {res.failed} failed, {res.skipped} already stored "
                   f"({res.wall_s:.1f} s) -> {db}", highlight=False)
-    failed = store.runs(where="status = 'failed'")
-    for f in [f for f in failed if f["run_id"] in set(ids)][:5]:
+    failed = [f for f in store.runs(where="status = 'failed'") if f["run_id"] in ids]
+    for f in failed[:5]:
         console.print(f"[red]failed[/red] {f['scenario']} {f['router_label']} seed {f['seed']}: {f['error']}",
                       highlight=False)
     if as_json:
@@ -484,10 +484,9 @@ def sweep(
             print_tables(t, wide)
     if report:
         _report(db, str(Path(db).parent / "report"), spec.name, spec.baseline or None)
-    bad = sum(1 for f in failed if f["run_id"] in set(ids))
-    if bad:  # (everything else is stored and shown; a script or a CI job must still see the failure)
-        console.print(f"{bad} of {len(ids)} runs failed (stored as failed, errors above; the next sweep retries "
-                      "them): exit status 1", highlight=False)
+    if failed:  # (everything else is stored and shown; a script or a CI job must still see the failure)
+        console.print(f"{len(failed)} of {len(ids)} runs failed (stored as failed, errors above; the next sweep "
+                      "retries them): exit status 1", highlight=False)
         raise typer.Exit(1)
 
 
