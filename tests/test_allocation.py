@@ -199,11 +199,17 @@ def test_fixed_rule_fit_and_registry(env):
         make("allocator", "fixed", {"thresholds": [0.5, 0.2, 0.9]})
 
 
-def test_dqn_trains_and_beats_random(env, tmp_path):
+def test_dqn_trains_and_beats_random(env, tmp_path, monkeypatch):
     pytest.importorskip("stable_baselines3")
+    import tempfile
+
     from fleetwise.learn import dqn
 
+    scratch = tmp_path / "tmpdir"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # (where SB3's default logger makes its folder)
     pol = dqn.train(env, dqn.DQNArgs(total_timesteps=4_000, learning_starts=500, seed=0, log_every=1000))
+    assert not list(scratch.glob("SB3-*"))  # training left no SB3-<timestamp> folder behind (recipe.quiet_logger)
     acc, rew = _score(pol, env)
     acc_r, rew_r = _score(RandomAllocator(0), env)
     assert rew > rew_r and acc > acc_r

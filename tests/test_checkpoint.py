@@ -21,6 +21,7 @@ from fleetwise.control.checkpoint import (
     read_card,
     resolve_inside,
 )
+from fleetwise.learn.recipe import quiet_logger
 
 
 def _env(obs_dim: int, action_space):
@@ -73,7 +74,7 @@ def test_numpy_forward_pass_acts_as_sb3_ppo(kind, activation, tmp_path, torch_th
     act_fn = {"tanh": nn.Tanh, "relu": nn.ReLU}[activation]
     model = PPO("MlpPolicy", env, n_steps=32, batch_size=16, n_epochs=2, seed=1, device="cpu",
                 policy_kwargs={"net_arch": [16, 8], "activation_fn": act_fn})
-    model.learn(64)  # trained a little: weights away from their initialisation
+    quiet_logger(model).learn(64)  # trained a little: weights away from their initialisation
     path = export_sb3(model, tmp_path / "p", level="planner", policy="test")
     assert path.name == "p.npz" and card_path(path).is_file()
     pol = load_policy(path, level="planner")
@@ -115,7 +116,7 @@ def test_numpy_forward_pass_acts_as_sb3_dqn(tmp_path, torch_threads):
 
     model = DQN("MlpPolicy", _env(4, _spaces()["discrete"]), learning_starts=8, buffer_size=200, train_freq=4,
                 seed=0, device="cpu", policy_kwargs={"net_arch": [12]})
-    model.learn(64)
+    quiet_logger(model).learn(64)
     pol = load_policy(export_sb3(model, tmp_path / "q.npz", level="allocator", policy="dqn"))
     obs = np.random.default_rng(0).uniform(-2, 3, (300, 4)).astype(np.float32)
     _same_up_to_float32_ties(pol, obs, pol.predict(obs)[0], model.predict(obs, deterministic=True)[0])
@@ -129,7 +130,7 @@ def test_vec_normalize_statistics_are_applied(tmp_path, torch_threads):
 
     venv = VecNormalize(DummyVecEnv([lambda: _env(3, _spaces()["discrete"])]), norm_reward=False, clip_obs=2.0)
     model = PPO("MlpPolicy", venv, n_steps=32, batch_size=16, n_epochs=1, seed=0, device="cpu")
-    model.learn(64)
+    quiet_logger(model).learn(64)
     venv.training = False
     pol = load_policy(export_sb3(model, tmp_path / "n", level="scaler", policy="rl", vec_normalize=venv))
     obs = np.random.default_rng(1).uniform(-3, 3, (200, 3)).astype(np.float32)

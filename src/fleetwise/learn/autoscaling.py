@@ -159,7 +159,7 @@ def train_autoscaler(timesteps: int, seed: int = 0, config: TrainConfig | None =
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
-    from fleetwise.learn.recipe import Lagrangian, Validator, behaviour_clone, rule_demonstrations
+    from fleetwise.learn.recipe import Lagrangian, Validator, behaviour_clone, quiet_logger, rule_demonstrations
 
     cfg = config or TrainConfig()
     torch.set_num_threads(1)
@@ -170,6 +170,7 @@ def train_autoscaler(timesteps: int, seed: int = 0, config: TrainConfig | None =
                 batch_size=cfg.batch_size, n_epochs=cfg.n_epochs, gamma=cfg.gamma, gae_lambda=cfg.gae_lambda,
                 clip_range=cfg.clip_range, ent_coef=cfg.ent_coef, vf_coef=cfg.vf_coef, seed=seed, device="cpu",
                 policy_kwargs={"net_arch": list(cfg.net_arch)}, verbose=0)
+    quiet_logger(model)
     t0 = time.perf_counter()
     # 2. warm start at the rule
     bc_losses: list[float] = []

@@ -135,7 +135,8 @@ def train(make_env: Callable[[], object], args: DISPPOArgs, progress: Callable[[
     from stable_baselines3.common.monitor import Monitor
     from stable_baselines3.common.vec_env import DummyVecEnv
 
-    from fleetwise.learn.recipe import Lagrangian, Validator, behaviour_clone, rule_demonstrations, sb3_callback
+    from fleetwise.learn.recipe import (Lagrangian, Validator, behaviour_clone, quiet_logger, rule_demonstrations,
+                                        sb3_callback)
 
     torch.set_num_threads(1)
     venv = DummyVecEnv([lambda: Monitor(make_env()) for _ in range(args.n_envs)])
@@ -150,6 +151,7 @@ def train(make_env: Callable[[], object], args: DISPPOArgs, progress: Callable[[
         policy_kwargs={"net_arch": list(args.net_arch)},
         rollout_buffer_class=_buffer_class(), rollout_buffer_kwargs={"time_aware": args.time_aware},
     )
+    quiet_logger(model)
     t0 = time.perf_counter()
     bc_loss: list[float] = []
     if args.bc_episodes > 0:  # 2. warm start at the rule

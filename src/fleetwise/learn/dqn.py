@@ -53,6 +53,8 @@ def train(env, args: DQNArgs | None = None) -> TrainedDQN:
     import torch
     from stable_baselines3 import DQN
 
+    from fleetwise.learn.recipe import quiet_logger
+
     args = args or DQNArgs()
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
@@ -82,5 +84,6 @@ def train(env, args: DQNArgs | None = None) -> TrainedDQN:
                 train_freq=args.train_freq, target_update_interval=args.target_update_interval,
                 exploration_fraction=args.exploration_fraction, exploration_final_eps=args.exploration_final_eps,
                 policy_kwargs={"net_arch": list(args.net_arch)}, seed=args.seed, device="cpu", verbose=0)
+    quiet_logger(model)
     model.learn(total_timesteps=args.total_timesteps)
     return TrainedDQN(model, "dqn", wrapped.curve)

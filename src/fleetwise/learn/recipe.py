@@ -100,6 +100,17 @@ def rule_demonstrations(make_env: Callable[[], Any], episodes: int, seed: int = 
     return np.stack(obs_l), np.stack(act_l)
 
 
+def quiet_logger(model):
+    """Give a Stable-Baselines3 model a logger that writes nothing and makes no folder, and return the model.
+    Without one, every ``learn()`` at ``verbose=0`` configures a logger that creates an empty
+    ``$TMPDIR/SB3-<timestamp>`` folder (``stable_baselines3.common.logger.configure``): one per training run, left
+    behind. The values a callback records are still kept (``model.logger.name_to_value``)."""
+    from stable_baselines3.common.logger import Logger
+
+    model.set_logger(Logger(folder=None, output_formats=[]))
+    return model
+
+
 def behaviour_clone(model, obs: np.ndarray, actions: np.ndarray, epochs: int = 20, lr: float = 1e-3,
                     batch_size: int = 256, seed: int = 0) -> list[float]:
     """Fit a Stable-Baselines3 actor-critic policy to ``actions`` given ``obs`` by maximum likelihood (the

@@ -84,7 +84,8 @@ def train(make_env, args: TortaArgs, progress=None, validation: bool = False):
     from stable_baselines3 import PPO
     from stable_baselines3.common.monitor import Monitor
 
-    from fleetwise.learn.recipe import Lagrangian, Validator, behaviour_clone, gate, rule_demonstrations, sb3_callback
+    from fleetwise.learn.recipe import (Lagrangian, Validator, behaviour_clone, gate, quiet_logger, rule_demonstrations,
+                                        sb3_callback)
 
     torch.set_num_threads(1)
     env = Monitor(make_env())
@@ -98,6 +99,7 @@ def train(make_env, args: TortaArgs, progress=None, validation: bool = False):
                 learning_rate=args.learning_rate, gamma=args.gamma, gae_lambda=args.gae_lambda,
                 clip_range=args.clip_coef, ent_coef=args.ent_coef, seed=args.seed, device="cpu", verbose=0,
                 policy_kwargs={"net_arch": list(args.net_arch)})
+    quiet_logger(model)
     t0 = time.perf_counter()
     validator = None
     if residual:
