@@ -177,6 +177,26 @@ def test_graph_actor_scales_with_the_graph():
     assert all(o["inference_s"] < 2.0 for o in out)
 
 
+def test_building_the_graph_actor_leaves_no_generated_source_in_tmpdir(tmp_path):
+    """PyG writes each conv class's generated propagate / edge_updater to $TMPDIR once per process and keeps the
+    files; building the actor removes them (learn.graph_marl._drop_generated_sources). In a fresh process, whose
+    TMPDIR is this test's folder."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from fleetwise.envs.graph_marl import make_env\n"
+            "from fleetwise.learn.graph_marl import _sizes, build_networks\n"
+            "env = make_env()\n"
+            "nets = build_networks('graph', env.layout, _sizes(env), env.state_dim)\n"
+            "import sys; print(sum(n.startswith('torch_geometric.nn.conv.gatv2_conv_') for n in sys.modules))\n")
+    r = subprocess.run([sys.executable, "-c", code], env={**os.environ, "TMPDIR": str(tmp_path)},
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert int(r.stdout.split()[-1]) == 2  # the generated modules were made and imported ...
+    assert not [p.name for p in tmp_path.glob("torch_geometric*")]  # ... and their files removed
+
+
 @needs_data
 def test_checkpoint_resume_equals_uninterrupted(tmp_path):
     from fleetwise.learn.graph_marl import MAPPOArgs, train

@@ -78,6 +78,26 @@ def _torch():
     return torch
 
 
+def _drop_generated_sources() -> None:
+    """Remove the source files PyG generated in this process. A ``MessagePassing`` class's first instance in a
+    process renders its ``propagate`` and ``edge_updater`` from a template into a temporary ``.py`` file, imports it
+    and never deletes it (``torch_geometric.template.module_from_template``, ``delete=False``): two files in
+    ``$TMPDIR`` per process that builds a Graph-MARL actor. The modules are imported by then and nothing reads
+    their source again (no TorchScript here), so the files go."""
+    import os
+    import sys
+    import tempfile
+
+    tmp = os.path.realpath(tempfile.gettempdir())
+    for name, mod in list(sys.modules.items()):
+        path = getattr(mod, "__file__", None) if name.startswith("torch_geometric.") else None
+        if path and os.path.dirname(os.path.realpath(path)) == tmp and os.path.basename(path).startswith(name + "_"):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+
 def build_networks(kind: str, layout: GraphLayout, sizes: dict, state_dim: int, hidden: int = 32,
                    gnn_layers: int = 2):
     torch = _torch()
@@ -128,6 +148,7 @@ def build_networks(kind: str, layout: GraphLayout, sizes: dict, state_dim: int, 
             self.convs = nn.ModuleList([
                 HeteroConv({rel: GATv2Conv(hidden, hidden, heads=1, edge_dim=F_EDGE, add_self_loops=False)
                             for rel in rels}, aggr="sum") for _ in range(gnn_layers)])
+            _drop_generated_sources()
             self.heads = nn.ModuleDict({a: nn.Linear(2 * hidden, sizes[a][1]) for a in AGENTS})
             self._cache: dict = {}
 
