@@ -316,6 +316,25 @@ CASES = [
     ("mmpp-arrivals-per-sojourn", "6", ["simulate", "-s", "mmpp_sojourn.yaml"], ["per sojourn"]),
     ("lognormal-mu-800", "6", ["simulate", "-s", "lognormal_mu.yaml"], ["prompt_mu"]),
     ("origin-weights-sum", "6", ["simulate", "-s", "origin_weights.yaml"], ["weight"]),
+    # found by trying bad values on every option (2026-12-05): paths no file system holds, devices and folders
+    # where a file is read or written, empty paths, names checked before a benchmark starts its servers, limits
+    ("scenario-name-too-long", "5", ["simulate", "-s", "a" * 3000], ["(3,000 characters)", "File name too long"]),
+    ("trace-name-too-long", "5", ["simulate", "--trace", "a" * 3000], ["File name too long"]),
+    ("db-name-too-long", "5", ["report", "--db", "a" * 3000], ["File name too long"]),
+    ("profile-out-folder", "5", ["perf", "profile", "--out", "folder.yaml", "--quick"], ["folder.yaml", "directory"]),
+    ("calibrate-out-folder", "5", ["perf", "calibrate", "--profile", "ok.yaml", "--out", "folder.yaml"],
+     ["folder.yaml", "directory"]),
+    ("cpu-trace-device", "5", ["reproduce", "allocation", "--quick", "--eval-trace", "/dev/zero"],
+     ["/dev/zero", "not a regular file"]),
+    ("reproduce-empty-eval-trace", "5", ["reproduce", "platform", "--quick", "--eval-trace", ""], ["--eval-trace"]),
+    ("reproduce-empty-db", "5", ["reproduce", "torta", "--quick", "--db", ""], ["--db", "empty"]),
+    ("bench-serve-router", "5", ["bench", "serve", "--router", "nope"], ["unknown router 'nope'"]),
+    ("bench-scale-scaler", "5", ["bench", "scale", "--scaler", "nope"], ["unknown scaler 'nope'"]),
+    ("bench-gateway-router", "5", ["bench", "gateway", "--backend", "http://127.0.0.1:9", "--router", "nope"],
+     ["unknown router 'nope'"]),
+    ("bench-gateway-backend", "5", ["bench", "gateway", "--backend", "/"], ["backend '/'"]),
+    ("serve-body-limit-1e20", "6", ["serve", "--max-body-bytes", "99999999999999999999"], ["max_body_bytes"]),
+    ("serve-concurrency-1e6", "6", ["serve", "--max-concurrency", "1000000"], ["max_concurrency", "100,000"]),
 ]
 
 
@@ -554,3 +573,37 @@ def test_a_config_file_over_the_size_bound_or_not_a_regular_file_is_one_line(tmp
             yamlio.read_text(fifo, "scenario")
     finally:
         os.close(fd)
+
+
+def test_a_cpu_trace_folder_unreadable_or_too_large_is_one_input_error(tmp_path, monkeypatch):
+    """``--eval-trace FOLDER`` of reproduce allocation is read recursively: a folder that cannot be walked (``/``:
+    /proc/1/cwd) and one with more files than ``limits.MAX_TRACE_FILES`` are one line each, before any reading."""
+    from fleetwise import limits
+    from fleetwise.workload import cpu
+
+    for i in range(5):
+        (tmp_path / f"vm{i}.txt").write_text("10\n20\n30\n")
+    assert len(cpu.read_cpu_traces(tmp_path)) == 5
+    monkeypatch.setattr(limits, "MAX_TRACE_FILES", 3)
+    with pytest.raises(InputError, match="more than 3 files"):
+        cpu.read_cpu_traces(tmp_path)
+    monkeypatch.undo()
+
+    def denied(self, pattern):
+        raise PermissionError(13, "Permission denied", str(self / "proc"))
+
+    monkeypatch.setattr(Path, "rglob", denied)
+    with pytest.raises(InputError, match="cannot read the folder .Permission denied"):
+        cpu.read_cpu_traces(tmp_path)
+
+
+def test_a_folder_named_like_a_builtin_scenario_does_not_hide_it(tmp_path, monkeypatch):
+    """reproduce platform writes its checkpoints under ``platform/`` beside the store; a folder of a built-in
+    scenario's name in the working directory is not a scenario file, so the name still loads the built-in."""
+    from fleetwise.scenario import load_scenario
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "default").mkdir()
+    assert load_scenario("default") == load_scenario(None)
+    with pytest.raises(InputError, match="a directory, not a scenario file"):
+        load_scenario(str(tmp_path / "default"))  # (a path to a folder, not a built-in's name, is still an error)

@@ -6,6 +6,7 @@ and exits with status 2, without a traceback.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import sys
@@ -632,18 +633,25 @@ def scenarios(
                   soft_wrap=True)
 
 
-def _write_atomic(target: Path, data: bytes | None = None, write=None) -> None:
-    """Write ``data`` (or call ``write(tmp_path)``) to a temporary file beside ``target``, then rename it into
-    place: a reader never sees a half-written file. Unwritable places are one-line input errors."""
-    import os
-    import tempfile
-
+def _check_writable(target: Path) -> None:
+    """``target`` can be written by :func:`_write_atomic`: its folder exists, and it is not a directory, a device, a
+    pipe or a socket. Checked before a command's work, so that the work is not lost at the end."""
     parent = target.parent
     if not parent.is_dir():
         raise InputError(f"{target}: folder {parent} does not exist")
     if target.is_dir():
         raise InputError(f"{target}: is a directory")
     check_replaceable(target)
+
+
+def _write_atomic(target: Path, data: bytes | None = None, write=None) -> None:
+    """Write ``data`` (or call ``write(tmp_path)``) to a temporary file beside ``target``, then rename it into
+    place: a reader never sees a half-written file. Unwritable places are one-line input errors."""
+    import os
+    import tempfile
+
+    _check_writable(target)
+    parent = target.parent
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=parent)
     except OSError as e:
@@ -695,17 +703,6 @@ def perf_validate(
         out.print(render_table(res))
 
 
-def _write_json_atomic(path: Path, obj) -> None:
-    check_replaceable(path)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_text(json.dumps(obj, indent=1) + "\n")
-        tmp.replace(path)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise InputError(f"{path}: cannot write: {e.strerror}") from None
-
-
 @perf_app.command("profile")
 def perf_profile(
     out_file: Path = typer.Option(Path("profile.json"), "--out", help="profile file to write (JSON)"),
@@ -724,14 +721,12 @@ def perf_profile(
     names = [m.strip() for m in models.split(",") if m.strip()] if models else None
     for n in names or []:
         get_model(n)  # an unknown name fails before any timing
-    if out_file.parent and not out_file.parent.is_dir():
-        raise InputError(f"{out_file}: the folder {out_file.parent} does not exist")
-    check_replaceable(out_file)  # (before any work)
+    _check_writable(out_file)  # (before any work)
     with _progress() as prog:
         task = prog.add_task("profiling", total=None)
         res = run_profile(names, quick=quick,
                           on_step=lambda i, n, what: prog.update(task, completed=i, total=n, description=what))
-    _write_json_atomic(out_file, round_profile(res))
+    _write_atomic(out_file, (json.dumps(round_profile(res), indent=1) + "\n").encode())
     env = res["env"]
     console.print(f"{out_file}: {len(res['gemm'])} GEMMs, {len(res['attn_prefill'])} prefill and "
                   f"{len(res['attn_decode'])} decode attention shapes, {len(res['iterations'])} iterations on "
@@ -750,10 +745,8 @@ def perf_calibrate(
     from fleetwise.perf.profile_data import load_profile
     from fleetwise.perf.validate_profile import gpu_calibration_from_profile
 
+    _check_writable(out_file)  # (before any work)
     gc = gpu_calibration_from_profile(load_profile(profile), gpu, source=profile.name)
-    if out_file.parent and not out_file.parent.is_dir():
-        raise InputError(f"{out_file}: the folder {out_file.parent} does not exist")
-    check_replaceable(out_file)  # (before any work)
     write_calibration(gc, out_file)
     d = gc.default_backend
     console.print(f"{out_file}: {gc.gpu}, {len(gc.gemm_shapes)} GEMM shapes, attention backends "
@@ -921,6 +914,9 @@ def _reproduce(name: str, quick: bool, as_json: bool, eval_trace: Optional[str],
 
     if load is not None and eval_trace is None:
         raise InputError("--load applies to --eval-trace (the held-out data keep the paper's load)")
+    for opt, v in (("--eval-trace", eval_trace), ("--db", db)):
+        if v is not None and not v.strip():
+            raise InputError(f"{opt}: an empty path")
     if db:
         from fleetwise.experiments.store import check_writable_file
 
@@ -1354,6 +1350,9 @@ def bench_serve(
                          "(docs/limits.md)")
     mod = _serve_module("loadgen")
     _serve_module()  # the service's own dependencies
+    from fleetwise.serve.policy import load_route_policy
+
+    load_route_policy(router)  # (a bad name in one line here, not from the service's process)
     runs = []
     for i in range(repeat):
         res = mod.run(rate=rate, duration_s=duration, connections=connections, replicas=replicas, router=router,
@@ -1389,6 +1388,9 @@ def bench_scale(
         raise InputError(f"--groups {groups!r}: expected comma-separated positive integers") from None
     if not sizes or any(n < 1 or n > 10_000 for n in sizes):
         raise InputError(f"--groups {groups!r}: each size must be 1..10000 (the service's limit)")
+    from fleetwise.serve.adapters import load_scale_policy
+
+    load_scale_policy(scaler)  # (a bad name in one line here, not from the service's process)
     rows = mod.run(sizes, scaler=scaler, repeat=repeat, columns=columns)
     if as_json:
         out.print_json(json.dumps(rows))
@@ -1412,6 +1414,12 @@ def bench_gateway(
     """Gateway overhead: the same completions straight to the backends and through `fleetwise serve --gateway`."""
     mod = _serve_module("bench_gateway")
     _serve_module("gateway")
+    from fleetwise.serve.gateway import _urls
+    from fleetwise.serve.policy import load_route_policy
+
+    load_route_policy(router)  # (bad input in one line here, not from the gateway's process)
+    if backend:
+        _urls(list(backend))
     if not backend:
         from fleetwise.serve.localbackends import llama_cpp_available
 
@@ -1436,6 +1444,12 @@ def main(argv: Optional[list[str]] = None) -> None:
         sys.exit(2)
     except SystemExit:
         raise
+    except OSError as e:  # a path no file system can hold (wherever it was opened): the user's, one line
+        if e.errno not in (errno.ENAMETOOLONG, errno.ELOOP) or e.filename is None:
+            raise
+        name = str(e.filename)
+        _error_line(f"{name if len(name) <= 80 else name[:60] + f'... ({len(name):,} characters)'}: {e.strerror}")
+        sys.exit(2)
     except Exception as e:  # usage errors of the command-line parser (typer's click layer)
         if hasattr(e, "format_message") and hasattr(e, "exit_code"):
             ctx = getattr(e, "ctx", None)

@@ -43,3 +43,6 @@ MAX_WORKERS = 256
 # topology, a calibration or a profile; fleetwise.yamlio.read_text): the largest such file here is 110 KB (the H200
 # operator timings), and PyYAML's safe loader parses a few MB a second
 MAX_FILE_BYTES = 64 * 2**20
+# files a folder of CPU-utilisation traces may hold (reproduce allocation --eval-trace FOLDER; workload/cpu.py reads
+# it recursively): the PlanetLab archive holds 11,746 series in 10 day folders, as one archive file
+MAX_TRACE_FILES = 100_000

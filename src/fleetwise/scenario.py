@@ -251,8 +251,8 @@ def read_yaml(path_or_name: str | Path, builtin_dir, what: str) -> tuple[Path, A
 
     p = Path(path_or_name)
     builtin = builtin_files(builtin_dir)
-    if not p.exists() and str(path_or_name) in builtin:
-        p = builtin[str(path_or_name)]
+    if not p.is_file() and str(path_or_name) in builtin:  # (a folder of that name in the working directory, e.g.
+        p = builtin[str(path_or_name)]  # reproduce platform's checkpoints, is not a scenario and hides nothing)
     if not p.is_file():
         problem = f"a directory, not a {what} file" if p.is_dir() else f"{what} file not found"
         raise InputError(f"{path_or_name}: {problem} (built-in: {', '.join(sorted(builtin))})")

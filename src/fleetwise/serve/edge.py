@@ -51,6 +51,13 @@ class Limits:
             v = getattr(self, f.name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
                 raise InputError(f"limit {f.name} {v!r}: expected a finite number > 0")
+            if v > LIMIT_MAX[f.name]:  # (a limit set past these is no limit: one body could take the memory)
+                raise InputError(f"limit {f.name} {v!r}: at most {LIMIT_MAX[f.name]:,} (docs/security.md)")
+
+
+# the largest value an operator may give each limit (docs/security.md)
+LIMIT_MAX = {"max_body_bytes": 1 << 30, "body_timeout_s": 3600.0, "header_timeout_s": 3600.0,
+             "max_header_bytes": 1 << 20, "keep_alive_s": 3600.0, "max_concurrency": 100_000}
 
 
 # --------------------------------------------------------------------------------------------- tokens

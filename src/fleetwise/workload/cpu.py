@@ -377,6 +377,25 @@ def _read_tar(p: Path, prefix: str = "", scale: str = "auto", max_series: int | 
     return dict(list(out.items())[:max_series]) if max_series is not None else out
 
 
+def _trace_files(folder: Path) -> list[Path]:
+    """The regular files below ``folder`` (recursively; hidden ones and PROVENANCE.md skipped), at most
+    ``limits.MAX_TRACE_FILES``; a folder that cannot be read is an InputError."""
+    from fleetwise.limits import MAX_TRACE_FILES
+
+    out = []
+    try:
+        for f in folder.rglob("*"):
+            if f.is_file() and not _skip(f.name) and not any(part.startswith(".") for part in
+                                                              f.relative_to(folder).parts):
+                out.append(f)
+                if len(out) > MAX_TRACE_FILES:
+                    raise InputError(f"{folder}: more than {MAX_TRACE_FILES:,} files below it; point --eval-trace "
+                                     "at the folder of the traces (docs/limits.md)")
+    except OSError as e:
+        raise InputError(f"{folder}: cannot read the folder ({e.strerror or e}: {e.filename})") from None
+    return out
+
+
 def read_cpu_traces(path: str | Path, scale: str = "auto", max_series: int | None = None,
                     column: str | int | None = None, window_s: float | None = None) -> dict[str, np.ndarray]:
     """``{name: series}`` from a file, a folder (recursively) or a tar(.gz) archive (see the module docstring).
@@ -386,9 +405,7 @@ def read_cpu_traces(path: str | Path, scale: str = "auto", max_series: int | Non
     if not p.exists():
         raise InputError(f"{p}: file or folder not found")
     if p.is_dir():
-        files = sorted((f for f in p.rglob("*") if f.is_file() and not _skip(f.name)
-                        and not any(part.startswith(".") for part in f.relative_to(p).parts)),
-                       key=lambda f: f.relative_to(p).as_posix())
+        files = sorted(_trace_files(p), key=lambda f: f.relative_to(p).as_posix())
         if not files:
             raise InputError(f"{p}: folder holds no trace files (searched its subfolders too)")
         out: dict[str, np.ndarray] = {}
@@ -401,6 +418,8 @@ def read_cpu_traces(path: str | Path, scale: str = "auto", max_series: int | Non
             out.update(_named(f.relative_to(p).as_posix(),
                               parse_cpu_table(_read_text(f), str(f), scale, column, window_s)))
         return dict(list(out.items())[:max_series]) if max_series is not None else out
+    if not p.is_file():
+        raise InputError(f"{p}: not a regular file or a folder (a device, a pipe or a socket)")
     if _is_archive(p):
         return _read_tar(p, scale=scale, max_series=max_series, column=column, window_s=window_s)
     out = _named(p.name, parse_cpu_table(_read_text(p), str(p), scale, column, window_s))
