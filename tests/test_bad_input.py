@@ -333,6 +333,7 @@ CASES = [
     ("bench-gateway-router", "5", ["bench", "gateway", "--backend", "http://127.0.0.1:9", "--router", "nope"],
      ["unknown router 'nope'"]),
     ("bench-gateway-backend", "5", ["bench", "gateway", "--backend", "/"], ["backend '/'"]),
+    ("serve-empty-planner", "5", ["serve", "--planner", ""], ["--planner", "empty"]),
     ("serve-body-limit-1e20", "6", ["serve", "--max-body-bytes", "99999999999999999999"], ["max_body_bytes"]),
     ("serve-concurrency-1e6", "6", ["serve", "--max-concurrency", "1000000"], ["max_concurrency", "100,000"]),
 ]

@@ -1298,6 +1298,9 @@ def serve(
         raise InputError("--max-attempts needs --gateway (the backends a request may try)")
     if planner is not None and checkpoint is not None:
         raise InputError("give --planner or --checkpoint, not both")
+    for opt, v in (("--planner", planner), ("--checkpoint", checkpoint)):
+        if v is not None and not v.strip():
+            raise InputError(f"{opt}: an empty name")
     _serve_module().main(host=host, port=port, router=router, scaler=scaler, planner=planner, checkpoint=checkpoint,
                          token_file=token_file, seed=seed, log_level=log_level, checkpoint_dir=checkpoint_dir,
                          insecure_admin=insecure_admin, limits=limits, force=force)
