@@ -1417,12 +1417,12 @@ def bench_gateway(
     """Gateway overhead: the same completions straight to the backends and through `fleetwise serve --gateway`."""
     mod = _serve_module("bench_gateway")
     _serve_module("gateway")
-    from fleetwise.serve.gateway import _urls
+    from fleetwise.serve.gateway import backend_urls
     from fleetwise.serve.policy import load_route_policy
 
     load_route_policy(router)  # (bad input in one line here, not from the gateway's process)
     if backend:
-        _urls(list(backend))
+        backend_urls(list(backend))
     if not backend:
         from fleetwise.serve.localbackends import llama_cpp_available
 

@@ -175,7 +175,9 @@ def _config(config: GatewayConfig | None, options: dict[str, Any]) -> GatewayCon
     return config
 
 
-def _urls(backends: list[str]) -> list[str]:
+def backend_urls(backends: list[str]) -> list[str]:
+    """The backends' base URLs, normalised (``normalise_backend_url``); InputError for none, a bad one or one given
+    twice."""
     if not backends:
         raise InputError("gateway: give at least one backend URL")
     urls = [normalise_backend_url(b) for b in backends]
@@ -206,7 +208,7 @@ def create_gateway_app(backends: list[str], route_policy: str = "least_outstandi
     up_headers = {"content-type": "application/json", "accept-encoding": "identity"}
     if backend_api_key:
         up_headers["authorization"] = f"Bearer {backend_api_key}"
-    pool = Pool(_urls(backends), load_route_policy(route_policy, seed=seed, force=force), cfg, up_headers)
+    pool = Pool(backend_urls(backends), load_route_policy(route_policy, seed=seed, force=force), cfg, up_headers)
 
     @asynccontextmanager
     async def lifespan(app):
