@@ -172,6 +172,7 @@ class Platform:
         self.events: list[tuple[float, str]] = []
         self.flaps = 0  # scaling oscillations (direction reversals of a model's total target)
         self.flaps_by_model: dict[str, int] = {g.model: 0 for g in self.groups}  # ... per model (name)
+        self.flap_log: list[tuple[float, str]] = []  # ... each one: (time, model name)
         self._last_dir: dict[int, int] = {}
         self.spot_preemptions = 0
         self.peak_host_copies = 0
@@ -304,6 +305,7 @@ class Platform:
                 if last and d != last:
                     self.flaps += 1
                     self.flaps_by_model[gs[0].model] += 1
+                    self.flap_log.append((self.sim.now, gs[0].model))
                 self._last_dir[m] = d
         self.reconcile()
 

@@ -243,6 +243,7 @@ class CorrectedSLOAware(SLOAware):
         self._drop: dict[str, bool] = {}  # model -> redundancy lifted this epoch
         self._memory: dict[str, ModelMemory] = {}
         self.decisions = 0  # (model, epoch) pairs the policy answered
+        self.lift_log: list[tuple[float, str, bool]] = []  # (time, model, lifted): each lift and each restore
 
     def _apply(self, model: str, need: float, now: float, x: np.ndarray, price: float) -> float:
         mem = self._memory.get(model)
@@ -263,6 +264,8 @@ class CorrectedSLOAware(SLOAware):
             self._drop[model] = False
         if was and not self._drop[model]:
             mem.restored = now
+        if was != self._drop[model]:
+            self.lift_log.append((now, model, self._drop[model]))
         return need * math.exp(NEED_SCALE * float(a0))  # (a[0] = 0: exactly the need)
 
     def redundant(self, model: str, now: float) -> bool:
