@@ -608,3 +608,17 @@ def test_a_folder_named_like_a_builtin_scenario_does_not_hide_it(tmp_path, monke
     assert load_scenario("default") == load_scenario(None)
     with pytest.raises(InputError, match="a directory, not a scenario file"):
         load_scenario(str(tmp_path / "default"))  # (a path to a folder, not a built-in's name, is still an error)
+
+
+def test_a_servegen_rate_scale_past_the_request_bound_is_refused_before_drawing(tmp_path, capsys):
+    """``rate_scale: 1e30`` on a ServeGen workload asked numpy for ~1e31 gaps (a ValueError traceback); the expected
+    arrivals are now checked against the request bound before any is drawn."""
+    from fleetwise.data import data_path
+
+    if not data_path("servegen-alibaba-modelstudio").exists():
+        pytest.skip("ServeGen data not available")
+    (tmp_path / "sg.yaml").write_text(DEP + "workload: {kind: servegen, servegen_model: m-large, start_s: 0, "
+                                            "end_s: 3600, rate_scale: 1.0e+30}\n")
+    rc, out, err = run_cli(["simulate", "-s", str(tmp_path / "sg.yaml"), "-n", "30"], capsys)
+    assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert "arrivals" in err and "10,000,000" in err and "rate_scale" in err

@@ -31,7 +31,7 @@ from typing import Iterable, Iterator
 import numpy as np
 
 from fleetwise.errors import InputError
-from fleetwise.limits import MAX_SPAN_S, MAX_TOKENS
+from fleetwise.limits import MAX_REQUESTS, MAX_SPAN_S, MAX_TOKENS
 from fleetwise.workload.request import Workload
 
 __all__ = [
@@ -601,6 +601,7 @@ def servegen_arrivals(
     if end <= start_s:
         raise InputError(f"servegen window: end_s={end} must be > start_s={start_s}")
     cl = range(rates.num_clients) if clients is None else list(clients)
+    cap = MAX_REQUESTS if max_requests is None else max_requests
     out_t: list[np.ndarray] = []
     out_c: list[np.ndarray] = []
     total = 0
@@ -617,6 +618,10 @@ def servegen_arrivals(
             shape = float(rates.shape[c, w])
             mean_gap = 1.0 / r
             span = ws + W - ws  # renewal process starts at the window start (not at start_s)
+            if total + r * (hi - lo) > cap or r * span > 4 * cap:  # (checked before drawing: rate_scale 1e30
+                raise InputError(  # asked numpy for 1e31 gaps)
+                    f"servegen {rates.model}: about {total + r * (hi - lo):.3g} arrivals in [{start_s}, {end}) s, "
+                    f"more than {cap:,}; narrow the time range, pick fewer clients or lower rate_scale")
             need = int(r * span * 1.25) + 16
             gaps = _unit_mean_gaps(rng, code, shape, need) * mean_gap
             t = ws + np.cumsum(gaps)
