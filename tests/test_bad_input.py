@@ -109,6 +109,7 @@ def _files(d: Path) -> None:
     w("exp_timeline.yaml", exp + "seeds: 1\ntimeline_bucket_s: 1e-9\n")
     w("exp_timeline_span.yaml", exp + "seeds: 1\ntimeline_bucket_s: 0.01\ngrid: {workload.rate_rps: [0.001]}\n")
     w("exp_dupkey.yaml", exp + "seeds: 1\nseeds: 2\n")
+    w("exp_empty_name.yaml", "name: ''\nscenarios: [ok.yaml]\nseeds: 1\n")
     w("exp_trace.yaml", exp + "seeds: 1\ngrid: {workload: [{kind: trace, path: zero.csv}]}\n")
     w("exp_fault.yaml", "name: g\nscenarios: [fault_zone.yaml]\nseeds: 1\n")
     w("exp_no_scaler.yaml", "name: g\nscenarios: [platform_no_scaler.yaml]\nseeds: 1\n")
@@ -298,6 +299,8 @@ CASES = [
     ("azure-timestamp-span", "5", ["simulate", "--trace", "ts_span.csv"], ["ts_span.csv", "span"]),
     ("jsonl-timestamp-span", "5", ["simulate", "--trace", "span.jsonl"], ["span.jsonl", "span"]),
     ("scenario-duplicate-key", "5", ["simulate", "-s", "dupkey.yaml"], ["dupkey.yaml", "duplicate key 'workload'"]),
+    ("experiment-empty-name", "5", ["sweep", "exp_empty_name.yaml", "--db", "r/x.duckdb"],
+     ["exp_empty_name.yaml", "name", "at least 1 character"]),
     ("experiment-duplicate-key", "5", ["sweep", "exp_dupkey.yaml", "--db", "r/x.duckdb"], ["duplicate key 'seeds'"]),
     # §6: bounds checked up front
     ("replicas-1e9", "6", ["simulate", "-s", "replicas.yaml"], ["replicas", "10000"]),

@@ -44,7 +44,7 @@ LEVELS = ("router", "batcher")
 class ExperimentSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # no NaN or infinity in any number
 
-    name: str = "experiment"
+    name: str = Field(default="experiment", min_length=1, max_length=256)  # (it names the runs in the store)
     description: str = ""
     scenarios: list[str] = Field(min_length=1)
     policies: dict[str, list[PolicyRef]] = Field(default_factory=dict)
