@@ -1423,7 +1423,7 @@ def bench_gateway(
     load_route_policy(router)  # (bad input in one line here, not from the gateway's process)
     if backend:
         backend_urls(list(backend))
-    if not backend:
+    else:
         from fleetwise.serve.localbackends import llama_cpp_available
 
         if not llama_cpp_available():
