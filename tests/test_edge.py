@@ -15,7 +15,6 @@ import fleetwise.envs  # noqa: E402,F401
 from fleetwise.policies import make  # noqa: E402
 from fleetwise.envs.edge import EdgeBatchingEnv  # noqa: E402
 from fleetwise.worlds.edge import (  # noqa: E402
-    OFFLOAD_CHOICES,
     EdgeConfig,
     EdgePolicyBatcher,
     OffloadGreedy,
@@ -55,17 +54,12 @@ def test_masked_random_rollout_times_and_rewards():
     while True:
         m = env.action_masks()
         lane = env._lane
-        no = len(OFFLOAD_CHOICES)
-        assert m[0] and m[nc] and m[nc + no]  # the rule's choices are always allowed
-        # the deadline and shortest-first orders need two waiting requests
-        assert (m[nc + no + 1:] == (len(lane.waiting) >= 2)).all()
+        assert m[0] and m[nc] and m[nc + 3]  # the rule's choices are always allowed
+        assert m[nc + 4] == (len(lane.waiting) >= 2)  # deadline order needs two waiting requests
         assert m[1] == bool(lane.running and (lane.waiting or lane.prefilling))  # decode-only needs both
         if not (lane.waiting or lane.prefilling):
             assert not m[1:nc].any()  # nothing to prefill: every chunk budget is the rule's plan
         assert not (m[nc + 1] and m[nc + 2])  # "never" when the rule offloads, "now" when it does not
-        assert not (m[nc + 1] and m[nc + 3])  # ... and "test" (the rule's test elsewhere) only when it does not
-        if m[nc + 3]:
-            assert lane.replica != env.view.slowest and env.view.test_offload(lane) >= 0 and m[nc + 2]
         a = _random_action(m, rng, SMALL.action_nvec)
         deviations += a != [0, 0, 0]
         obs, r, term, trunc, info = env.step(a)
@@ -242,7 +236,7 @@ def test_cem_policy_zero_parameters_are_offload_greedy_decision_for_decision():
 
     cfg = replace(EdgeConfig(), segment_s=60.0)
     pol = LinearEdgePolicy.from_params(np.zeros(n_params(cfg)), cfg)
-    seen: dict[str, list] = {"rule": [], "cem": [], "edf": [], "short": []}
+    seen: dict[str, list] = {"rule": [], "cem": [], "edf": []}
 
     def recording(name, inner):
         class Rec:
@@ -261,24 +255,16 @@ def test_cem_policy_zero_parameters_are_offload_greedy_decision_for_decision():
     # a parameter moves the decision: a positive bias on "offload now" offloads more
     d1 = len(pol.W[0]) + 1
     p = np.zeros(n_params(cfg))
-    p[8 * d1 - 1] = 1.0  # the bias of row 8 (6 chunk rows, then offload 1, 2 and 3): offload choice 2 ("now")
+    p[8 * d1 - 1] = 1.0  # the bias of row 8 (6 chunk rows, then offload 1 and 2): offload choice 2 ("now")
     c = evaluate(cfg, lambda view: EdgePolicyBatcher(LinearEdgePolicy.from_params(p, cfg), view), [1003],
                  held_out="test")[0]
     assert c["offloaded"] > a["offloaded"]
-    # ... so does one on offload choice 3 ("test": the rule's offload test at the other nodes too)
-    t = np.zeros(n_params(cfg))
-    t[9 * d1 - 1] = 1.0
-    f = evaluate(cfg, lambda view: EdgePolicyBatcher(LinearEdgePolicy.from_params(t, cfg), view), [1003],
-                 held_out="test")[0]
-    assert f["offloaded"] > a["offloaded"]
-    # ... and a positive bias on the last two rows (queue order 1, "deadline"; 2, "shortest") reorders admissions
-    for name, k in (("edf", 2), ("short", 1)):
-        q = np.zeros(n_params(cfg))
-        q[-d1 * (k - 1) - 1] = 1.0
-        e = evaluate(cfg, lambda view: recording(name, EdgePolicyBatcher(LinearEdgePolicy.from_params(q, cfg), view)),
-                     [1003], held_out="test")[0]
-        assert seen[name] != seen["rule"] and e["requests"] == a["requests"]
-    assert seen["edf"] != seen["short"]
+    # ... and a positive bias on the last row (queue order 1, "deadline") reorders admissions
+    q = np.zeros(n_params(cfg))
+    q[-1] = 1.0
+    e = evaluate(cfg, lambda view: recording("edf", EdgePolicyBatcher(LinearEdgePolicy.from_params(q, cfg), view)),
+                 [1003], held_out="test")[0]
+    assert seen["edf"] != seen["rule"] and e["requests"] == a["requests"]
 
 
 def test_deadline_order_puts_feasible_requests_first_by_deadline():
@@ -305,30 +291,6 @@ def test_deadline_order_puts_feasible_requests_first_by_deadline():
                 assert sorted(order) == sorted(lane.waiting)
                 seen.append(order)
             return self.view.plan(lane, (0, 0, 1))
-
-    evaluate(replace(EdgeConfig(), segment_s=60.0), Probe, [1003], held_out="test")
-    assert seen
-
-
-def test_shortest_order_admits_the_shortest_prompts_first():
-    """Queue order 2: new prompts in order of their length (FCFS among equals); the plan's new prefills are a
-    prefix of that order."""
-    seen: list = []
-
-    class Probe:
-        stationary = False
-
-        def __init__(self, view):
-            self.view = view
-
-        def plan(self, lane):
-            p = self.view.plan(lane, (0, 0, 2))
-            new = [rid for rid, _ in p.prefill if rid in lane.waiting] if p.prefill else []
-            if len(lane.waiting) >= 3 and new:
-                order = sorted(lane.waiting, key=lane.context)
-                assert new == order[:len(new)]
-                seen.append(new)
-            return p
 
     evaluate(replace(EdgeConfig(), segment_s=60.0), Probe, [1003], held_out="test")
     assert seen
@@ -369,28 +331,6 @@ def test_batching_cem_on_the_recipe_starts_at_the_rule_gates_and_writes_a_numpy_
                       level="batcher")
     obs = rng.random((32, len(pol.W[0]))).astype(np.float32)
     assert np.array_equal(ck2.predict(obs)[0], np.stack([pol.predict(o)[0] for o in obs]))
-
-
-def test_batching_cem_searches_the_biases_first_then_the_feature_weights(monkeypatch):
-    """``bias_iterations``: the first iterations draw fixed adjustments of the rule (biases only, the feature weights
-    exactly 0), then the weights open with their initial spread."""
-    from fleetwise.learn import recipe
-    from fleetwise.learn.batching_cem import BatchingCEMConfig, n_features, train_batching_cem
-    from fleetwise.learn.disppo import EdgeValidation
-
-    pops: list = []
-    ask = recipe.CEM.ask
-    monkeypatch.setattr(recipe.CEM, "ask", lambda self: pops.append(ask(self).copy()) or pops[-1])
-    tiny = replace(SMALL, segment_s=20.0)
-    val = EdgeValidation([("a", tiny, 2000, None, None)], OffloadGreedy,
-                         lambda view: make("batcher", "sarathi", {"max_num_seqs": 32}))
-    bcfg = BatchingCEMConfig(iterations=3, population=3, elite=1, segments=1, segment_s=20.0, bias_iterations=2)
-    train_batching_cem(tiny, val, bcfg)
-    assert len(pops) == 3
-    for it, pop in enumerate(pops):
-        rows = pop.reshape(len(pop), -1, n_features(tiny) + 1)
-        assert (rows[1:, :, -1] != 0).all()  # the biases are searched throughout (member 0 is the mean)
-        assert (rows[:, :, :-1] == 0).all() == (it < 2)
 
 
 @pytest.mark.ray

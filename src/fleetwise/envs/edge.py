@@ -37,15 +37,13 @@ Action
     - chunk: the prompt-token budget of this iteration, ``chunk_sizes[i]`` (Sarathi-style chunked prefill, index
       0 = the rule's 512 tokens; a budget of 0 = a decode step only);
     - offload: 0 = the rule's decision, 1 = never (keep the head of the queue here), 2 = offload the head of the
-      queue now, to the neighbour with the smallest estimated backlog, 3 = the rule's offload test at this node
-      (``EdgeView.test_offload``; the rule applies it at the slowest node only);
+      queue now, to the neighbour with the smallest estimated backlog;
     - queue order of new prompts: 0 = FCFS (the rule's), 1 = deadline (those that can still meet their TTFT
-      deadline first, earliest deadline first; ``EdgeView.deadline_order``), 2 = shortest prompt first.
+      deadline first, earliest deadline first; ``EdgeView.deadline_order``).
 
     ``action_masks()`` marks the choices that differ from the rule's: a chunk other than the rule's needs prompt
     tokens to prefill (a budget of 0 needs a decoding sequence), "never" needs the rule to offload, "now" needs
-    the rule not to and a neighbour whose KV cache can hold the head, "test" needs the rule not to and the test to
-    pass at this node, the two other orders two waiting requests.
+    the rule not to and a neighbour whose KV cache can hold the head, "deadline" two waiting requests.
     ``rule_action()`` is ``[0, 0, 0]``, always
     allowed; a masked choice runs the rule's and sets ``info["invalid_action"]``.
 

@@ -12,14 +12,13 @@ paired with the rule, numpy only (no torch), as the TORTA, router and scaler lea
 **The policy** is linear: one logit per action choice, ``W . obs + b``, masked, argmax per action dimension
 (ties to the lowest index). The rows of index 0 (the rule's own choice in every dimension) are fixed at 0, so
 **zero parameters are the rule, decision for decision** (masked-out choices are never taken and index 0 is never
-masked); (6 + 3 + 2) rows x (22 features + 1) = 253 parameters for three nodes.
+masked); (6 + 2 + 1) rows x (22 features + 1) = 207 parameters for three nodes.
 
 **The recipe**, step by step:
 
 1. The policy contains its rule (zero parameters = ``offload_greedy``; tested).
 2. Warm start at the rule: the search distribution starts centred on zero, and the rule is the candidate to beat
-   on validation; the first ``bias_iterations`` search the biases only (fixed adjustments of the rule: a choice
-   per dimension), then the feature weights open too.
+   on validation.
 3. Service level as a constraint: maximise requests within deadline per second (the ratio of the candidate's
    sum over the iteration's segments to the rule's) subject to TTFT deadline attainment no more than
    ``ttft_tolerance`` below the rule's on the same segments, with a Lagrange multiplier (``recipe.Lagrangian``,
@@ -58,7 +57,6 @@ class BatchingCEMConfig:
     ttft_tolerance: float = 0.005  # TTFT deadline attainment may fall this much (a fraction) below the rule's
     lagrangian_lr: float = 0.5
     min_delta: float = 0.005  # requests/s: the search's mean replaces the best only when this much better
-    bias_iterations: int = 0  # the first iterations search the biases only (fixed adjustments of the rule), then all
     seed: int = 0
 
 
@@ -142,7 +140,7 @@ def job_key(cfg, validation, bcfg: BatchingCEMConfig, mix) -> str:
 
     doc = {"edge": asdict(cfg), "mix": asdict(mix), "cem": asdict(bcfg), "params": n_params(cfg),
            "validation": [[str(x) for x in w[:3]] + [str(w[4])] for w in validation.windows],
-           "version": 3}  # bump when the edge world or the policy changes behaviour without changing the config
+           "version": 2}  # bump when the edge world or the policy changes behaviour without changing the config
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -183,12 +181,6 @@ def train_batching_cem(cfg, validation, bcfg: BatchingCEMConfig, mix=None, out: 
     k = n_params(cfg)
     sigma = np.full((k // (n_features(cfg) + 1), n_features(cfg) + 1), bcfg.sigma)
     sigma[:, -1] = bcfg.sigma_bias
-    full_sigma = sigma.reshape(-1).copy()
-    weights = np.ones_like(sigma, dtype=bool)
-    weights[:, -1] = False
-    weights = weights.reshape(-1)  # the feature weights' entries (the rest: the biases)
-    if bcfg.bias_iterations > 0:
-        sigma[:, :-1] = 0.0
     search = CEM(np.zeros(k), sigma.reshape(-1), population=bcfg.population, elite=bcfg.elite, min_sigma=bcfg.min_sigma,
                  rng=np.random.default_rng([int(bcfg.seed), 37]), keep_mean=True)
     lag = Lagrangian(target=-bcfg.ttft_tolerance, sense=">=", lr=bcfg.lagrangian_lr, scale=0.01, lam=0.1,
@@ -200,16 +192,12 @@ def train_batching_cem(cfg, validation, bcfg: BatchingCEMConfig, mix=None, out: 
     lagrange: list[tuple[int, float, float]] = []
     simulated = 0
     for it in range(1, bcfg.iterations + 1):
-        if it == bcfg.bias_iterations + 1 and bcfg.bias_iterations > 0:  # now the feature weights too
-            search.sigma = np.where(weights, full_sigma, search.sigma)
         segs = _segments(cfg, mix, bcfg, it)
         rule = _run(None, segs)
         pop = search.ask()
         cmp_ = [_compare(_run(LinearEdgePolicy.from_params(p, cfg), segs), rule) for p in pop]
         simulated += (len(pop) + 1) * len(segs)
         order = search.tell([-c + lag.penalty(a) for c, a in cmp_])
-        if it <= bcfg.bias_iterations:  # the weights stay at zero (tell's floor would open them)
-            search.sigma[weights] = 0.0
         elite_att = float(np.mean([cmp_[i][1] for i in order]))
         lam = lag.update(elite_att, step=simulated)
         lagrange.append((simulated, lam, elite_att))

@@ -38,8 +38,8 @@ BATCH_SIZES = (1, 2, 4, 8, 16, 32)
 
 
 LEARNERS = ("cem", "ppo")  # cem: learn.batching_cem (the default); ppo: learn.disppo, the paper's SMDP PPO
-CEM_BUDGET = {True: {"iterations": 8, "population": 16, "elite": 4, "segments": 6, "bias_iterations": 3},
-              False: {"iterations": 12, "population": 16, "elite": 4, "segments": 8, "bias_iterations": 3}}
+CEM_BUDGET = {True: {"iterations": 8, "population": 16, "elite": 4, "segments": 6},
+              False: {"iterations": 12, "population": 16, "elite": 4, "segments": 8}}
 
 
 def _budget(quick: bool, learner: str = "cem") -> dict:

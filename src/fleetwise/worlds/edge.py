@@ -60,10 +60,10 @@ class EdgeConfig:
     backhaul_rtt_s: float = 0.010
     backhaul_gbps: float = 1.0
     # the action: a prefill chunk budget (tokens per iteration, Sarathi-style; 0 = a decode step only when
-    # anything decodes) x an offload choice (the rule's, never, the head of the queue now, the rule's offload test
-    # at this node) x the order in which new prompts are admitted (FCFS; deadline: feasible first, earliest TTFT
-    # deadline first; shortest prompt first). Index 0 of each is the rule's own (offload_greedy: 512-token chunks,
-    # offload from the slowest node, FCFS), so [0, 0, 0] is the rule.
+    # anything decodes) x an offload choice (the rule's, never, the head of the queue now) x the order in which
+    # new prompts are admitted (FCFS, or deadline: feasible first, earliest TTFT deadline first). Index 0 of each
+    # is the rule's own (offload_greedy: 512-token chunks, offload from the slowest node, FCFS), so [0, 0, 0] is
+    # the rule.
     chunk_sizes: tuple[int, ...] = (512, 0, 128, 256, 1024, 2048, 8192)
     offload_margin_s: float = 1.0  # the rule offloads when its backlog exceeds the neighbour's by this much
     max_running: int = 32
@@ -80,8 +80,8 @@ class EdgeConfig:
         return (len(self.chunk_sizes), len(OFFLOAD_CHOICES), len(QUEUE_ORDERS))
 
 
-OFFLOAD_CHOICES = ("rule", "never", "now", "test")
-QUEUE_ORDERS = ("fcfs", "deadline", "shortest")
+OFFLOAD_CHOICES = ("rule", "never", "now")
+QUEUE_ORDERS = ("fcfs", "deadline")
 
 
 def n_features(nodes: int) -> int:
@@ -306,15 +306,7 @@ class EdgeView:
         """The rule's offload decision for the head of the queue: its target replica, or -1. offload_greedy
         offloads from the slowest node (the smallest prefill speed) while the least-backlogged neighbour's
         estimated backlog is shorter than this node's by ``offload_margin_s``, once per request."""
-        if view.replica != self.slowest:
-            return -1
-        return self.test_offload(view)
-
-    def test_offload(self, view: LaneView) -> int:
-        """The rule's offload test at this node, whichever node it is (offload choice 3, "test"): the
-        least-backlogged neighbour that can hold the head of the queue when its estimated backlog is shorter than
-        this node's by ``offload_margin_s`` and the head was not offloaded before; else -1."""
-        if not view.waiting:
+        if view.replica != self.slowest or not view.waiting:
             return -1
         head = view.waiting[0]
         if view.offloaded(head):
@@ -329,12 +321,11 @@ class EdgeView:
         """The choices (chunk choices, then offload choices, then queue orders) that differ from the rule's (index
         0 of each, always allowed): a chunk other than the rule's needs prompt tokens to prefill (a budget of 0 a
         decoding sequence too), "never" needs the rule to offload, "now" needs the rule not to and a neighbour
-        that can hold the head of the queue, "test" needs the rule not to offload and its test to pass at this node
-        (a node other than the slowest), the "deadline" and "shortest" orders need two waiting requests."""
+        that can hold the head of the queue, "deadline" order needs two waiting requests."""
         nc, no = len(self.cfg.chunk_sizes), len(OFFLOAD_CHOICES)
         m = np.zeros(nc + no + len(QUEUE_ORDERS), dtype=bool)
         m[0] = m[nc] = m[nc + no] = True
-        m[nc + no + 1:] = len(view.waiting) >= 2
+        m[nc + no + 1] = len(view.waiting) >= 2
         if view.waiting or view.prefilling:
             m[:nc] = True
             m[1] = bool(view.running)
@@ -342,7 +333,6 @@ class EdgeView:
         m[nc + 1] = rule_to >= 0
         if rule_to < 0 and view.waiting and not view.offloaded(view.waiting[0]):
             m[nc + 2] = self.offload_target(view, view.waiting[0]) >= 0
-            m[nc + 3] = view.replica != self.slowest and self.test_offload(view) >= 0
         return m
 
     def plan(self, view: LaneView, action=(0, 0, 0)) -> BatchPlan:
@@ -350,13 +340,12 @@ class EdgeView:
         offload_greedy's own plan (a 2-element action means FCFS).
 
         Offload: index 0 the rule's decision (:meth:`rule_offload`), 1 never, 2 the head of the queue now (to
-        the least-backlogged neighbour that can hold it; the rule's decision when none can), 3 the rule's test at
-        this node (:meth:`test_offload`; the rule's decision when it does not pass). An offload is the
+        the least-backlogged neighbour that can hold it; the rule's decision when none can). An offload is the
         whole plan (the node then decides again). Otherwise a Sarathi iteration with ``chunk_sizes[chunk]``
         prompt tokens (unfinished prefills first, then new requests in the queue order: 0 FCFS, 1 deadline:
         the requests that can still meet their TTFT deadline, estimated by their prefill time alone, earliest
-        deadline first, then the rest, earliest first; 2 shortest prompt first, FCFS among equals); a budget of
-        0 is a decode step when anything decodes (else the rule's chunk)."""
+        deadline first, then the rest, earliest first); a budget of 0 is a decode step when anything decodes
+        (else the rule's chunk)."""
         cfg = self.cfg
         ci, oi = int(action[0]), int(action[1])
         qi = int(action[2]) if len(action) > 2 else 0
@@ -367,9 +356,7 @@ class EdgeView:
         to = -1
         if oi == 2 and view.waiting and not view.offloaded(view.waiting[0]):
             to = self.offload_target(view, view.waiting[0])
-        elif oi == 3:
-            to = self.test_offload(view)
-        if oi == 0 or (oi >= 2 and to < 0):
+        if oi == 0 or (oi == 2 and to < 0):
             to = self.rule_offload(view)
         if to >= 0:
             return BatchPlan(offload=((view.waiting[0], to),))
@@ -378,9 +365,8 @@ class EdgeView:
             if view.running:
                 return DECODE
             chunk = cfg.chunk_sizes[0]
-        if qi and len(view.waiting) >= 2:
-            order = self.deadline_order(view) if qi == 1 else sorted(view.waiting, key=view.context)
-            return self._sarathi(chunk).plan_queue(view, order)
+        if qi == 1 and len(view.waiting) >= 2:
+            return self._sarathi(chunk).plan_queue(view, self.deadline_order(view))
         return self._sarathi(chunk).plan(view)
 
     def deadline_order(self, view: LaneView) -> list[int]:
@@ -450,8 +436,10 @@ class EdgeView:
         o[13] = 1.0 if self.rule_offload(view) >= 0 else 0.0
         own = self.backlog_s(ri, now)
         o[14] = min(own / 20.0, 1.0)
-        if waiting and o[11] and self.test_offload(view) >= 0:  # the rule's offload test at this node
-            o[15] = 1.0
+        if waiting and o[11]:  # the rule's offload test at this node, whichever node it is
+            to = self.offload_target(view, waiting[0])
+            if to >= 0 and own > self.backlog_s(to, now) + cfg.offload_margin_s:
+                o[15] = 1.0
         k = 16
         for r in sim.replicas:
             if r.index == ri:
