@@ -6,10 +6,18 @@ By default on the validation segments of `fleetwise reproduce batching --quick` 
 the segments its tables report, to show how far from the ceiling the rule and a fixed adjustment are there (no
 choice is made on them).
 
-Usage: python benchmarks/batching_headroom.py [--test N]
+With `--test N`, also a slack-aware token budget (``SlackBudget``, after Sarathi-Serve's budget from the
+time-between-tokens SLO, here from each running sequence's own deadline) and an upper bound on the requests within
+deadline from the edge's prefill capacity (``capacity_bound``). With `--validation-full`: the validation segments
+of the full budget (7) instead of `--quick`'s.
+
+Usage: python benchmarks/batching_headroom.py [--test N] [--validation-full]
 """
 
 from __future__ import annotations
+
+import bisect
+import math
 
 import numpy as np
 
@@ -43,6 +51,86 @@ def offload_any(view, lane, margin_s=1.0) -> int:
     return 0
 
 
+class SlackBudget:
+    """Each iteration the largest token budget (of ``CHUNKS``) whose iteration time every running sequence that
+    can still make its end-to-end deadline affords, (deadline - now) / tokens left; the whole budget
+    (``CHUNKS[-1]``) when nothing decodes. Deadline queue order, and offloads by the rule's test at any node (as
+    the fixed adjustments above). A hand-written rule, outside the action space."""
+
+    stationary = False
+    CHUNKS = (64, 128, 256, 512, 1024, 2048, 4096, 8192)
+
+    def __init__(self, view):
+        from fleetwise.policies.batchers import Sarathi
+
+        self.view = view
+        self.deadline = view.e2e_deadline.tolist()
+        self.sarathi = {c: Sarathi(chunk_tokens=c, max_num_seqs=view.cfg.max_running) for c in self.CHUNKS}
+
+    def plan(self, lane):
+        from fleetwise.control.protocols import DECODE
+
+        v = self.view
+        if offload_any(v, lane) == 2:
+            return v.plan(lane, (0, 2, 0))
+        n_run = len(lane.running)
+        if not (lane.waiting or lane.prefilling):
+            return DECODE if n_run else v.plan(lane, (0, 1, 0))
+        sim, now = v.sim, lane.time_s
+        perf = sim.replicas[lane.replica].perf
+        kv = sum(lane.kv_tokens(r) for r in lane.running)
+        step = perf.iteration_time_s(0, 0.0, n_run, kv) if n_run else 0.0
+        allow = math.inf
+        for r in lane.running:
+            left = sim.output[r] - sim.generated(r)
+            if left > 0:
+                need = (self.deadline[r] - now) / left
+                if step <= need < allow:  # (a sequence that cannot make it any more does not constrain)
+                    allow = need
+        chunk = self.CHUNKS[-1] if not n_run else self.CHUNKS[0]
+        if n_run:
+            for c in self.CHUNKS:
+                if c > n_run and perf.iteration_time_s(c - n_run, (c - n_run) * 1024.0, n_run, kv) <= allow:
+                    chunk = c
+        s = self.sarathi[chunk]
+        return s.plan_queue(lane, v.deadline_order(lane)) if len(lane.waiting) >= 2 else s.plan(lane)
+
+
+def capacity_bound(view) -> int:
+    """An upper bound on a segment's requests within deadline from the edge's prefill capacity. Request r can be
+    on time only if its prompt is prefilled within [arrival, deadline - its shortest decode] (``O - 1`` steps of a
+    batch of one on the fastest node) and not faster than the fastest node prefills it alone; in any interval
+    [t1, t2] the nodes together prefill at most C (t2 - t1) tokens (C: the sum of each node's best prefill rate
+    over chunk sizes, nothing else running), so of the requests whose windows lie inside it at most those with
+    the smallest prompts that fit are on time; losses over disjoint intervals add (weighted interval scheduling)."""
+    sim, w = view.sim, view.sim.workload
+    p_tok, out, arr = w.prompt_tokens.astype(np.int64), w.output_tokens.astype(np.int64), w.arrival_s
+    perfs = [r.perf for r in sim.replicas]
+    cap = sum(max(c / p.iteration_time_s(c, 0.0, 0, 0) for c in SlackBudget.CHUNKS) for p in perfs)
+    ctx = p_tok * (out - 1) + (out - 1) * out / 2.0
+    dec = np.min([(out - 1) * p.decode_coeffs(1)[0] + p.decode_coeffs(1)[1] * ctx for p in perfs], axis=0)
+    pre = np.min([[p.iteration_time_s(int(x), 0.0, 0, 0) for x in p_tok] for p in perfs], axis=0)
+    end = view.e2e_deadline - dec
+    idx = np.flatnonzero(arr + pre <= end + 1e-9)
+    losses = []
+    for t1 in np.unique(arr[idx]):
+        sel = idx[arr[idx] >= t1]
+        o = np.argsort(end[sel])
+        e, p = end[sel][o], p_tok[sel][o]
+        for t2 in np.unique(e[e > t1]):
+            m = int(np.searchsorted(e, t2 + 1e-12, side="right"))
+            room = cap * (t2 - t1)
+            if p[:m].sum() > room:
+                k = int(np.searchsorted(np.cumsum(np.sort(p[:m])), room + 1e-9, side="right"))
+                losses.append((t2, t1, m - k))
+    losses.sort()
+    ends = [x[0] for x in losses]
+    best = [0] * (len(losses) + 1)
+    for j, (t2, t1, lost) in enumerate(losses, 1):
+        best[j] = max(best[j - 1], best[bisect.bisect_right(ends, t1, 0, j - 1)] + lost)
+    return len(idx) - best[-1]
+
+
 def test_segments(n: int) -> None:
     """The rule, its ceiling and the best fixed adjustments on the first ``n`` test segments (paired changes)."""
     from fleetwise.worlds.edge import OffloadGreedy
@@ -64,6 +152,17 @@ def test_segments(n: int) -> None:
     fx = np.mean([f["on_time"] / r["on_time"] - 1 for r, f in zip(rule, fixed)])
     ex = np.mean([e["on_time"] / r["on_time"] - 1 for r, e in zip(rule, edf)])
     print(f"| mean | | | {ceil:+.1%} | {fx:+.1%} | {ex:+.1%} |")
+    from fleetwise.worlds.edge import segment
+
+    slack = evaluate(cfg, SlackBudget, seeds)
+    bound = [capacity_bound(segment(cfg, s, True)) for s in seeds]
+    print("\n| test segment | requests | slack-aware budget on time | vs rule | capacity bound | bound vs rule |")
+    print("|---|---|---|---|---|---|")
+    for r, s, b in zip(rule, slack, bound):
+        print(f"| {r['seed']} | {r['requests']} | {s['on_time']} | {s['on_time'] / r['on_time'] - 1:+.1%} | {b} | "
+              f"{b / r['on_time'] - 1:+.1%} |")
+    print(f"| mean | | | {np.mean([s['on_time'] / r['on_time'] - 1 for r, s in zip(rule, slack)]):+.1%} | | "
+          f"{np.mean([b / r['on_time'] - 1 for r, b in zip(rule, bound)]):+.1%} |")
 
 
 def main() -> None:
@@ -73,7 +172,7 @@ def main() -> None:
         test_segments(int(sys.argv[sys.argv.index("--test") + 1]))
         return
     cfg = EdgeConfig()
-    wins = validation_windows(cfg, quick=True)
+    wins = validation_windows(cfg, quick="--validation-full" not in sys.argv)
     variants = {"offload_greedy (zero action)": lambda v, ln: (0, 0)}
     for ci, c in enumerate(cfg.chunk_sizes[1:], start=1):
         variants[f"chunk {c}" if c else "decode only"] = lambda v, ln, ci=ci: (ci, 0)
@@ -82,11 +181,13 @@ def main() -> None:
     variants["deadline queue order"] = lambda v, ln: (0, 0, 1)
     variants["chunk 128 + offload from any node"] = lambda v, ln: (2, offload_any(v, ln))
     variants["chunk 128 + offload from any node + deadline order"] = lambda v, ln: (2, offload_any(v, ln), 1)
+    variants["slack-aware budget (SlackBudget)"] = None
     print("| adjustment | " + " | ".join(w[0] for w in wins) + " | mean |")
     print("|---|" + "---|" * (len(wins) + 1))
     for name, fn in variants.items():
-        xs = [evaluate(c, lambda view, fn=fn: Fixed(view, fn), [seed], held_out="validation", trace=tr,
-                       load=ld)[0]["deadline_rps"] for _, c, seed, tr, ld in wins]
+        make = SlackBudget if fn is None else (lambda view, fn=fn: Fixed(view, fn))
+        xs = [evaluate(c, make, [seed], held_out="validation", trace=tr, load=ld)[0]["deadline_rps"]
+              for _, c, seed, tr, ld in wins]
         print(f"| {name} | " + " | ".join(f"{x:.3f}" for x in xs) + f" | {np.mean(xs):.3f} |", flush=True)
 
 
