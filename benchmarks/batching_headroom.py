@@ -11,7 +11,9 @@ time-between-tokens SLO, here from each running sequence's own deadline) and an 
 deadline from the edge's prefill capacity (``capacity_bound``). With `--validation-full`: the validation segments
 of the full budget (7) instead of `--quick`'s.
 
-Usage: python benchmarks/batching_headroom.py [--test N] [--validation-full]
+With `--traces A,B`: those two against the rule on real traces at load 0.7 (10 seeds each).
+
+Usage: python benchmarks/batching_headroom.py [--test N | --traces NAMES] [--validation-full]
 """
 
 from __future__ import annotations
@@ -165,11 +167,38 @@ def test_segments(n: int) -> None:
           f"{np.mean([b / r['on_time'] - 1 for r, b in zip(rule, bound)]):+.1%} |")
 
 
+def on_traces(names: list[str]) -> None:
+    """The slack-aware budget and the best fixed adjustment against the rule on real traces at load 0.7, the 10
+    test seeds of ``reproduce batching --eval-trace`` (paired by seed)."""
+    from fleetwise.metrics.stats import paired_change
+    from fleetwise.workload.spec import load_trace
+    from fleetwise.worlds.edge import OffloadGreedy
+
+    cfg, seeds = EdgeConfig(), list(range(1000, 1010))
+    print("| trace @0.7 | rule on time | policy | on time | vs rule | TTFT P99 s (rule / policy) |")
+    print("|---|---|---|---|---|---|")
+    for name in names:
+        tr = load_trace(name)
+        rule = evaluate(cfg, OffloadGreedy, seeds, trace=tr, load=0.7)
+        best = lambda v, ln: (2, offload_any(v, ln), 1)  # noqa: E731
+        for label, make in (("SlackBudget", SlackBudget),
+                            ("chunk 128 + any node + deadline", lambda view: Fixed(view, best))):
+            r = evaluate(cfg, make, seeds, trace=tr, load=0.7)
+            ch = paired_change({x["seed"]: x["deadline_rps"] for x in rule}, {x["seed"]: x["deadline_rps"] for x in r})
+            print(f"| {name} | {sum(x['on_time'] for x in rule)} of {sum(x['requests'] for x in rule)} | {label} | "
+                  f"{sum(x['on_time'] for x in r)} | {ch.mean:+.1%} [{ch.lo:+.1%}, {ch.hi:+.1%}] | "
+                  f"{np.mean([x['ttft_p99_s'] for x in rule]):.1f} / {np.mean([x['ttft_p99_s'] for x in r]):.1f} |",
+                  flush=True)
+
+
 def main() -> None:
     import sys
 
     if "--test" in sys.argv:
         test_segments(int(sys.argv[sys.argv.index("--test") + 1]))
+        return
+    if "--traces" in sys.argv:
+        on_traces(sys.argv[sys.argv.index("--traces") + 1].split(","))
         return
     cfg = EdgeConfig()
     wins = validation_windows(cfg, quick="--validation-full" not in sys.argv)
