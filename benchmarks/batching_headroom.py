@@ -11,7 +11,8 @@ time-between-tokens SLO, here from each running sequence's own deadline) and an 
 deadline from the edge's prefill capacity (``capacity_bound``). With `--validation-full`: the validation segments
 of the full budget (7) instead of `--quick`'s.
 
-With `--traces A,B`: those two against the rule on real traces at load 0.7 (10 seeds each).
+With `--traces NAMES` (comma-separated): `SlackBudget` and the best fixed adjustment against the rule on those real
+traces at load 0.7 (10 seeds each).
 
 Usage: python benchmarks/batching_headroom.py [--test N | --traces NAMES] [--validation-full]
 """
