@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The RL scaler at its full budget (issue 17; docs/autoscaling.md, docs/learning.md): the recipe's training of the
-# gated model-level correction of slo_aware (CEM from calm_price_hold: 3 searches, seeds 0-2, each 6 iterations of 8
+# gated model-level correction of slo_aware (CEM from calm_hour_need_restore: 3 searches, seeds 0-2, each 6 iterations of 8
 # candidates on its own 4 two-hour windows of ServeGen days 2-6 and 2 of real traces (azure-conv, mooncake) at loads
 # 0.5-0.9; the parameters kept over all three on 2 whole-day runs of day 7, the gate on 4 others), then the RL scaler
 # and slo_aware on the whole of day 1 (the test day), 5 seeds. Measured 2026-12-04: 34 min 43 s wall on 2 CPUs

@@ -320,6 +320,33 @@ def test_calm_hour_price_hold_lifts_only_after_a_calm_hour():
     assert not any(hour[160:162 + 120]) and hour[-1]  # restored by the burst; lifted again after a calm hour
 
 
+def test_calm_hour_need_restore_keeps_its_lift_through_a_short_queue():
+    """CALM_HOUR_NEED_RESTORE: calm_hour_price_hold whose restore weighs the backlog 0.6 instead of 2.5. Lifted after
+    a calm hour, a queue of five requests on a replica (the need still a small fraction of one) restores
+    calm_hour_price_hold's spread and not this one's; the need at 1.4 replicas restores both at once."""
+    from fleetwise.policies.scaler_correction import CALM_HOUR_NEED_RESTORE, CALM_HOUR_PRICE_HOLD, N_HOLD_GATE_OUTPUTS
+
+    def zones(rps, waiting=0):
+        return [_group(key=f"m/g/z-{z}/on_demand", zone=f"z-{z}", ready=1, starting=0, arrivals_rps=rps,
+                       capacity_rps=5.0, max_replicas=6, min_replicas=0, busy=0.1, waiting=waiting, tpot_p90_s=0.01)
+                for z in "ab"]
+
+    def lifted(spec, burst):
+        sc = CorrectedSLOAware(LinearCorrection.from_spec(spec, N_HOLD_GATE_OUTPUTS), downscale_window_s=300.0)
+        out, t = [], 0.0
+        for k in range(150):
+            sc.scale(_obs(t, burst if k == 140 else zones(0.3)))
+            out.append(sc._drop.get("m", False))
+            t += 30.0
+        return out
+
+    queue, need = zones(0.3, waiting=5), zones(6.0)
+    for spec in (CALM_HOUR_PRICE_HOLD, CALM_HOUR_NEED_RESTORE):
+        assert lifted(spec, need)[139] and not lifted(spec, need)[140]  # lifted by then; the need restores it
+    assert not lifted(CALM_HOUR_PRICE_HOLD, queue)[140]
+    assert lifted(CALM_HOUR_NEED_RESTORE, queue)[140] and lifted(CALM_HOUR_NEED_RESTORE, queue)[-1]
+
+
 def test_a_search_from_calm_lift_starts_there(tmp_path):
     """ScalerCEMConfig.init names the start; the gated parameters index as output:feature with outputs 0..2."""
     from fleetwise.learn.scaler_cem import free_index, init_params, n_params, params_policy

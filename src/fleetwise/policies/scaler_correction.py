@@ -188,6 +188,13 @@ CALM_PRICE_HOLD = {k: v for k, v in CALM_HOLD.items() if k != "4:10"} | {"4:12":
 # calm next one better than a calm quarter-hour. Chosen on whole training and validation days 2-7 (seed 0; an
 # hour at least 90% calm instead gave about calm_price_hold's figures): docs/autoscaling.md, "A lift after a calm hour".
 CALM_HOUR_PRICE_HOLD = CALM_PRICE_HOLD | {"1:8": 20.0, "1:b": -59.6}
+# ... whose restore answers the need and the SLO ratio, not a short queue (``init="calm_hour_need_restore"``; row 2's
+# weight on the backlog -0.6 instead of -2.5: two or three requests waiting on the one replica left no longer restore
+# the spread; the need at 1 replica, a high p90 / SLO ratio or a long queue still do). Every restore is a reversal and
+# the next lift often another; a replica ordered for a few queued requests is ready after they are served. Chosen
+# on the training days 2-6 (seed 0) among backlog weights -2.5, -1.25 and -0.6: docs/autoscaling.md, "A restore on
+# the need".
+CALM_HOUR_NEED_RESTORE = CALM_HOUR_PRICE_HOLD | {"2:3": -0.6}
 
 
 def _ratios(ttft: np.ndarray, slo_ttft: np.ndarray, tpot: np.ndarray, slo_tpot: np.ndarray) -> np.ndarray:
