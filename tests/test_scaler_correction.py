@@ -475,3 +475,22 @@ def test_reproduce_platform_evaluates_a_given_checkpoint_without_training(tmp_pa
         assert res["rl"][k] == res["slo_aware"][k], k
     assert res["rl"]["gate_passed"] is True
     assert "given by --rl-checkpoint" in P.render(res).caption
+
+
+def test_the_gate_judges_the_attainment_interval_not_its_mean():
+    """A checkpoint whose mean attainment loss is within the bar (0.2 point) but whose 95% interval is not fails
+    the gate's constraint; one whose whole interval is within passes; an added oscillation or a lost request fails."""
+    from fleetwise.learn.scaler_cem import gate_constraint
+
+    def runs(diffs, osc=0.0, lost=0.0):
+        return [{"slo_attainment": 0.98 + d, "cost_per_mtok_usd": 1.0, "oscillations": osc, "lost_requests": lost}
+                for d in diffs]
+
+    rule = runs([0.0] * 4)
+    ok, ci = gate_constraint(runs([-0.0010, -0.0030, -0.0015, -0.0025]), rule, 0.002)  # mean -0.2 pt, lo below
+    assert ci.mean == pytest.approx(-0.002) and ci.lo < -0.002 and not ok
+    ok, ci = gate_constraint(runs([-0.0010, -0.0012, -0.0011, -0.0013]), rule, 0.002)
+    assert ok and ci.lo >= -0.002
+    assert not gate_constraint(runs([0.0] * 4, osc=1.0), rule, 0.002)[0]
+    assert not gate_constraint(runs([0.0] * 4, lost=1.0), rule, 0.002)[0]
+    assert gate_constraint(runs([-0.001]), rule[:1], 0.002)[0]  # one window: its mean

@@ -1111,11 +1111,13 @@ def train_scaler_cmd(
     searches: Optional[int] = typer.Option(None, min=1, max=64, help="independent searches (seeds SEED, SEED+1, ...; "
                                            "each its own training windows); validation keeps the best parameters "
                                            "over all of them (default: the budget's, 3 full, 1 --quick)"),
-    init: str = typer.Option("calm_hour_need_restore", "--init", help="where the search starts: "
-                             "calm_hour_need_restore (the budgets' default: a hand-written correction that lifts a "
-                             "model's N+1 spread after a calm hour, restores it when the need or the SLO ratio rises, "
-                             "and holds the need through dips while lifted, and outside a lift for a replica under $12 "
-                             "an hour), calm_hour_price_hold (... restored on a short queue too), calm_price_hold "
+    init: str = typer.Option("calm_hour_low_need", "--init", help="where the search starts: "
+                             "calm_hour_low_need (the budgets' default: a hand-written correction that lifts a "
+                             "model's N+1 spread after a calm hour while its need is under 0.35 replica, restores it "
+                             "when the need or the SLO ratio rises, and holds the need through dips while lifted, and "
+                             "outside a lift for a replica under $12 an hour), calm_hour_need_restore (... lifted at "
+                             "any need of a calm hour), calm_hour_price_hold (... restored on a short queue too), "
+                             "calm_price_hold "
                              "(... lifted after a calm quarter-hour), calm_lift (its "
                              "hold for every model), calm_lift_only (its hold "
                              "only while the spread is lifted), calm_hold (... and in the hour after a restore), "
@@ -1164,7 +1166,9 @@ def train_scaler_cmd(
     print_tables(t, False)
     lo, hi = g["ci95"]
     console.print(f"gate ({g['windows_detail']}, cost per million tokens against {g['rule']}): {g['change']:+.2%} "
-                  f"[{lo:+.2%}, {hi:+.2%}], SLO attainment {g['attainment_diff'] * 100:+.2f} points: "
+                  f"[{lo:+.2%}, {hi:+.2%}], SLO attainment {g['attainment_diff'] * 100:+.2f} points"
+                  + (" [{:+.2f}, {:+.2f}]".format(*(100 * v for v in g["attainment_diff_ci95"]))
+                     if None not in g.get("attainment_diff_ci95", [None]) else "") + ": "
                   f"{'passed' if g['passed'] else 'NOT passed (serve refuses it without --force)'}; kept "
                   f"{res['kept']}; checkpoint {res['checkpoint']}", highlight=False,
                   soft_wrap=True)

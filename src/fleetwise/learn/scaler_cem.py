@@ -16,14 +16,16 @@ The recipe, step by step:
    zero parameters (the rule); the start, like the rule, is a candidate of the validation's choice.
 3. Service level as a constraint: minimise the cost per million tokens subject to SLO attainment at most
    ``slack`` (0.1 point) below the rule's on the same windows (``recipe.Lagrangian``, dual ascent on the elite's
-   violation, logged), and no more oscillations than the rule (a penalty) and no lost request (refused).
+   violation, logged), and no more oscillations than the rule (a penalty) and no lost request (refused); the
+   validation's choice refuses a candidate more than ``gate_slack`` (0.2 point) below the rule.
 4. Train / validation / test: training windows from the training days and from real traces in place of the
    scenario's arrivals at loads from light to busy (a distribution of workloads), validation windows (the parameters
    kept: the CEM mean with the best validation score, the rule itself included, over ``searches`` independent
    searches of their own training windows when there are several) and separate gate windows from the validation
    day; test days are never seen (``reproduce platform`` evaluates on ServeGen day 1).
 5. The gate: paired cost per token on the gate windows against the rule (``recipe.gate``), passed when its whole
-   95% interval is a saving and the attainment and oscillation constraints held there; it goes into the model card.
+   95% interval is a saving, the 95% interval of the attainment difference lies within ``gate_slack`` (0.2 point)
+   of the rule's, and no oscillation was added nor request lost there; it goes into the model card.
 6. At scale: every (candidate, window) run is one task on the sweep backends (``fleetwise.execution``: local
    processes, or Ray with ``backend="ray"``).
 """
@@ -46,6 +48,7 @@ from fleetwise.policies.scaler_correction import (
     CALM_HOLD_MULTI,
     CALM_LIFT,
     CALM_LIFT_ONLY,
+    CALM_HOUR_LOW_NEED,
     CALM_HOUR_NEED_RESTORE,
     CALM_HOUR_PRICE_HOLD,
     CALM_PRICE_HOLD,
@@ -63,11 +66,12 @@ N_PARAMS = N_OUTPUTS * N_FEATURES + N_OUTPUTS  # (an ungated policy; a gated one
 # ScalerCEMConfig.init: hand-written corrections a search may start from, and their number of outputs
 INITS = {"calm_lift": CALM_LIFT, "calm_lift_only": CALM_LIFT_ONLY, "calm_hold": CALM_HOLD,
          "calm_hold_multi": CALM_HOLD_MULTI, "calm_price_hold": CALM_PRICE_HOLD,
-         "calm_hour_price_hold": CALM_HOUR_PRICE_HOLD, "calm_hour_need_restore": CALM_HOUR_NEED_RESTORE}
+         "calm_hour_price_hold": CALM_HOUR_PRICE_HOLD, "calm_hour_need_restore": CALM_HOUR_NEED_RESTORE,
+         "calm_hour_low_need": CALM_HOUR_LOW_NEED}
 INIT_OUTPUTS = {"calm_lift": N_GATED_OUTPUTS, "calm_lift_only": N_GATED_HOLD_OUTPUTS,
                 "calm_hold": N_HOLD_GATE_OUTPUTS, "calm_hold_multi": N_HOLD_GATE_OUTPUTS,
                 "calm_price_hold": N_HOLD_GATE_OUTPUTS, "calm_hour_price_hold": N_HOLD_GATE_OUTPUTS,
-                "calm_hour_need_restore": N_HOLD_GATE_OUTPUTS}
+                "calm_hour_need_restore": N_HOLD_GATE_OUTPUTS, "calm_hour_low_need": N_HOLD_GATE_OUTPUTS}
 # what a search from an init searches when ScalerCEMConfig.free is None: the init's own parameters (its thresholds
 # and the hold), a constant capacity correction and the lift's weight on the hour's calm share. Noise on every one
 # of the gated policy's 42 parameters would move the lift's narrow margin (0.4 at a calm quarter-hour) at random.
@@ -77,7 +81,8 @@ _HOLD_FREE = [*(k for k in CALM_HOLD if k[0] != "4"), "0:b", "1:8", "3:b"]
 INIT_FREE = {"calm_lift": [*CALM_LIFT, "0:b", "1:8"],
              "calm_lift_only": [*CALM_LIFT_ONLY, "3:b", "1:8"],  # (row 0 stays zero: the rule outside a lift)
              "calm_hold": _HOLD_FREE, "calm_hold_multi": _HOLD_FREE, "calm_price_hold": _HOLD_FREE,
-             "calm_hour_price_hold": _HOLD_FREE, "calm_hour_need_restore": _HOLD_FREE}
+             "calm_hour_price_hold": _HOLD_FREE, "calm_hour_need_restore": _HOLD_FREE,
+             "calm_hour_low_need": [*_HOLD_FREE, "1:1"]}  # (and the lift's need threshold)
 
 
 def n_params(outputs: int = N_OUTPUTS) -> int:
@@ -97,13 +102,16 @@ VAL_DAY = 6  # ServeGen day 7: validation windows (the choice and the gate); day
 # found parameters that beat the rule on validation (docs/autoscaling.md, "Three searches"). Since 2026-12-05 the
 # start is calm_hour_need_restore (calm_price_hold whose lift waits for a calm hour and whose restore answers the
 # need and the SLO ratio rather than a short queue): its lifts and restores cost fewer reversals, and its checkpoint
-# was the first to pass the gate (docs/autoscaling.md, "A restore on the need")
+# was the first to pass the gate (docs/autoscaling.md, "A restore on the need"). Since 2026-12-06 it is
+# calm_hour_low_need (the same, its lift also waiting for a need under 0.35 replica): the previous start's
+# checkpoint passed the gate on its mean attainment loss, 0.19 point, whose interval crossed the 0.2-point bar
+# (docs/autoscaling.md, "A lift on a low need")
 CEM_BUDGETS = {
     "quick": {"window_s": 3600.0, "train_windows": 3, "val_windows": 2, "gate_windows": 3, "iterations": 3,
-              "population": 6, "elite": 2, "init": "calm_hour_need_restore", "sigma": 0.15,
+              "population": 6, "elite": 2, "init": "calm_hour_low_need", "sigma": 0.15,
               "train_traces": ["azure-conv", "mooncake"], "trace_windows": 1},
     "full": {"window_s": 7200.0, "train_windows": 4, "val_windows": 2, "val_window_s": DAY, "gate_windows": 4,
-             "gate_window_s": DAY, "iterations": 6, "population": 8, "elite": 3, "init": "calm_hour_need_restore",
+             "gate_window_s": DAY, "iterations": 6, "population": 8, "elite": 3, "init": "calm_hour_low_need",
              "sigma": 0.15, "searches": 3,
              "train_traces": ["azure-conv", "mooncake"], "trace_windows": 2},
 }
@@ -129,7 +137,8 @@ class ScalerCEMConfig:
     # INIT_FREE[init]
     free: list[str] | None = None
     slack: float = 0.001  # SLO attainment at most this much (0.1 point) below the rule's, on average
-    gate_slack: float = 0.002  # the gate's bound on the attainment difference: 0.2 point, the issue's bar
+    gate_slack: float = 0.002  # the gate's bound on the attainment difference (its 95% interval's lower bound):
+    # 0.2 point, the issue's bar; a validation result past it is refused by the choice too
     oscillation_weight: float = 0.01  # the penalty per oscillation added over a set of windows (log cost units)
     seed: int = 0
     # independent searches, of seeds seed, seed + 1, ... (each its own training windows and CEM draws, as a run of
@@ -287,6 +296,20 @@ def compare_runs(runs: list[dict], rule: list[dict]) -> dict[str, float]:
             "lost": float(sum(r["lost_requests"] for r in runs))}
 
 
+def gate_constraint(runs: list[dict], rule: list[dict], gate_slack: float) -> tuple[bool, Any]:
+    """Whether the gate's constraints held on its windows (``window_run`` figures, paired with the rule's): no
+    request lost, no oscillation added, and SLO attainment at most ``gate_slack`` below the rule's, judged as the
+    issue's bar is: the 95% interval's lower bound of the paired difference (its mean with one window). The mean
+    alone let a checkpoint at the bar pass (docs/autoscaling.md, "The gate judges the interval"). Returns (held,
+    the attainment difference's CI)."""
+    from fleetwise.metrics.stats import bootstrap_ci
+
+    c = compare_runs(runs, rule)
+    aci = bootstrap_ci([r["slo_attainment"] - q["slo_attainment"] for r, q in zip(runs, rule)])
+    lo = aci.lo if math.isfinite(aci.lo) else aci.mean
+    return bool(lo >= -gate_slack and c["oscillations_added"] <= 0 and c["lost"] == 0), aci
+
+
 def train_scaler_cem(base: dict, cfg: ScalerCEMConfig, out: str | Path | None = None, *, backend: str = "local",
                      workers: int | None = None, address: str | None = None,
                      progress: Callable[[int, dict], None] | None = None) -> dict:
@@ -316,6 +339,8 @@ def _train(base, cfg, out, backend, workers, address, progress) -> dict:
         return 1.0 if c["lost"] > 0 else cfg.oscillation_weight * max(c["oscillations_added"], 0.0)
 
     def val_score(c: dict) -> float:  # a score that refuses a broken constraint
+        if c["attainment_diff"] < -cfg.gate_slack:  # past the gate's bar: refused, whatever it saves
+            return -1.0 - penalty(c)
         viol = max(-cfg.slack - c["attainment_diff"], 0.0) / cfg.slack
         return -c["log_cost_ratio"] - 0.05 * viol - penalty(c)
 
@@ -372,13 +397,14 @@ def _train(base, cfg, out, backend, workers, address, progress) -> dict:
     gruns = gw.runs([params])[0]
     gc = gw.compare(gruns)
     keys = [f"day{d}@{s:g}s#{sd}" for d, s, sd in gw.wins]  # (whole days differ by their seed only)
-    ok = gc["attainment_diff"] >= -cfg.gate_slack and gc["oscillations_added"] <= 0 and gc["lost"] == 0
+    ok, aci = gate_constraint(gruns, gw.rule, cfg.gate_slack)
     g = gate(dict(zip(keys, (r["cost_per_mtok_usd"] for r in gruns))),
              dict(zip(keys, (r["cost_per_mtok_usd"] for r in gw.rule))), constraint_ok=ok)
     g |= {"metric": "cost_per_mtok_usd", "rule": RULE, "attainment_diff": gc["attainment_diff"],
+          "attainment_diff_ci95": [v if math.isfinite(v) else None for v in (aci.lo, aci.hi)],  # (None: 1 window)
           "oscillations_added": gc["oscillations_added"], "lost_requests": gc["lost"],
-          "constraint": f"SLO attainment at most {cfg.gate_slack * 100:g} points below the rule's, no more "
-                        "oscillations, no lost request",
+          "constraint": f"SLO attainment at most {cfg.gate_slack * 100:g} points below the rule's (the 95% "
+                        "interval's lower bound), no more oscillations, no lost request",
           "windows_detail": f"{cfg.gate_windows} windows of {gws / 3600:g} h on ServeGen day {cfg.val_day + 1}"}
     result = {"curve": curve, "gate": g, "params": params.tolist(), "best_iteration": best["iteration"],
               "best_search": best.get("search"),  # (None: the rule or the start)
