@@ -494,3 +494,30 @@ def test_the_gate_judges_the_attainment_interval_not_its_mean():
     assert not gate_constraint(runs([0.0] * 4, osc=1.0), rule, 0.002)[0]
     assert not gate_constraint(runs([0.0] * 4, lost=1.0), rule, 0.002)[0]
     assert gate_constraint(runs([-0.001]), rule[:1], 0.002)[0]  # one window: its mean
+
+
+def test_calm_hour_low_need_lifts_only_under_a_third_of_a_replica():
+    """CALM_HOUR_LOW_NEED: calm_hour_need_restore whose lift also waits for a need under 0.35 replica. After a calm
+    hour at a need under 0.35 replica both lift the spread; between 0.35 and 0.5 replica (still calm) only the older
+    one does."""
+    from fleetwise.policies.scaler_correction import CALM_HOUR_LOW_NEED, CALM_HOUR_NEED_RESTORE, N_HOLD_GATE_OUTPUTS
+
+    def zones(rps):
+        return [_group(key=f"m/g/z-{z}/on_demand", zone=f"z-{z}", ready=1, starting=0, arrivals_rps=rps,
+                       capacity_rps=5.0, max_replicas=6, min_replicas=0, busy=0.1, waiting=0, tpot_p90_s=0.01)
+                for z in "ab"]
+
+    def lifted(spec, rps):
+        sc = CorrectedSLOAware(LinearCorrection.from_spec(spec, N_HOLD_GATE_OUTPUTS), downscale_window_s=300.0)
+        t = 0.0
+        for _ in range(150):
+            sc.scale(_obs(t, zones(rps)))
+            t += 30.0
+        return sc._drop.get("m", False), sc._memory["m"].needs[-1][1]  # (lifted, the rule's need in rps)
+
+    for spec in (CALM_HOUR_NEED_RESTORE, CALM_HOUR_LOW_NEED):
+        ok, need = lifted(spec, 0.3)
+        assert ok and need < 0.35 * 5.0  # (a replica serves 5 rps)
+    ok, need = lifted(CALM_HOUR_NEED_RESTORE, 1.8)
+    assert ok and 0.35 * 5.0 < need < 0.5 * 5.0
+    assert not lifted(CALM_HOUR_LOW_NEED, 1.8)[0]
