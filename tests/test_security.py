@@ -462,6 +462,11 @@ def test_serve_refuses_a_checkpoint_that_did_not_pass_the_gate_unless_forced(ckp
         create_app(token=TOKEN, scaler="rl?checkpoint=ungated.npz", checkpoint_dir=str(ckpt_dir))
     with pytest.raises(InputError, match=r"failed.npz: did not pass the deployment gate .*\+3\.0% \[-1\.0%, \+7\.0%\]"):
         create_app(token=TOKEN, scaler="rl?checkpoint=failed.npz", checkpoint_dir=str(ckpt_dir))
+    # a saving whose constraint did not hold: the line says which bound
+    _scaler_checkpoint(ckpt_dir, "bound", {"passed": False, "change": -0.15, "ci95": [-0.17, -0.14],
+                                           "constraint_ok": False, "constraint": "SLO attainment at most 0.2 points"})
+    with pytest.raises(InputError, match=r"-15\.0% .*its constraint did not hold: SLO attainment at most 0\.2 points"):
+        create_app(token=TOKEN, scaler="rl?checkpoint=bound.npz", checkpoint_dir=str(ckpt_dir))
     forced = create_app(token=TOKEN, scaler="rl?checkpoint=ungated.npz", checkpoint_dir=str(ckpt_dir), force=True)
     assert forced.state.service.policies.scale.name == "rl?checkpoint=ungated.npz"
     app = create_app(token=TOKEN, scaler="rl?checkpoint=passed.npz", checkpoint_dir=str(ckpt_dir))

@@ -129,6 +129,8 @@ def require_gate(card: ModelCard | None, where: str, force: bool = False) -> Non
             if isinstance(ci, list) and len(ci) == 2 and all(isinstance(x, (int, float)) for x in ci):
                 what += f" [{ci[0]:+.1%}, {ci[1]:+.1%}]"
             what += ")"
+        if v.get("constraint_ok") is False and isinstance(v.get("constraint"), str):  # the saving held, a bound did not
+            what += f"; its constraint did not hold: {v['constraint'][:200]}"
         raise CheckpointError(f"{where}: did not pass the deployment gate on validation{what}; serve it anyway with "
                               "--force")
 
