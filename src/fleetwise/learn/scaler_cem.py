@@ -303,7 +303,7 @@ def gate_constraint(runs: list[dict], rule: list[dict], gate_slack: float) -> tu
     """Whether the gate's constraints held on its windows (``window_run`` figures, paired with the rule's): no
     request lost, no oscillation added, and SLO attainment at most ``gate_slack`` below the rule's, judged as the
     issue's bar is: the 95% interval's lower bound of the paired difference (its mean with one window). The mean
-    alone let a checkpoint at the bar pass (docs/autoscaling.md, "The gate judges the interval"). Returns (held,
+    alone let a checkpoint at the bar pass (docs/autoscaling.md, "A lift on a low need"). Returns (held,
     the attainment difference's CI)."""
     from fleetwise.metrics.stats import bootstrap_ci
 
