@@ -2,7 +2,8 @@
 # The RL scaler at its full budget (issue 17; docs/autoscaling.md, docs/learning.md): the recipe's training of the
 # gated model-level correction of slo_aware (CEM from calm_hour_low_need: 3 searches, seeds 0-2, each 6 iterations of 8
 # candidates on its own 4 two-hour windows of ServeGen days 2-6 and 2 of real traces (azure-conv, mooncake) at loads
-# 0.5-0.9; the parameters kept over all three on 2 whole-day runs of day 7, the gate on 4 others), then the RL scaler
+# 0.5-0.9; the parameters kept over all three on whole-day runs of days 7 and 8, the gate on one of each of days 7-10
+# with other seeds), then the RL scaler
 # and slo_aware on the whole of day 1 (the test day), 5 seeds. Measured 2026-12-06 from calm_hour_low_need: 35 min 0 s
 # wall on 2 CPUs (from calm_hour_need_restore, 2026-12-05: one search alone, --set searches=1, 18 min 26 s).
 # Needs fleetwise on PATH's python (a venv). The other scalers' figures are `fleetwise reproduce platform` (all of

@@ -1,11 +1,12 @@
 """The RL scaler against slo_aware on whole ServeGen days that nothing in its making used (docs/autoscaling.md):
-training windows come from days 2-6, the choice and the gate from day 7, the test of ``reproduce platform`` is day 1
-(on which the frontier probe's hand-set corrections were also tried), so days 8-14 are held out from all of it. Each
+training windows come from days 2-6, the choice and the gate from days 7-10 (day 7 alone until 2026-12-06), the test
+of ``reproduce platform`` is day 1 (on which the frontier probe's hand-set corrections were also tried), so days 11-14
+are held out from all of it. Each
 day is the platform scenario's whole day with that day's ServeGen rates (same fleet, faults at the same hours), one
 run per day and scaler, paired by day.
 
     PYTHONPATH=src python benchmarks/rl-scaler-heldout-days.py --checkpoint results/platform-rl/platform/rl_scaler.npz \\
-        [--days 8-14] [--seed 0] [--probe "NAME|NAME"]
+        [--days 11-14] [--seed 0] [--probe "NAME|NAME"]
 
 ``--probe`` adds variants of benchmarks/scaler-frontier-probe.py (e.g. a hand-set correction with memory) for
 comparison. About 40-70 s of one core per whole-day run."""
@@ -45,7 +46,7 @@ def one(args):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--checkpoint", default="", help="the RL scaler's checkpoint (none: slo_aware and --probe only)")
-    ap.add_argument("--days", default="8-14", help="1-based ServeGen days, as A-B or A,B,C")
+    ap.add_argument("--days", default="11-14", help="1-based ServeGen days, as A-B or A,B,C")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--probe", default="", help="variants of the frontier probe, separated by |")
     ap.add_argument("--workers", type=int, default=2)

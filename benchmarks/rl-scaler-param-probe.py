@@ -1,4 +1,4 @@
-"""The RL scaler's parameters moved one at a time, judged on ServeGen day 7 (the validation day): ``--windows``
+"""The RL scaler's parameters moved one at a time, judged on ServeGen days 7-10 (the validation days, in turn): ``--windows``
 windows of ``--hours`` hours drawn as the validation's (seed 200) and as many as the gate's (seed 300), paired with
 slo_aware on each window. What does a parameter of a checkpoint move? (No test day is read.) The defaults, 4 + 4
 two-hour windows, are the full budget's validation and gate before they moved to whole days (on 2 CPUs, the start,
@@ -50,8 +50,8 @@ def main() -> None:
     _, base = read_yaml("platform", SCENARIO_DIR, "scenario")
     t0 = time.perf_counter()
     with cached_servegen():
-        parts = {"validation": S.windows([cfg.val_day], a.windows, cfg.window_s, 200),
-                 "gate": S.windows([cfg.val_day], a.windows, cfg.window_s, 300)}
+        parts = {"validation": S.windows(cfg.val_days, a.windows, cfg.window_s, 200, in_turn=True),
+                 "gate": S.windows(cfg.val_days, a.windows, cfg.window_s, 300, in_turn=True)}
         wins = [w for ws in parts.values() for w in ws]
         allw = S._Windows(base, wins, cfg, lambda items: run_tasks(S.window_run, items, workers=a.workers),
                           cfg.window_s)

@@ -1,6 +1,6 @@
 """The frontier probe's hand-set corrections with memory on the RL scaler's own windows (docs/autoscaling.md, "Why
 the learned policy does not find even that"): the full budget's 4 training windows (ServeGen days 2-6), its 4
-validation windows and its 4 gate windows (day 7), each paired with slo_aware, as the CEM search scores them:
+validation windows and its 4 gate windows (days 7-10, in turn), each paired with slo_aware, as the CEM search scores them:
 mean log cost-per-token ratio, mean SLO attainment difference, oscillations added over the windows.
 
     PYTHONPATH=src python benchmarks/scaler-calm-on-cem-windows.py ["NAME|NAME"]
@@ -44,15 +44,15 @@ def run_one(item):
 
 def main() -> None:
     from fleetwise.execution import run_tasks
-    from fleetwise.learn.scaler_cem import CEM_BUDGETS, TRAIN_DAYS, VAL_DAY, ScalerCEMConfig, windows
+    from fleetwise.learn.scaler_cem import CEM_BUDGETS, TRAIN_DAYS, VAL_DAYS, ScalerCEMConfig, windows
     from fleetwise.scenario import SCENARIO_DIR, read_yaml
 
     names = (sys.argv[1] if len(sys.argv) > 1 else DEFAULT).split("|")
     _, base = read_yaml("platform", SCENARIO_DIR, "scenario")
-    cfg = ScalerCEMConfig(train_days=list(TRAIN_DAYS), val_day=VAL_DAY, **CEM_BUDGETS["full"])
+    cfg = ScalerCEMConfig(train_days=list(TRAIN_DAYS), val_days=list(VAL_DAYS), **CEM_BUDGETS["full"])
     sets = {"train": windows(cfg.train_days, cfg.train_windows, cfg.window_s, 100 + cfg.seed),  # as _train draws them
-            "validation": windows([cfg.val_day], cfg.val_windows, cfg.window_s, 200),
-            "gate": windows([cfg.val_day], cfg.gate_windows, cfg.window_s, 300)}
+            "validation": windows(cfg.val_days, cfg.val_windows, cfg.window_s, 200, in_turn=True),
+            "gate": windows(cfg.val_days, cfg.gate_windows, cfg.window_s, 300, in_turn=True)}
     for sname, wins in sets.items():
         res = run_tasks(run_one, [(base, w, cfg.window_s, n) for n in [None, *names] for w in wins], backend="local",
                         workers=2)

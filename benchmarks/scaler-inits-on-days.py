@@ -1,5 +1,5 @@
 """The RL scaler's hand-written starts (scaler_cem.INITS) against slo_aware on whole ServeGen days, paired by day:
-how a start's thresholds are chosen without the validation day (7), the test day (1) or the held-out days (8-14).
+how a start's thresholds are chosen without the validation days (7-10), the test day (1) or the held-out days (11-14).
 The default days are the training days 2-6. (docs/autoscaling.md, "The hold".)
 
     PYTHONPATH=src python benchmarks/scaler-inits-on-days.py [--inits calm_lift,calm_hold] [--days 2-6] [--seeds 0] \\

@@ -185,6 +185,24 @@ def test_windows_are_reproducible_and_inside_the_day():
     assert windows([6], 2, 86400.0, seed=200) == [(6, 0.0, 200000), (6, 0.0, 200001)]  # whole days: seeds differ
 
 
+def test_validation_takes_its_days_in_turn_and_never_a_training_day():
+    """The choice and the gate judge several days, each in turn (a gate on one day's seeds judged that day's
+    character); the starts are those of a random draw, so one validation day gives the windows it always gave."""
+    from fleetwise.learn.scaler_cem import VAL_DAYS
+
+    cfg = ScalerCEMConfig()
+    assert cfg.val_days == [6, 7, 8, 9] == list(VAL_DAYS) and not set(cfg.val_days) & set(cfg.train_days)
+    gate = windows(cfg.val_days, 4, 86400.0, seed=300, in_turn=True)
+    assert gate == [(6, 0.0, 300000), (7, 0.0, 300001), (8, 0.0, 300002), (9, 0.0, 300003)]
+    short = windows([6, 7], 3, 3600.0, seed=200, in_turn=True)
+    assert [d for d, _, _ in short] == [6, 7, 6]
+    assert [s for _, s, _ in short] == [s for _, s, _ in windows([6, 7], 3, 3600.0, seed=200)]
+    assert windows([6], 3, 3600.0, seed=200, in_turn=True) == windows([6], 3, 3600.0, seed=200)
+    for bad in ([], [3, 6]):
+        with pytest.raises(ValueError, match="val_days"):
+            ScalerCEMConfig(val_days=bad)
+
+
 def test_tiny_cem_training_writes_a_gated_checkpoint_rl_runs(tmp_path):
     """One CEM iteration on 10-minute windows: the curve, the multiplier and the gate go into the model card; the
     checkpoint runs as scaler "rl"; serving refuses it unless its gate passed."""
@@ -203,7 +221,7 @@ def test_tiny_cem_training_writes_a_gated_checkpoint_rl_runs(tmp_path):
         assert res["kept"] in ("rule", "calm_lift", "iteration 1") and card.training["config"]["init"] == "calm_lift"
         assert card.validation["metric"] == "cost_per_mtok_usd" and card.validation["windows"] == 2
         assert card.validation["constraint"].startswith("SLO attainment at most 1.23 points below")  # gate_slack
-        assert card.validation["windows_detail"] == "2 windows of 0.333333 h on ServeGen day 7"  # gate_window_s
+        assert card.validation["windows_detail"] == "2 windows of 0.333333 h on ServeGen days 7-8"  # gate_window_s
         p = run_platform(sc, 1, scaler={"name": "rl", "checkpoint": res["checkpoint"]}, monitor=False)
     assert p.summary["lost_requests"] == 0
     json.dumps(res)

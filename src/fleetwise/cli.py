@@ -1131,7 +1131,7 @@ def train_scaler_cmd(
     """The RL scaler of `reproduce platform`: a model-level correction of slo_aware (its need and zone redundancy,
     per model and epoch), found by the cross-entropy method on windows of the platform scenario's ServeGen days
     2-6 and of two real traces in its place (cost per token, SLO attainment within 0.1 point of the rule's as a
-    constraint), kept by validation on day 7, gated against slo_aware (the gate's result goes into the model
+    constraint), kept by validation on days 7-10, gated against slo_aware (the gate's result goes into the model
     card)."""
     from fleetwise.experiments.store import check_writable_file
     from fleetwise.learn.scaler_cem import CEM_BUDGETS, INITS, ScalerCEMConfig, train_scaler_cem

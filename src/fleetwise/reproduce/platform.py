@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from fleetwise.learn.scaler_cem import CEM_BUDGETS, TRAIN_DAYS, VAL_DAY
+from fleetwise.learn.scaler_cem import CEM_BUDGETS, TRAIN_DAYS, VAL_DAYS
 from fleetwise.platform.windows import DAY, windowed, with_trace  # noqa: F401  (re-exported)
 
 METRICS = ("slo_attainment", "cost_per_mtok_usd", "oscillations", "lost_requests", "ttft_p99_s", "ttft_mean_s",
@@ -256,11 +256,11 @@ def _given_rl(path: str) -> tuple[Path, dict | None]:
 
 def _train_rl(base: dict, bud: dict, out_dir: Path, prog, workers: int | None = None) -> tuple[Path, dict | None]:
     """Train the RL scaler (the model-level correction of slo_aware, by CEM: fleetwise.learn.scaler_cem) on windows
-    of ServeGen days 2-6, choose its parameters and gate it on windows of day 7 (never the evaluation day);
+    of ServeGen days 2-6, choose its parameters and gate it on windows of days 7-10 (never the evaluation day);
     (checkpoint, the gate's result). numpy only: no extra needed."""
     from fleetwise.learn.scaler_cem import ScalerCEMConfig, train_scaler_cem
 
-    cfg = ScalerCEMConfig(train_days=list(TRAIN_DAYS), val_day=VAL_DAY, **bud["rl"])
+    cfg = ScalerCEMConfig(train_days=list(TRAIN_DAYS), val_days=list(VAL_DAYS), **bud["rl"])
     task = prog.add_task("training the RL scaler (CEM)", total=cfg.iterations * cfg.searches)
     res = train_scaler_cem(base, cfg, out_dir / "rl_scaler", workers=workers,
                            progress=lambda it, row: prog.update(task, completed=it))
