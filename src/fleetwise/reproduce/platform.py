@@ -3,10 +3,10 @@ outage, a degraded link, a GPU failure and spot preemptions from real traces (do
 
 Protocol: the built-in scenario ``platform`` (ServeGen day 1, Azure lengths, two AWS regions, on-demand and spot
 pools). Every scaler runs the same day with the same seeds (a seed draws the arrivals inside ServeGen's
-10-minute windows and the simulator's randomness); the RL scaler is trained on other ServeGen days (2-7) and
-evaluated on day 1. Reported per scaler: SLO attainment, cost per million tokens, scaling oscillations (a
-group's target reversing direction), requests lost (must be 0), P99 TTFT, mean and 95% CI over seeds, and the
-paired change against the HPA-like scaler; plus the best scaler with its spot pools replaced by on-demand ones
+10-minute windows and the simulator's randomness); the RL scaler is trained on other ServeGen days (2-6; chosen
+and gated on 7-10) and evaluated on day 1. Reported per scaler: SLO attainment, cost per million tokens, scaling
+oscillations (a group's target reversing direction), requests lost (must be 0), P99 TTFT, mean and 95% CI over
+seeds, and the paired change against the HPA-like scaler; plus the best scaler with its spot pools replaced by on-demand ones
 (what spot saves). ``--quick`` evaluates the 2 hours around the zone outage (09:30-11:30) instead of the whole
 day and trains the RL scaler less.
 """
