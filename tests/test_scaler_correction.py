@@ -198,9 +198,15 @@ def test_validation_takes_its_days_in_turn_and_never_a_training_day():
     assert [d for d, _, _ in short] == [6, 7, 6]
     assert [s for _, s, _ in short] == [s for _, s, _ in windows([6, 7], 3, 3600.0, seed=200)]
     assert windows([6], 3, 3600.0, seed=200, in_turn=True) == windows([6], 3, 3600.0, seed=200)
-    for bad in ([], [3, 6]):
+    for bad in ([], [3, 6], [6, 14]):
         with pytest.raises(ValueError, match="val_days"):
             ScalerCEMConfig(val_days=bad)
+    from fleetwise.learn.scaler_cem import parse_days
+
+    assert parse_days("7-10") == [6, 7, 8, 9] and parse_days("7, 9") == [6, 8] and parse_days("14") == [13]
+    for bad in ("", "10-7", "0-3", "7,7", "seven", "13-15"):
+        with pytest.raises(ValueError, match="ServeGen days|from 1 to 14"):
+            parse_days(bad)
 
 
 def test_tiny_cem_training_writes_a_gated_checkpoint_rl_runs(tmp_path):

@@ -1123,6 +1123,9 @@ def train_scaler_cmd(
                              "only while the spread is lifted), calm_hold (... and in the hour after a restore), "
                              "calm_hold_multi (... and for a model needing more than one replica) or rule (zero "
                              "parameters, slo_aware itself)"),
+    val_days: Optional[str] = typer.Option(None, "--val-days", help="the validation days, 1-based, as A-B or A,B "
+                                           "(default 7-10): the choice's and the gate's windows take them in turn; "
+                                           "never a training day (2-6)"),
     backend: str = typer.Option("local", help="local (worker processes) or ray"),
     address: Optional[str] = typer.Option(None, help="a Ray cluster's address (--backend ray)"),
     workers: Optional[int] = typer.Option(None, min=1, max=1024, help="worker processes (default: the CPUs)"),
@@ -1134,7 +1137,7 @@ def train_scaler_cmd(
     constraint), kept by validation on days 7-10, gated against slo_aware (the gate's result goes into the model
     card)."""
     from fleetwise.experiments.store import check_writable_file
-    from fleetwise.learn.scaler_cem import CEM_BUDGETS, INITS, ScalerCEMConfig, train_scaler_cem
+    from fleetwise.learn.scaler_cem import CEM_BUDGETS, INITS, ScalerCEMConfig, parse_days, train_scaler_cem
     from fleetwise.scenario import SCENARIO_DIR, read_yaml
 
     if not str(out_path).endswith(".npz"):
@@ -1144,9 +1147,18 @@ def train_scaler_cmd(
     _, base = read_yaml("platform", SCENARIO_DIR, "scenario")
     if init != "rule" and init not in INITS:
         raise InputError(f"--init {init!r}: expected one of {', '.join(['rule', *sorted(INITS)])}")
+    extra: dict = {}
+    if val_days is not None:
+        try:
+            extra["val_days"] = parse_days(val_days)
+        except ValueError as e:
+            raise InputError(f"--val-days {e}") from None
+        both = sorted(set(extra["val_days"]) & set(ScalerCEMConfig().train_days))
+        if both:
+            raise InputError(f"--val-days {val_days!r}: day {both[0] + 1} is a training day (2-6)")
     cfg = ScalerCEMConfig(seed=seed, **(CEM_BUDGETS["quick" if quick else "full"] | (
         {"searches": searches} if searches is not None else {}) | (
-        {"init": None, "sigma": ScalerCEMConfig.sigma} if init == "rule" else {"init": init})))
+        {"init": None, "sigma": ScalerCEMConfig.sigma} if init == "rule" else {"init": init}) | extra))
     with _progress() as prog:
         task = prog.add_task("training the RL scaler (CEM)", total=cfg.iterations * cfg.searches)
         res = train_scaler_cem(base, cfg, out_path, backend=backend, workers=workers, address=address,

@@ -98,6 +98,7 @@ TRAIN_DAYS = range(1, 6)  # ServeGen days 2-6 (0-based 1-5): training windows
 # 2026-12-06 validation was day 7 alone: a gate on several seeds of one day judges that day's character, not a
 # new day's (docs/autoscaling.md, "Validation on four days")
 VAL_DAYS = range(6, 10)
+SERVEGEN_DAYS = 14  # the days of ServeGen's language traces (../shared/data/servegen-alibaba-modelstudio)
 # reproduce platform's budgets (ScalerCEMConfig fields). From calm_lift the spread is 0.15, not 0.5: with 0.5 on
 # the lift's three parameters (margin 0.4) most candidates never lifted, and the search left the start (2026-12-04).
 # The full budget validates and gates on whole days (days 7 and 8 for the choice, days 7-10 with other seeds for the
@@ -168,6 +169,11 @@ class ScalerCEMConfig:
             raise ValueError(f"init {self.init!r}: expected one of {sorted(INITS)} or None (the rule)")
         if not 1 <= self.searches <= 64:
             raise ValueError(f"searches {self.searches}: expected 1 to 64")
+        for name in ("train_days", "val_days"):
+            bad = [d for d in getattr(self, name) if not (isinstance(d, int) and 0 <= d < SERVEGEN_DAYS)]
+            if bad:
+                raise ValueError(f"{name} {getattr(self, name)}: {bad[0]!r} is not a ServeGen day (0-based 0 to "
+                                 f"{SERVEGEN_DAYS - 1})")
         if not self.val_days or set(self.val_days) & set(self.train_days):
             raise ValueError(f"val_days {self.val_days}: expected one or more days, none of them a training day "
                              f"{self.train_days}")
@@ -200,6 +206,26 @@ def _days(days) -> str:
     if len(d) > 1 and d == list(range(d[0], d[0] + len(d))):
         return f"{d[0]}-{d[-1]}"
     return ", ".join(map(str, d))
+
+
+def parse_days(text: str) -> list[int]:
+    """1-based ServeGen days as "A-B" or "A,B,C" -> 0-based days; ValueError naming what is wrong."""
+    s = str(text).strip()
+    try:
+        if "-" in s:
+            lo, _, hi = s.partition("-")
+            days = list(range(int(lo), int(hi) + 1))
+            if int(hi) < int(lo):
+                raise ValueError
+        else:
+            days = [int(x) for x in s.split(",")]
+    except ValueError:
+        raise ValueError(f"{text!r}: expected 1-based ServeGen days as A-B or A,B,C") from None
+    bad = [d for d in days if not 1 <= d <= SERVEGEN_DAYS]
+    if not days or bad or len(set(days)) != len(days):
+        raise ValueError(f"{text!r}: expected distinct days from 1 to {SERVEGEN_DAYS}"
+                         + (f" ({bad[0]} is not one)" if bad else ""))
+    return [d - 1 for d in days]
 
 
 def windows(days: list[int], n: int, window_s: float, seed: int, in_turn: bool = False
