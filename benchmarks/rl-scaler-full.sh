@@ -3,9 +3,10 @@
 # gated model-level correction of slo_aware (CEM from calm_hour_low_need: 3 searches, seeds 0-2, each 6 iterations of 8
 # candidates on its own 4 two-hour windows of ServeGen days 2-6 and 2 of real traces (azure-conv, mooncake) at loads
 # 0.5-0.9; the parameters kept over all three on whole-day runs of days 7 and 8, the gate on one of each of days 7-10
-# with other seeds), then the RL scaler
-# and slo_aware on the whole of day 1 (the test day), 5 seeds. Measured 2026-12-06 from calm_hour_low_need: 35 min 0 s
-# wall on 2 CPUs (from calm_hour_need_restore, 2026-12-05: one search alone, --set searches=1, 18 min 26 s).
+# with other seeds), then the RL scaler and slo_aware on the whole of day 1 (the test day), 5 seeds. Measured
+# 2026-12-06 from calm_hour_low_need, validated on days 7-10: 40 min 12 s wall on 2 CPUs (validated on day 7 alone
+# the same morning: 35 min 0 s; from calm_hour_need_restore, 2026-12-05: one search alone, --set searches=1,
+# 18 min 26 s).
 # Needs fleetwise on PATH's python (a venv). The other scalers' figures are `fleetwise reproduce platform` (all of
 # them, with this training inside). Writes results/platform-rl/platform/ (result.json, rl_scaler.npz +
 # rl_scaler.card.json with the gate, rl_scaler.curve.json) and prints `{scaler: {slo_attainment, cost_per_mtok_usd,
