@@ -64,8 +64,8 @@ def main() -> None:
                            {s: by["rl", s, h][0] for s in range(a.seeds)})
         fr = np.mean([by["rl", s, h][1] for s in range(a.seeds)])
         fs = np.mean([by["slo_aware", s, h][1] for s in range(a.seeds)])
-        print(f"start {h:g} h: cost per M tokens 09:30-11:30, rl vs slo_aware {ch.mean:+.2%} [{ch.lo:+.2%}, {ch.hi:+.2%}]; "
-              f"reversals from 09:30 {fr:.1f} against {fs:.1f}")
+        print(f"start {h:g} h: cost per M tokens 09:30-11:30, rl vs slo_aware {ch.mean:+.2%} "
+              f"[{ch.lo:+.2%}, {ch.hi:+.2%}]; reversals from 09:30 {fr:.1f} against {fs:.1f}")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,8 @@ The recipe, step by step:
    scenario's arrivals at loads from light to busy (a distribution of workloads), validation windows (the parameters
    kept: the CEM mean with the best validation score, the rule itself included, over ``searches`` independent
    searches of their own training windows when there are several) and separate gate windows from the validation
-   days (taken in turn, so that the gate judges several days, not one day's seeds); test days are never seen (``reproduce platform`` evaluates on ServeGen day 1).
+   days (taken in turn, so that the gate judges several days, not one day's seeds); test days are never seen
+   (``reproduce platform`` evaluates on ServeGen day 1).
 5. The gate: paired cost per token on the gate windows against the rule (``recipe.gate``), passed when its whole
    95% interval is a saving, the 95% interval of the attainment difference lies within ``gate_slack`` (0.2 point)
    of the rule's, and no oscillation was added nor request lost there; it goes into the model card.
@@ -102,9 +103,9 @@ SERVEGEN_DAYS = 14  # the days of ServeGen's language traces (../shared/data/ser
 # reproduce platform's budgets (ScalerCEMConfig fields). From calm_lift the spread is 0.15, not 0.5: with 0.5 on
 # the lift's three parameters (margin 0.4) most candidates never lifted, and the search left the start (2026-12-04).
 # The full budget validates and gates on whole days (days 7 and 8 for the choice, days 7-10 with other seeds for the
-# gate), as the bar is judged: in
-# two-hour windows a lift and its restore are a reversal that the hold pays back only over the day, so there
-# every CEM mean added oscillations and validation kept the costliest in reversals (docs/autoscaling.md). The start
+# gate), as the bar is judged: in two-hour windows a lift and its restore are a reversal that the hold pays back
+# only over the day, so there every CEM mean added oscillations and validation kept the costliest in reversals
+# (docs/autoscaling.md). The start
 # is calm_price_hold since 2026-12-04 (calm_lift before): the same lifts, its hold outside a lift for cheap replicas
 # only, which gave the same test-day saving without the hold's cost on busy traffic (docs/autoscaling.md). The full
 # budget runs 3 searches (seeds 0-2) and keeps the best on validation: from this start one search of those three
