@@ -51,8 +51,12 @@ def main() -> None:
     ap.add_argument("--probe", default="", help="variants of the frontier probe, separated by |")
     ap.add_argument("--workers", type=int, default=2)
     a = ap.parse_args()
-    lo, _, hi = a.days.partition("-")
-    days = list(range(int(lo), int(hi) + 1)) if hi else [int(d) for d in a.days.split(",")]
+    from fleetwise.learn.scaler_cem import parse_days
+
+    try:
+        days = [d + 1 for d in parse_days(a.days)]  # (1-based, as given)
+    except ValueError as e:
+        ap.error(f"--days {e}")
     from fleetwise.metrics.stats import bootstrap_ci, paired_change
 
     names = ["slo_aware"] + (["rl"] if a.checkpoint else []) + [p for p in a.probe.split("|") if p]

@@ -37,8 +37,12 @@ def main() -> None:
     from fleetwise.platform.windows import DAY
     from fleetwise.scenario import SCENARIO_DIR, read_yaml
 
-    lo, _, hi = a.days.partition("-")
-    days = list(range(int(lo), int(hi) + 1)) if hi else [int(d) for d in a.days.split(",")]
+    from fleetwise.learn.scaler_cem import parse_days
+
+    try:
+        days = [d + 1 for d in parse_days(a.days)]  # (1-based, as given)
+    except ValueError as e:
+        ap.error(f"--days {e}")
     rule_params = json.loads(a.rule_params)
     if not isinstance(rule_params, dict):
         ap.error("--rule-params: expected a JSON object")
