@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+import fleetwise
 from fleetwise.catalog import GPUS, MODELS, get_gpu, get_model
 from fleetwise.errors import InputError
 from fleetwise.perf import PerfModel, default_calibration
@@ -356,6 +359,38 @@ def test_profile_on_cpu_writes_a_valid_profile(cpu_profile):
     assert {r.op for r in prof.elementwise} == {"input_layernorm", "attn_rope", "mlp_act", "add", "emb"}
     assert prof.iterations and all(r.s > 0 for r in prof.iterations)
     assert {(r.prefill_tokens > 0, r.decode_seqs > 0) for r in prof.iterations} == {(True, False), (False, True), (True, True)}
+
+
+def test_standalone_profiler_runs_with_torch_alone(tmp_path):
+    """``python -m fleetwise.profiler`` runs where only PyTorch and numpy are installed (the GPU machines' image
+    has no pydantic, typer or DuckDB): its file is what ``perf profile`` writes, and bad input is one line."""
+    pytest.importorskip("torch")
+    src = str(Path(fleetwise.__file__).parents[1])
+    block = ("import builtins, runpy, sys\n"
+             "real = builtins.__import__\n"
+             "def imp(name, *a, **k):\n"
+             "    if name.split('.')[0] in ('pydantic', 'pydantic_core', 'typer', 'duckdb', 'fastapi', 'ray'):\n"
+             "        raise ImportError('not installed: ' + name)\n"
+             "    return real(name, *a, **k)\n"
+             "builtins.__import__ = imp\n"
+             "sys.argv = ['fleetwise.profiler'] + sys.argv[1:]\n"
+             "runpy.run_module('fleetwise.profiler', run_name='__main__')\n")
+    env = {**os.environ, "PYTHONPATH": src}
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-c", block, *args], capture_output=True, text=True, env=env,
+                              cwd=tmp_path)
+
+    p = run("--quick", "--out", "cpu.json")
+    assert p.returncode == 0, p.stderr
+    assert "cpu.json" in p.stdout and "[1/" in p.stderr  # the summary, and progress lines
+    prof = load_profile(tmp_path / "cpu.json")
+    assert prof.env["device"] == "cpu" and prof.iterations and prof.gemm and prof.attn_decode
+    for args, words in ((("--models", "gpt-9", "--out", "x.json"), "unknown model"),
+                        (("--out", "."), "is a folder"), (("--out", "no/such/x.json"), "cannot write")):
+        p = run(*args)
+        assert p.returncode == 2 and words in p.stderr and "Traceback" not in p.stderr, (args, p.stderr)
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["cpu.json"]  # nothing half-written
 
 
 def test_calibrate_predict_validate_from_a_cpu_profile(cpu_profile, tmp_path, cli):

@@ -34,7 +34,7 @@ from typing import Any
 
 from fleetwise.catalog import get_model
 from fleetwise.catalog.specs import ModelSpec
-from fleetwise.perf.profile_data import FORMAT, per_gpu_heads
+from fleetwise.perf.profile_format import FORMAT, per_gpu_heads
 
 BACKENDS = ("FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION", "MATH")
 TP_DEGREES = (1, 2, 4, 8)
@@ -470,3 +470,67 @@ def round_profile(p: dict) -> dict:
         for row in p[key]:
             row["s"] = {b: r(v) for b, v in row["s"].items()}
     return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m fleetwise.profiler --out FILE [--quick] [--models a,b]``: ``fleetwise perf profile`` for a GPU
+    machine that has PyTorch and numpy but not the rest of fleetwise's dependencies (pydantic, typer, ...): run
+    from a checkout with ``PYTHONPATH=src``, copy the file back, then ``fleetwise perf calibrate`` / ``validate``
+    it where fleetwise is installed (docs/perf-model.md). The file is written whole or not at all."""
+    import argparse
+    import json
+    import os
+    import sys
+    import tempfile
+
+    ap = argparse.ArgumentParser(prog="python -m fleetwise.profiler", description=main.__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True, help="profile file to write (JSON)")
+    ap.add_argument("--models", default=None, help="comma-separated catalog models")
+    ap.add_argument("--quick", action="store_true", help="fewer shapes (about 30 s on a GPU)")
+    a = ap.parse_args(argv)
+    out = os.path.abspath(a.out)
+    names = [m.strip() for m in a.models.split(",") if m.strip()] if a.models else None
+    try:
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            raise ValueError("the profiler needs PyTorch (pip install 'fleetwise[profile]')") from None
+        for n in names or []:
+            get_model(n)  # an unknown name fails before any timing
+        if os.path.isdir(out):
+            raise ValueError(f"{a.out}: is a folder; name the file to write")
+        # the file is made (empty, hidden, beside the target) before any timing: an unwritable place fails now
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(out)}.", suffix=".tmp", dir=os.path.dirname(out))
+        except OSError as e:
+            raise ValueError(f"{a.out}: cannot write ({e.strerror})") from None
+    except Exception as e:  # one line, exit 2, as the CLI's bad input
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    last = [-1.0]
+
+    def step(i: int, n: int, what: str) -> None:
+        if i == n or time.perf_counter() - last[0] >= 5.0:  # a progress line every 5 s
+            last[0] = time.perf_counter()
+            print(f"[{i}/{n}] {what}", file=sys.stderr, flush=True)
+
+    try:
+        res = round_profile(run_profile(names, quick=a.quick, on_step=step))
+        with os.fdopen(fd, "w") as f:
+            umask = os.umask(0o022)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)  # (mkstemp makes 0600)
+            f.write(json.dumps(res, indent=1) + "\n")
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    env = res["env"]
+    print(f"{a.out}: {len(res['gemm'])} GEMMs, {len(res['attn_prefill'])} prefill and {len(res['attn_decode'])} "
+          f"decode attention shapes, {len(res['iterations'])} iterations on {env.get('name')} ({env['device']}) in "
+          f"{env['seconds']:.0f} s; {len(res['errors'])} refused or skipped (listed under errors)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -18,8 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from fleetwise.catalog.specs import ModelSpec
 from fleetwise.errors import InputError
-
-FORMAT = "fleetwise-gpu-profile/1"
+from fleetwise.perf.profile_format import FORMAT, per_gpu_heads  # noqa: F401 (re-exported)
 MAX_PROFILE_BYTES = 64 * 2**20  # a profile of every catalog model is a few MB
 
 
@@ -219,7 +218,3 @@ def load_profile(path: str | Path) -> Profile:
     return parse_profile(read_json(path, "profile"), where=str(path))
 
 
-def per_gpu_heads(spec: ModelSpec, tp: int) -> tuple[int, int, int]:
-    """(query heads, KV heads, head dim) on one GPU of a tensor-parallel slice (KV heads replicated when
-    tp exceeds them), as PerfModel counts them."""
-    return spec.num_heads // tp, max(1, -(-spec.num_kv_heads // tp)), spec.hidden_size // spec.num_heads
