@@ -56,6 +56,16 @@ def _files(d: Path) -> None:
     w("fault_region.yaml", plat % ("region", "nowhere"))
     w("fault_link.yaml", plat % ("link", "local,nowhere"))
     w("fault_gpu.yaml", plat % ("gpu", "nowhere"))
+    w("fault_gpu_digit.yaml", plat % ("gpu", "g\u00b2"))  # '²': str.isdigit says yes, int() says no
+    w("link_rtt.yaml", DEP + WL.replace("40}", "40, origin: [{region: us-west-2}]}") +
+      "fleet: {topology: backbone, regions: [us-east-1, us-west-2], links: [{src: us-east-1, dst: us-west-2, "
+      "rtt_s: 1.0e308}]}\n")
+    w("model_nope.yaml", "deployments: [{model: nope, gpu: a100-80gb, replicas: 2}]\n" + WL)
+    laughs = "".join(f"  k{i}: [&a{i} [{', '.join([f'*a{i - 1}'] * 9)}]]\n" for i in range(1, 9))
+    w("exp_laughs.yaml", "name: g\nscenarios: [ok.yaml]\nseeds: 1\ngrid:\n  k0: [&a0 [x, x, x, x, x, x, x, x, x]]\n"
+      + laughs)
+    w("profile_bigint.json", '{"gemm": [{"model": "Llama-3-8B", "op": "mlp_up_proj", "N": 1%s, "K": 4096, "M": 64, '
+                             '"s": 0.0001}]}' % ("0" * 400))
     w("dupkey.yaml", DEP + WL + "workload: {kind: poisson, rate_rps: 3, num_requests: 10}\n")
     w("replicas.yaml", "deployments: [{model: llama-3-8b, gpu: a100-80gb, replicas: 1000000000}]\n" + WL)
     w("max_replicas.yaml", "deployments: [{model: llama-3-8b, gpu: a100-80gb, replicas: 1, max_replicas: 9000},"
@@ -88,6 +98,7 @@ def _files(d: Path) -> None:
     wb("latin1.jsonl", (line % (0, 10, 1)).encode() + b'{"x": "caf\xe9"}\n')
     w("empty.jsonl", "")
     w("span.jsonl", line % (0, 10, 1) + line % ("1e300", 10, 2))
+    w("nested.jsonl", line % (0, 10, 1) + "[" * 100000 + "]" * 100000 + "\n")  # (was a RecursionError)
     (d / "sg" / "m-x").mkdir(parents=True)
     wb("sg/m-x/chunk-0-trace.csv", b"0,1,1,Gamma,1,1\n\xe9\n")
     w("servegen_latin1.yaml", DEP + "workload: {kind: servegen, servegen_model: m-x, path: sg}\n")
@@ -114,6 +125,8 @@ def _files(d: Path) -> None:
     w("exp_fault.yaml", "name: g\nscenarios: [fault_zone.yaml]\nseeds: 1\n")
     w("exp_no_scaler.yaml", "name: g\nscenarios: [platform_no_scaler.yaml]\nseeds: 1\n")
     w("exp_policy_nan.yaml", exp + "seeds: 1\npolicies: {batcher: [{name: sarathi, chunk_tokens: .nan}]}\n")
+    w("exp_grid_digit.yaml", exp + "seeds: 1\ngrid: {deployments.\u00b2.replicas: [1]}\n")
+    w("exp_model_nope.yaml", "name: g\nscenarios: [model_nope.yaml]\nseeds: 1\n")  # (was a failed run, stored)
     # files in the way of outputs
     w("afile", "not a folder\n")
     w("notduckdb.duckdb", "not a DuckDB file\n")
@@ -345,6 +358,17 @@ CASES = [
     ("serve-empty-planner", "5", ["serve", "--planner", ""], ["--planner", "empty"]),
     ("serve-body-limit-1e20", "6", ["serve", "--max-body-bytes", "99999999999999999999"], ["max_body_bytes"]),
     ("serve-concurrency-1e6", "6", ["serve", "--max-concurrency", "1000000"], ["max_concurrency", "100,000"]),
+    # found by a fuzzing pass (2026-12-06): each was a traceback, an Infinity result or a stored failed run
+    ("fault-target-unicode-digit", "6", ["simulate", "-s", "fault_gpu_digit.yaml"], ["platform.faults[0]", "g\u00b2"]),
+    ("grid-key-unicode-digit", "6", ["sweep", "exp_grid_digit.yaml", "--db", "r/x.duckdb"], ["grid key"]),
+    ("jsonl-nested-too-deeply", "4", ["simulate", "--trace", "nested.jsonl"], ["nested.jsonl line 2", "nested"]),
+    ("profile-int-beyond-float", "6", ["perf", "validate", "--profile", "profile_bigint.json"], ["gemm.0.N"]),
+    ("link-rtt-1e308", "6", ["simulate", "-s", "link_rtt.yaml"], ["rtt_s"]),
+    ("yaml-alias-bomb-in-grid", "6", ["sweep", "exp_laughs.yaml", "--db", "r/x.duckdb"], ["aliases", "1,000,000"]),
+    ("sweep-unknown-model", "4", ["sweep", "exp_model_nope.yaml", "--db", "r/x.duckdb"], ["deployments[0]",
+                                                                                         "unknown model 'nope'"]),
+    ("report-out-proc", "5", ["report", "--db", "store.duckdb", "--out", "/proc/fleetwise-report"], ["/proc"]),
+    ("calibrate-out-sys", "5", ["perf", "calibrate", "--profile", "ok.yaml", "--out", "/sys/x.json"], ["/sys"]),
 ]
 
 
@@ -378,6 +402,24 @@ def test_platform_scenario_runs_with_requests(capsys):
         assert rc == 0, err
         s = json.loads(out)
         assert s["requests"] == int(argv[-2]) and s["completed"] + s["rejected"] == s["requests"]
+
+
+def test_a_gpu_fault_on_a_replica_that_is_not_there_kills_nothing(work, capsys):
+    """``r<N>`` may name a replica the scaler adds later, so it is not refused up front; when it fires on one that
+    is not there it kills nothing (it was an IndexError), and a target's stray spaces are read as the check reads
+    them (a fault on ' g0' passed the check and then killed nothing)."""
+    import json
+
+    plat = DEP + WL + "scaler: hpa\nplatform: {faults: [{at_s: 1, kind: gpu, target: '%s'}]}\n"
+    (work / "r999.yaml").write_text(plat % "r999")
+    (work / "g0.yaml").write_text(plat % " g0")
+    hit = {}
+    for f in ("r999.yaml", "g0.yaml"):
+        rc, out, err = run_cli(["simulate", "-s", f, "--json"], capsys)
+        assert rc == 0, err
+        assert json.loads(out)["faults"] == 1, out
+        hit[f] = json.loads(out)["fault_requests_affected"]
+    assert hit["r999.yaml"] == 0 and hit["g0.yaml"] > 0, hit
 
 
 def test_requests_on_a_mix_takes_its_first_requests():

@@ -221,6 +221,8 @@ def test_calibration_file_round_trip(synth_cal, tmp_path):
     (lambda d: {**d, "colour": 1}, "colour: unknown field"),
     (lambda d: {**d, "format": "v0"}, "format"),
     (lambda d: {**d, "gemm": {**d["gemm"], "eff_compute": -1}}, "gemm.eff_compute"),
+    (lambda d: {**d, "gemm": {**d["gemm"], "eff_mem": 5e-324}}, "gemm.eff_mem"),  # (was Infinity seconds)
+    (lambda d: {**d, "gemm_shapes": [{**d["gemm_shapes"][0], "N": 10**400}]}, "gemm_shapes.0.N"),
     (lambda d: {**d, "attention": {**d["attention"], "default": {**d["attention"]["default"], "decode": "MATH"}}},
      "not in backends"),
     (lambda d: {**d, "gemm_shapes": [{**d["gemm_shapes"][0], "M": d["gemm_shapes"][0]["M"][::-1]}]}, "increasing"),

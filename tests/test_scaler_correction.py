@@ -66,6 +66,21 @@ def test_redundancy_lifted_only_after_the_scale_down_window():
     assert sum(big.scale(_obs(0.0, g)).values()) > sum(plain.scale(_obs(0.0, g)).values())
 
 
+def test_a_network_beyond_the_action_bounds_scales_the_need_by_at_most_exp_0_3():
+    """A checkpoint's network (an MLP exported from SB3 may carry any action bounds; a fuzzed one had 3e38) is read
+    as a[0] in [-1, 1]: the need is at most exp(0.3) times the rule's, and NaN is the rule's need (it was an
+    OverflowError in math.exp)."""
+    g = _two_zones(ready=(3, 3), rps=14.0)
+    plain = CorrectedSLOAware(None, zone_redundant=False)
+    at_one = CorrectedSLOAware(lambda x: np.array([1.0, 0.0]), zone_redundant=False)
+    for a0, like in ((3e38, at_one), (-3e38, None), (float("nan"), plain)):
+        sc = CorrectedSLOAware(lambda x, a0=a0: np.array([a0, 0.0]), zone_redundant=False)
+        out = sc.scale(_obs(0.0, g))
+        if like is not None:
+            assert out == like.scale(_obs(0.0, g))
+        assert all(v >= 0 for v in out.values())
+
+
 def test_features_bounded_and_nan_safe():
     x = model_features(need=1e9, unit=0.0, rps=float("nan"), history=(float("nan"),), ready=np.array([0]),
                        starting=np.array([0]), waiting=10**9, busy=np.array([float("nan")]), ratios=np.array([]))

@@ -122,6 +122,14 @@ def test_checkpoints_load_only_from_inside_the_folder(ckpt_dir, tmp_path):
         assert r.status_code == 400 and "--checkpoint-dir" in one_line(r)
 
 
+def test_a_host_port_is_ascii_digits():
+    from fleetwise.serve.edge import host_header_is_loopback
+
+    assert host_header_is_loopback("[::1]:8000") and host_header_is_loopback("localhost:8000")
+    for host in ("[::1]:\u00b2", "localhost:\u00b2", "127.0.0.1:\u0663"):  # '²' and an Arabic-Indic 3
+        assert not host_header_is_loopback(host), host
+
+
 def test_without_a_token_loopback_host_names_only_and_no_admin(ckpt_dir):
     app = create_app(token=None)
     with serving(app) as url:

@@ -95,6 +95,8 @@ def test_headerless_columns_need_column_and_errors_name_the_delimiter(tmp_path, 
     assert np.allclose(read_cpu_series(p, column="2"), planetlab[2] / 100, atol=1e-4)
     with pytest.raises(InputError, match="column 7 .*past the last of 3 fields"):
         read_cpu_series(p, column=7)
+    with pytest.raises(InputError, match="column '\u00b2'"):  # '²': a digit to str.isdigit, not to int()
+        read_cpu_series(p, column="\u00b2")
     bad = tmp_path / "pipes.csv"
     bad.write_text("Timestamp [ms]|CPU usage [%]\n0|5\n")
     with pytest.raises(InputError, match="no comma, semicolon or tab delimiter found") as ei:

@@ -636,12 +636,15 @@ def scenarios(
 def _check_writable(target: Path) -> None:
     """``target`` can be written by :func:`_write_atomic`: its folder exists, and it is not a directory, a device, a
     pipe or a socket. Checked before a command's work, so that the work is not lost at the end."""
+    from fleetwise.experiments.store import check_writable_dir
+
     parent = target.parent
     if not parent.is_dir():
         raise InputError(f"{target}: folder {parent} does not exist")
     if target.is_dir():
         raise InputError(f"{target}: is a directory")
     check_replaceable(target)
+    check_writable_dir(parent, f"folder of {target}")
 
 
 def _write_atomic(target: Path, data: bytes | None = None, write=None) -> None:

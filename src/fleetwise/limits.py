@@ -43,6 +43,10 @@ MAX_WORKERS = 256
 # topology, a calibration or a profile; fleetwise.yamlio.read_text): the largest such file here is 110 KB (the H200
 # operator timings), and PyYAML's safe loader parses a few MB a second
 MAX_FILE_BYTES = 64 * 2**20
+# values a YAML document with aliases may expand to (every alias copied out): PyYAML shares an aliased node, so a
+# few lines of nested aliases (a "billion laughs") load in no memory but expand to 9^9 values the moment a sweep
+# grid, a label or a validator walks them; no file here uses aliases, the largest holds about 20,000 values
+MAX_ALIAS_VALUES = 1_000_000
 # files a folder of CPU-utilisation traces may hold (reproduce allocation --eval-trace FOLDER; workload/cpu.py reads
 # it recursively): the PlanetLab archive holds 11,746 series in 10 day folders, as one archive file
 MAX_TRACE_FILES = 100_000

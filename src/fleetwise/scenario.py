@@ -334,12 +334,72 @@ def with_requests(workload, n: int):
     return w
 
 
+def _deployment(fleet, di: int, d, fit: bool = True) -> tuple:
+    """(model, gpu, region index, region, USD per GPU-hour, PerfModel) of deployment ``di``, with every check
+    that needs the catalog, the fleet or a calibration file (one-line InputErrors naming the deployment), and with
+    ``fit`` whether the model fits in the GPUs' memory."""
+    from fleetwise.catalog import get_gpu, get_model
+    from fleetwise.perf import PerfModel
+
+    where = f"deployments[{di}]"
+    try:
+        model = get_model(d.model)
+        gpu = get_gpu(d.gpu)
+    except InputError as e:
+        raise InputError(f"{where}: {e}") from None
+    try:
+        region = fleet.index(d.region) if d.region is not None else 0
+    except InputError as e:
+        raise InputError(f"{where}: {e}") from None
+    reg = fleet.regions[region]
+    cloud = d.cloud or reg.cloud
+    price = gpu.prices.get(cloud)
+    if price is None and d.cloud is not None and gpu.prices:
+        raise InputError(f"{where}: cloud {cloud!r} has no price for {gpu.name}; priced in: "
+                         f"{', '.join(sorted(gpu.prices))}")
+    if price is None:
+        usd = 0.0  # owned hardware (an on-prem "local" region, an edge device): no rental cost
+    elif d.pool == "spot":
+        if price.spot_usd_per_hour is None:
+            raise InputError(f"{where}: {cloud} sells no spot {gpu.name}")
+        usd = price.spot_usd_per_hour
+    else:
+        usd = price.on_demand_usd_per_hour
+    cal = None
+    if d.calibration is not None:
+        from fleetwise.perf.calfile import load_calibration
+
+        try:
+            cal = load_calibration(d.calibration)
+        except InputError as e:
+            raise InputError(f"{where}.calibration: {e}") from None
+        if gpu.name not in cal.gpus:
+            raise InputError(f"{where}.calibration: {d.calibration} calibrates {next(iter(cal.gpus))}, "
+                             f"the deployment's GPU is {gpu.name}")
+    perf = PerfModel(gpu, model, tp=d.tp, pp=d.pp, calibration=cal)
+    if fit and not perf.fits(d.gpu_memory_utilization):
+        raise InputError(f"{where}: {model.name} does not fit on {d.tp * d.pp} x {gpu.name} (tp={d.tp}, pp={d.pp}) "
+                         f"at gpu_memory_utilization={d.gpu_memory_utilization}")
+    return model, gpu, region, reg, usd, perf
+
+
+def check_deployments(scenario: Scenario) -> None:
+    """What ``build`` checks of the deployments (catalog names, regions, prices, calibration files) without a
+    workload or a simulator: a sweep checks every grid point's scenario this way before any run. Whether a model
+    fits in memory is left to the run: a grid over ``gpu_memory_utilization`` may hold points that do not fit,
+    stored as failed runs beside the others."""
+    from fleetwise.fleet.spec import build_fleet
+
+    fleet = build_fleet(scenario.fleet_spec, np.random.default_rng(0))
+    for di, d in enumerate(scenario.deployments):
+        _deployment(fleet, di, d, fit=False)
+
+
 def build(scenario: Scenario, seed: int | None = None, *, workload=None, num_requests: int | None = None,
           options=None) -> Built:
     """Make the fleet, the workload and the replicas of a scenario; all randomness from ``seed``."""
-    from fleetwise.catalog import get_gpu, get_model
+    from fleetwise.catalog import get_model
     from fleetwise.fleet.spec import build_fleet
-    from fleetwise.perf import PerfModel
     from fleetwise.sim.build import make_replica
     from fleetwise.sim.simulator import Simulator
     from fleetwise.workload.slo import get_slo
@@ -373,44 +433,10 @@ def build(scenario: Scenario, seed: int | None = None, *, workload=None, num_req
     replicas = []
     templates: list[dict] = []  # per deployment: how to make one more replica (the platform's scale-up)
     for di, d in enumerate(scenario.deployments):
-        where = f"deployments[{di}]"
-        try:
-            model = get_model(d.model)
-            gpu = get_gpu(d.gpu)
-        except InputError as e:
-            raise InputError(f"{where}: {e}") from None
+        model, gpu, region, reg, usd, perf = _deployment(fleet, di, d)
         if model.name not in models:
             models.append(model.name)
             max_ctx.append(model.max_context)
-        region = fleet.index(d.region) if d.region is not None else 0
-        reg = fleet.regions[region]
-        cloud = d.cloud or reg.cloud
-        price = gpu.prices.get(cloud)
-        if price is None and d.cloud is not None and gpu.prices:
-            raise InputError(f"{where}: cloud {cloud!r} has no price for {gpu.name}; priced in: {', '.join(sorted(gpu.prices))}")
-        if price is None:
-            usd = 0.0  # owned hardware (an on-prem "local" region, an edge device): no rental cost
-        elif d.pool == "spot":
-            if price.spot_usd_per_hour is None:
-                raise InputError(f"{where}: {cloud} sells no spot {gpu.name}")
-            usd = price.spot_usd_per_hour
-        else:
-            usd = price.on_demand_usd_per_hour
-        cal = None
-        if d.calibration is not None:
-            from fleetwise.perf.calfile import load_calibration
-
-            try:
-                cal = load_calibration(d.calibration)
-            except InputError as e:
-                raise InputError(f"{where}.calibration: {e}") from None
-            if gpu.name not in cal.gpus:
-                raise InputError(f"{where}.calibration: {d.calibration} calibrates {next(iter(cal.gpus))}, "
-                                 f"the deployment's GPU is {gpu.name}")
-        perf = PerfModel(gpu, model, tp=d.tp, pp=d.pp, calibration=cal)
-        if not perf.fits(d.gpu_memory_utilization):
-            raise InputError(f"{where}: {model.name} does not fit on {d.tp * d.pp} x {gpu.name} (tp={d.tp}, pp={d.pp}) "
-                             f"at gpu_memory_utilization={d.gpu_memory_utilization}")
         ready = (d.provision_s + perf.load_time_s(STORAGE_GBPS[d.storage])) if d.cold_start else 0.0
         tmpl = dict(perf=perf, region=region, model_index=models.index(model.name), block_tokens=d.block_tokens,
                     gpu_memory_utilization=d.gpu_memory_utilization, price_usd_per_gpu_hour=usd,

@@ -18,7 +18,7 @@ import yaml
 from yaml.constructor import ConstructorError
 
 from fleetwise.errors import InputError
-from fleetwise.limits import MAX_FILE_BYTES
+from fleetwise.limits import MAX_ALIAS_VALUES, MAX_FILE_BYTES
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
@@ -40,6 +40,11 @@ class UniqueKeyLoader(yaml.SafeLoader):
                                                f"found duplicate key {key!r}", key_node.start_mark)
                     seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.events.AliasEvent):
+            self.aliases = getattr(self, "aliases", 0) + 1
+        return super().compose_node(parent, index)
 
 
 def read_text(path: str | Path, what: str = "file") -> str:
@@ -65,10 +70,36 @@ def read_text(path: str | Path, what: str = "file") -> str:
         raise InputError(f"{p}: line {line}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})") from None
 
 
+def _expanded_values(obj: Any, memo: dict[int, int], limit: int) -> int:
+    """How many values ``obj`` holds once every alias is copied out (each shared list or mapping counted once
+    per reference, computed once); stops counting past ``limit``."""
+    if not isinstance(obj, (list, dict)):
+        return 1
+    n = memo.get(id(obj))
+    if n is None:
+        n = 1
+        for v in (obj.values() if isinstance(obj, dict) else obj):
+            n += _expanded_values(v, memo, limit)
+            if n > limit:
+                break
+        memo[id(obj)] = n
+    return n
+
+
 def parse_yaml(text: str, where: str) -> Any:
-    """Parse YAML text with :class:`UniqueKeyLoader`; ``where`` (a file name) starts the error line."""
+    """Parse YAML text with :class:`UniqueKeyLoader`; ``where`` (a file name) starts the error line. A document
+    with aliases that expand to more than ``MAX_ALIAS_VALUES`` values (a "billion laughs") is refused here, before
+    anything walks, copies or prints it."""
     try:
-        return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+        loader = UniqueKeyLoader(text)  # (what yaml.load does, keeping the loader to read its alias count)
+        try:
+            data = loader.get_single_data()
+        finally:
+            loader.dispose()
+        if getattr(loader, "aliases", 0) and _expanded_values(data, {}, MAX_ALIAS_VALUES) > MAX_ALIAS_VALUES:
+            raise InputError(f"{where}: its YAML aliases expand to more than {MAX_ALIAS_VALUES:,} values "
+                             "(docs/limits.md)")
+        return data
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f" line {mark.line + 1}:" if mark is not None else ""

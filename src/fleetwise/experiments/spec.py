@@ -35,7 +35,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from fleetwise.errors import InputError
 from fleetwise.limits import MAX_REQUESTS, MAX_RUNS, MAX_SEED, MAX_SEEDS, MAX_TIMELINE_BUCKETS, MIN_TIMELINE_BUCKET_S
-from fleetwise.scenario import PolicyRef, format_validation_error, load_scenario, parse_scenario, read_yaml
+from fleetwise.scenario import (
+    PolicyRef,
+    check_deployments,
+    format_validation_error,
+    load_scenario,
+    parse_scenario,
+    read_yaml,
+)
 
 EXPERIMENT_DIR = resources.files("fleetwise") / "experiments" / "specs"  # package data (importlib.resources)
 LEVELS = ("router", "batcher")
@@ -135,7 +142,7 @@ def set_path(d: dict, path: str, value: Any, where: str) -> None:
     for i, p in enumerate(parts):
         last = i == len(parts) - 1
         if isinstance(cur, list):
-            if not p.isdigit() or int(p) >= len(cur):
+            if not (p.isascii() and p.isdigit()) or int(p) >= len(cur):  # (isdigit alone takes '²')
                 raise InputError(f"{where}: grid key {path!r}: {'.'.join(parts[:i])} has no item {p}")
             if last:
                 cur[int(p)] = value
@@ -264,6 +271,10 @@ def expand(spec: ExperimentSpec, where: str = "experiment", records_dir: str | N
             tag = ",".join(f"{k}={v}" for k, v in params.items())
             label = f"{where}: scenario {base.name}" + (f" with {tag}" if tag else "")
             scenario = parse_scenario(sc, where=label)
+            try:  # what building it would refuse (an unknown model, GPU, region or cloud; a model too large)
+                check_deployments(scenario)
+            except InputError as e:
+                raise InputError(f"{label}: {e}") from None
             if scenario.platform is not None:  # runs with the platform layer: what it checks, checked now
                 from fleetwise.platform.faults import check_scenario_faults
 

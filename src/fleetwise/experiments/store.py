@@ -66,8 +66,11 @@ def check_writable_file(path: str | Path, what: str = "file") -> None:
 
 
 def check_writable_dir(path: str | Path, what: str = "output folder") -> None:
-    """Before any work: ``path`` is a writable folder or can be created as one. Writes nothing."""
+    """Before any work: ``path`` is a writable folder or can be created as one. Leaves nothing behind: where the
+    permissions allow, an empty file is made and removed in the nearest existing folder, as ``os.access`` says
+    yes to root for /proc and /sys, where nothing can be made."""
     import os
+    import tempfile
 
     p = Path(path)
     for q in [p, *p.parents]:
@@ -76,6 +79,13 @@ def check_writable_dir(path: str | Path, what: str = "output folder") -> None:
                 raise InputError(f"{path}: cannot be the {what}: {q} is a file")
             if not os.access(q, os.W_OK | os.X_OK):
                 raise InputError(f"{path}: cannot be the {what}: {q} is not writable")
+            try:
+                fd, probe = tempfile.mkstemp(prefix=".fleetwise-probe-", dir=q)
+            except OSError as e:
+                raise InputError(f"{path}: cannot be the {what}: nothing can be written in {q} "
+                                 f"({e.strerror or e})") from None
+            os.close(fd)
+            os.unlink(probe)
             return
 
 

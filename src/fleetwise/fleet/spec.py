@@ -50,19 +50,26 @@ class RegionEntry(_Model):
     lat: float | None = Field(default=None, ge=-90, le=90)
     lon: float | None = Field(default=None, ge=-180, le=180)
     utc_offset_h: float | None = Field(default=None, ge=-12, le=14)
-    electricity_usd_per_kwh: float | None = None  # wholesale prices may be negative
-    carbon_g_per_kwh: float | None = Field(default=None, ge=0)
+    electricity_usd_per_kwh: float | None = Field(default=None, ge=-1e4, le=1e4)  # wholesale prices may be negative
+    carbon_g_per_kwh: float | None = Field(default=None, ge=0, le=1e5)
 
     def overrides(self) -> dict[str, Any]:
         return {k: v for k, v in self.model_dump(exclude={"name"}).items() if v is not None}
 
 
+# bounds of a network's numbers: a round trip over a minute, a link under 1 kbit/s or over 1 Pbit/s, or a synthetic
+# distance beyond 100,000 km (Earth's circumference is 40,075 km) is a typo; rtt_s 1e308 gave Infinity latencies
+MAX_RTT_S = 60.0
+BANDWIDTH_GBPS = {"ge": 1e-6, "le": 1e6}
+MAX_KM = 100_000.0
+
+
 class LinkOverride(_Model):
     src: str
     dst: str
-    rtt_s: float | None = Field(default=None, ge=0)
-    bandwidth_gbps: float | None = Field(default=None, gt=0)
-    egress_usd_per_gb: float | None = Field(default=None, ge=0)
+    rtt_s: float | None = Field(default=None, ge=0, le=MAX_RTT_S)
+    bandwidth_gbps: float | None = Field(default=None, **BANDWIDTH_GBPS)
+    egress_usd_per_gb: float | None = Field(default=None, ge=0, le=1e6)
     both_directions: bool = True
 
 
@@ -75,15 +82,15 @@ class BackboneSpec(_Model):
     topology: Literal["backbone"]
     # None: DEFAULT_BACKBONE
     regions: list[str | RegionEntry] | None = Field(default=None, min_length=1, max_length=MAX_REGIONS)
-    bandwidth_gbps: float = Field(default=DEFAULT_BANDWIDTH_GBPS, gt=0)
+    bandwidth_gbps: float = Field(default=DEFAULT_BANDWIDTH_GBPS, **BANDWIDTH_GBPS)
     measured_rtt: bool = True
     links: list[LinkOverride] = Field(default_factory=list)
 
 
 class _Synthetic(_Model):
     zones: list[str] | None = Field(default=None, min_length=1)  # None: the 15 zones with hourly price and carbon
-    bandwidth_gbps: float = Field(default=DEFAULT_BANDWIDTH_GBPS, gt=0)
-    egress_usd_per_gb: float = Field(default=DEFAULT_EGRESS_USD_PER_GB, ge=0)
+    bandwidth_gbps: float = Field(default=DEFAULT_BANDWIDTH_GBPS, **BANDWIDTH_GBPS)
+    egress_usd_per_gb: float = Field(default=DEFAULT_EGRESS_USD_PER_GB, ge=0, le=1e6)
 
     @field_validator("zones")
     @classmethod
@@ -98,7 +105,7 @@ class GridSpec(_Synthetic):
     topology: Literal["grid"]
     rows: int = Field(ge=1, le=MAX_REGIONS)
     cols: int = Field(ge=1, le=MAX_REGIONS)
-    spacing_km: float = Field(default=500.0, gt=0)
+    spacing_km: float = Field(default=500.0, gt=0, le=MAX_KM)
 
     @field_validator("cols")
     @classmethod
@@ -112,14 +119,14 @@ class GridSpec(_Synthetic):
 class RingSpec(_Synthetic):
     topology: Literal["ring"]
     n: int = Field(ge=1, le=MAX_REGIONS)
-    spacing_km: float = Field(default=1000.0, gt=0)
+    spacing_km: float = Field(default=1000.0, gt=0, le=MAX_KM)
 
 
 class RandomGeometricSpec(_Synthetic):
     topology: Literal["random_geometric"]
     n: int = Field(ge=1, le=MAX_REGIONS)
-    radius: float = Field(default=0.3, gt=0)  # link distance as a fraction of side_km
-    side_km: float = Field(default=5000.0, gt=0)
+    radius: float = Field(default=0.3, gt=0, le=10)  # link distance as a fraction of side_km
+    side_km: float = Field(default=5000.0, gt=0, le=MAX_KM)
     seed: int | None = Field(default=None, ge=0, le=MAX_SEED)  # None: use the rng given to build_fleet
 
 

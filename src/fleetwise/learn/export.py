@@ -123,8 +123,8 @@ def _algorithm_of(zip_path: Path) -> str:
     try:
         with zipfile.ZipFile(zip_path) as zf:
             data = json.loads(zf.read("data"))
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as e:
-        raise InputError(f"{zip_path}: not a Stable-Baselines3 zip ({type(e).__name__}: {e})") from None
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile, RecursionError) as e:
+        raise InputError(f"{zip_path}: not a Stable-Baselines3 zip ({type(e).__name__}: {str(e)[:200]})") from None
     mod = str((data.get("policy_class") or {}).get("__module__", ""))
     return "dqn" if ".dqn." in mod else "ppo"
 

@@ -267,7 +267,8 @@ def free_index(free: list[str] | None, outputs: int = N_OUTPUTS) -> np.ndarray:
     out = []
     for f in free:
         o, _, i = str(f).partition(":")
-        if not (o.isdigit() and int(o) < outputs) or not (i == "b" or (i.isdigit() and int(i) < N_FEATURES)):
+        if not (o.isascii() and o.isdigit() and int(o) < outputs) or \
+                not (i == "b" or (i.isascii() and i.isdigit() and int(i) < N_FEATURES)):
             raise ValueError(f"free parameter {f!r}: expected OUTPUT:FEATURE or OUTPUT:b, OUTPUT in 0..{outputs - 1}, "
                              f"FEATURE in 0..{N_FEATURES - 1}")
         out.append(outputs * N_FEATURES + int(o) if i == "b" else int(o) * N_FEATURES + int(i))

@@ -34,7 +34,10 @@ from fleetwise.perf.profile_data import format_validation_error, read_json
 
 FORMAT = "fleetwise-perf-calibration/1"
 
-Pos = Field(gt=0)
+Dim = Field(ge=1, le=2**31)  # a GEMM shape's features or tokens
+# efficiencies: fractions of the GPU's peak; a CPU profile fitted as a GPU reaches ~7e-5, and a value far below
+# that (a denormal 5e-324 was accepted) turned every iteration into Infinity seconds
+EFF_MIN = 1e-8  # (below the fit's own lower bounds, 1e-7 and 1e-6: whatever perf calibrate writes loads)
 
 
 class _Strict(BaseModel):
@@ -42,16 +45,16 @@ class _Strict(BaseModel):
 
 
 class GemmJ(_Strict):
-    eff_compute: float = Field(gt=0, le=2)
-    eff_mem: float = Field(gt=0, le=2)
+    eff_compute: float = Field(ge=EFF_MIN, le=2)
+    eff_mem: float = Field(ge=EFF_MIN, le=2)
     wave_quant: float = Field(ge=0, le=1)
     k_pad: float = Field(ge=0, le=1e5)
     t0_s: float = Field(ge=0, le=1)
 
 
 class GemmShapeJ(_Strict):
-    N: int = Pos
-    K: int = Pos
+    N: int = Dim
+    K: int = Dim
     M: list[int] = Field(min_length=1, max_length=4096)
     factor: list[float] = Field(min_length=1, max_length=4096)
 
@@ -59,8 +62,8 @@ class GemmShapeJ(_Strict):
     def _check(self) -> GemmShapeJ:
         if len(self.M) != len(self.factor):
             raise ValueError(f"M has {len(self.M)} entries but factor has {len(self.factor)}")
-        if any(m <= 0 for m in self.M) or any(b <= a for a, b in zip(self.M, self.M[1:])):
-            raise ValueError("M must be positive and strictly increasing")
+        if any(not 0 < m <= 2**31 for m in self.M) or any(b <= a for a, b in zip(self.M, self.M[1:])):
+            raise ValueError("M must be positive (at most 2^31) and strictly increasing")
         if any(not (0.01 < f < 100) for f in self.factor):
             raise ValueError("factor values must lie in (0.01, 100)")
         return self
@@ -68,12 +71,12 @@ class GemmShapeJ(_Strict):
 
 class SmallJ(_Strict):
     t0_s: float = Field(ge=0, le=1)
-    eff_mem: float = Field(gt=0, le=10)
+    eff_mem: float = Field(ge=EFF_MIN, le=10)
 
 
 class PrefillJ(_Strict):
     t0_s: float = Field(ge=0, le=1)
-    eff_compute: float = Field(gt=0, le=2)
+    eff_compute: float = Field(ge=EFF_MIN, le=2)
     block_q: float = Field(ge=1, le=1e5)
     pnorm: float = Field(ge=0.2, le=20)
     causal_skip: float = Field(default=1.0, ge=0, le=1)
@@ -82,7 +85,7 @@ class PrefillJ(_Strict):
 class DecodeJ(_Strict):
     t0_s: float = Field(ge=0, le=1)
     seq_bytes: float = Field(ge=0, le=1e12)
-    eff_mem: float = Field(gt=0, le=10)
+    eff_mem: float = Field(ge=EFF_MIN, le=10)
     parallel: float = Field(gt=0, le=1e7)
     pnorm: float = Field(ge=0.2, le=20)
 
@@ -213,5 +216,11 @@ def write_calibration(g: GpuCalibration, path: str | Path) -> None:
     parse_calibration(json.loads(text), where="calibration being written")  # what we write must load
     check_replaceable(p)
     tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(p)
+    try:
+        tmp.write_text(text)
+        tmp.replace(p)
+    except OSError as e:
+        raise InputError(f"{p}: cannot write ({e.strerror or e})") from None
+    finally:
+        if tmp.exists():
+            tmp.unlink()

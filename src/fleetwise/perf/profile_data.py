@@ -29,7 +29,9 @@ def format_validation_error(e: ValidationError, where: str) -> str:
     msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
     more = f" (and {len(e.errors()) - 1} more)" if len(e.errors()) > 1 else ""
     got = err.get("input")
-    got_s = "" if err["type"] in ("missing", "extra_forbidden") or isinstance(got, (dict, list)) else f" (got {got!r})"
+    r = repr(got)
+    r = r if len(r) <= 60 else r[:40] + f"... ({len(r)} characters)"
+    got_s = "" if err["type"] in ("missing", "extra_forbidden") or isinstance(got, (dict, list)) else f" (got {r})"
     return f"{where}: {loc or '<top>'}: {msg}{got_s}{more}"
 
 
@@ -49,29 +51,30 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
-Pos = Field(gt=0)
+Dim = Field(ge=1, le=2**31)  # a shape (tokens, features, sequences): beyond 2^31 it is not a GPU's, and floats overflow
+Time = Field(ge=1e-9, lt=1e6)  # seconds: no GPU operator takes under a nanosecond or over 11 days
 
 
 class ModelShape(_Strict):
     """A model that is not in the catalog (fields as ModelSpec)."""
 
-    num_layers: int = Field(ge=1)
-    hidden_size: int = Field(ge=1)
-    num_heads: int = Field(ge=1)
-    num_kv_heads: int = Field(ge=1)
-    ffn_size: int = Field(ge=1)
-    vocab_size: int = Field(ge=1)
+    num_layers: int = Dim
+    hidden_size: int = Dim
+    num_heads: int = Dim
+    num_kv_heads: int = Dim
+    ffn_size: int = Dim
+    vocab_size: int = Dim
     gated_mlp: bool = True
 
 
 class GemmRow(_Strict):
     model: str = ""
-    tp: int = Field(default=1, ge=1)
+    tp: int = Field(default=1, ge=1, le=1024)
     op: str
-    N: int = Pos
-    K: int = Pos
-    M: int = Pos
-    s: float = Pos
+    N: int = Dim
+    K: int = Dim
+    M: int = Dim
+    s: float = Time
 
 
 Times = dict[str, float | None]  # backend -> seconds, None where the backend refused the shape
@@ -79,16 +82,16 @@ Times = dict[str, float | None]  # backend -> seconds, None where the backend re
 
 def _check_times(s: Times) -> Times:
     for k, v in s.items():
-        if v is not None and not (v > 0 and v < 1e6):
-            raise ValueError(f"time of {k} must be > 0 seconds, got {v}")
+        if v is not None and not (1e-9 <= v < 1e6):
+            raise ValueError(f"time of {k} must be between 1e-9 and 1e6 seconds, got {v}")
     return s
 
 
 class PrefillRow(_Strict):
     model: str
-    tp: int = Field(default=1, ge=1)
-    q_len: int = Pos
-    kv_len: int = Pos
+    tp: int = Field(default=1, ge=1, le=1024)
+    q_len: int = Dim
+    kv_len: int = Dim
     work: float | None = None
     s: Times
     kv_expanded: bool | None = None
@@ -103,9 +106,9 @@ class PrefillRow(_Strict):
 
 class DecodeRow(_Strict):
     model: str
-    tp: int = Field(default=1, ge=1)
-    B: int = Pos
-    C: int = Pos
+    tp: int = Field(default=1, ge=1, le=1024)
+    B: int = Dim
+    C: int = Dim
     s: Times
     kv_expanded: bool | None = None
 
@@ -119,10 +122,10 @@ class ElementwiseRow(_Strict):
     """A small op of one layer (names as perf.calibration.SMALL_OPS) at M tokens."""
 
     model: str
-    tp: int = Field(default=1, ge=1)
+    tp: int = Field(default=1, ge=1, le=1024)
     op: Literal["input_layernorm", "attn_rope", "post_attention_layernorm", "mlp_act", "add", "emb"]
-    M: int = Pos
-    s: float = Pos
+    M: int = Dim
+    s: float = Time
 
 
 class IterationRow(_Strict):
@@ -131,14 +134,14 @@ class IterationRow(_Strict):
     with ``decode_context`` cached tokens; ``s`` is its GPU time."""
 
     model: str
-    tp: int = Field(default=1, ge=1)
-    layers: int = Field(ge=1)
-    prefill_tokens: int = Field(ge=0)
-    prefill_context: int = Field(default=0, ge=0)
-    decode_seqs: int = Field(ge=0)
-    decode_context: int = Field(default=0, ge=0)
+    tp: int = Field(default=1, ge=1, le=1024)
+    layers: int = Field(ge=1, le=10_000)
+    prefill_tokens: int = Field(ge=0, le=2**31)
+    prefill_context: int = Field(default=0, ge=0, le=2**31)
+    decode_seqs: int = Field(ge=0, le=2**31)
+    decode_context: int = Field(default=0, ge=0, le=2**31)
     backend: str | None = None  # the attention backend the iteration ran (None: PyTorch's own choice)
-    s: float = Pos
+    s: float = Time
 
     @model_validator(mode="after")
     def _check(self) -> IterationRow:

@@ -27,6 +27,11 @@ class FaultRecord:
     recovered_s: float | None = None  # time until the affected models had as many ready replicas again
 
 
+def _index(s: str) -> int | None:
+    """The index in a target's ``g<N>`` / ``r<N>`` (ASCII digits only: ``str.isdigit`` also takes '²'), or None."""
+    return int(s) if s.isascii() and s.isdigit() else None
+
+
 def check_fault_targets(faults, zones: list[str], n_groups: int, regions: list[str]) -> None:
     """Every fault must hit something that exists (a target naming nothing used to be ignored silently):
     ``zones`` of the deployments (groups), their number, the fleet's ``regions``."""
@@ -35,8 +40,9 @@ def check_fault_targets(faults, zones: list[str], n_groups: int, regions: list[s
         t, where = f.target.strip(), f"platform.faults[{k}]: {f.kind} target {f.target!r}"
         if f.kind in ("gpu", "node"):
             forms = "empty (random), g<deployment index>" + (" or r<replica index>" if f.kind == "gpu" else "")
-            ok = t == "" or (t[:1] == "g" and t[1:].isdigit() and int(t[1:]) < n_groups) or \
-                (f.kind == "gpu" and t[:1] == "r" and t[1:].isdigit())
+            g = _index(t[1:])
+            ok = t == "" or (t[:1] == "g" and g is not None and g < n_groups) or \
+                (f.kind == "gpu" and t[:1] == "r" and g is not None)
             if not ok:
                 raise InputError(f"{where}: expected {forms} (deployments: {n_groups})")
         elif f.kind == "zone" and t not in zones:
@@ -94,7 +100,7 @@ class FaultInjector:
         now = sim.now
         alive = [i for i in range(len(reps)) if p.alive(i)]
         victims: list[int] = []
-        target = f.target
+        target = f.target.strip()  # (as check_fault_targets read it)
         if f.kind == "link":
             names = [r.name for r in p.built.fleet.regions]
             parts = [x.strip() for x in target.split(",")] if target else []
@@ -109,13 +115,14 @@ class FaultInjector:
             p.faults.append(FaultRecord(now, f.kind, target, 0, 0, recovered_s=f.duration_s or 0.0))
             return
         if f.kind == "gpu":
-            if target.startswith("r") and target[1:].isdigit():
-                victims = [int(target[1:])] if p.alive(int(target[1:])) else []
+            i = _index(target[1:])
+            if target.startswith("r") and i is not None:  # a replica not (or no longer, or never) there: nothing
+                victims = [i] if i < len(reps) and p.alive(i) else []
             else:
-                pool = [i for i in alive if not target or (target.startswith("g") and reps[i].group == int(target[1:]))]
+                pool = [j for j in alive if not target or (target.startswith("g") and reps[j].group == i)]
                 victims = [pool[int(p.rng.integers(len(pool)))]] if pool else []
         elif f.kind == "node":
-            gi = int(target[1:]) if target.startswith("g") and target[1:].isdigit() else None
+            gi = _index(target[1:]) if target.startswith("g") else None
             nodes = [nid for nid, m in p.nodes.items() if any(p.alive(j) for j in m)
                      and (gi is None or p.nodes_group[nid] == gi)]
             if nodes:

@@ -181,6 +181,8 @@ def _read_file(path: Path) -> tuple[int, np.ndarray]:
         raise InputError(f"{path}: cannot read spot trace ({e.strerror or e})") from None
     except json.JSONDecodeError as e:
         raise InputError(f"{path}: not JSON ({e.msg} at line {e.lineno})") from None
+    except RecursionError:
+        raise InputError(f"{path}: not JSON (nested too deeply)") from None
     except UnicodeDecodeError:
         raise InputError(f"{path}: not UTF-8 text") from None
     if not isinstance(d, dict) or not isinstance(d.get("metadata"), dict) or "data" not in d:

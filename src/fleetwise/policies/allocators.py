@@ -186,8 +186,8 @@ class TabularPolicy:
                 raise ValueError("its metadata is not {name, discretizer: {cpu_bins, bw_bins, deployed}, curve}")
             disc = Discretizer(**d)
             curve = [(int(a), float(b)) for a, b in meta.get("curve", [])]
-        except (OSError, KeyError, ValueError, TypeError) as e:
-            raise InputError(f"{p}: not a saved tabular policy ({type(e).__name__}: {e})") from None
+        except (OSError, KeyError, ValueError, TypeError, RecursionError) as e:
+            raise InputError(f"{p}: not a saved tabular policy ({type(e).__name__}: {str(e)[:200]})") from None
         if q.shape != (disc.n_states, N_ACTIONS):
             raise InputError(f"{p}: Q table shape {q.shape} does not match its discretizer "
                              f"({disc.n_states} states x {N_ACTIONS} actions)")

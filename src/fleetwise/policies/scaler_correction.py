@@ -281,7 +281,9 @@ class CorrectedSLOAware(SLOAware):
             mem.restored = now
         if was != self._drop[model]:
             self.lift_log.append((now, model, self._drop[model]))
-        return need * math.exp(NEED_SCALE * float(a0))  # (a[0] = 0: exactly the need)
+        a0 = float(a0)  # in [-1, 1], whatever a checkpoint's network puts out (NaN: the rule's own need)
+        a0 = min(1.0, max(-1.0, a0)) if a0 == a0 else 0.0
+        return need * math.exp(NEED_SCALE * a0)  # (a[0] = 0: exactly the need)
 
     def redundant(self, model: str, now: float) -> bool:
         return super().redundant(model, now) and not self._drop.get(model, False)

@@ -77,12 +77,12 @@ def host_header_is_loopback(value: str) -> bool:
     v = value.strip()
     if v.startswith("["):
         end = v.find("]")
-        if end < 0 or (v[end + 1:] and not (v[end + 1] == ":" and v[end + 2:].isdigit())):
+        if end < 0 or (v[end + 1:] and not (v[end + 1] == ":" and v[end + 2:].isascii() and v[end + 2:].isdigit())):
             return False
         return is_loopback(v[1:end])
     if v.count(":") == 1:
         v, _, port = v.partition(":")
-        if not port.isdigit():
+        if not (port.isascii() and port.isdigit()):  # (isdigit alone takes "²")
             return False
     return bool(v) and is_loopback(v)
 
@@ -192,7 +192,7 @@ async def read_body(scope: dict, receive: Any, limits: Limits) -> bytes:
     limit = limits.max_body_bytes
     cl = _headers(scope, b"content-length")
     if cl:
-        if len(cl) > 1 or not cl[0].strip().isdigit():
+        if len(cl) > 1 or not (cl[0].strip().isascii() and cl[0].strip().isdigit()):
             raise BodyError(400, "Content-Length: expected one non-negative integer")
         if int(cl[0]) > limit:
             raise BodyError(413, f"body: {int(cl[0])} bytes, more than the limit of {limit}")

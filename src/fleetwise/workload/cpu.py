@@ -164,7 +164,7 @@ def _pick(header: list[str], column: str | int | None, names: tuple[str, ...], w
 def _column_index(header: list[str] | None, column: str | int, where: str) -> int:
     """A 1-based index (int or digits) or a header name -> 0-based index."""
     s = str(column).strip()
-    if s.isdigit():
+    if s.isascii() and s.isdigit():  # (isdigit alone takes '²')
         j = int(s) - 1
         if j < 0:
             raise InputError(f"{where}: column {column!r}: expected a 1-based index (1 = first column) or a name")

@@ -297,6 +297,8 @@ def read_mooncake(path: str | Path, limit: int | None = None, name: str | None =
                 obj = json.loads(s)
             except json.JSONDecodeError as e:
                 raise InputError(f"{p.name} line {lineno}: not valid JSON ({e.msg} at column {e.colno})") from None
+            except RecursionError:
+                raise InputError(f"{p.name} line {lineno}: not valid JSON (nested too deeply)") from None
             if not isinstance(obj, dict):
                 raise InputError(f"{p.name} line {lineno}: expected a JSON object, got {type(obj).__name__}")
             for key in ("timestamp", "input_length", "output_length"):
