@@ -673,3 +673,17 @@ def test_a_servegen_rate_scale_past_the_request_bound_is_refused_before_drawing(
     rc, out, err = run_cli(["simulate", "-s", str(tmp_path / "sg.yaml"), "-n", "30"], capsys)
     assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err, err
     assert "arrivals" in err and "10,000,000" in err and "rate_scale" in err
+
+
+def test_a_servegen_window_past_its_recorded_days_is_refused(tmp_path, capsys):
+    """A ServeGen window that starts after its 14 recorded days drew no request and ran, printing a summary of
+    nothing; it is one line and exit 2 now."""
+    from fleetwise.data import data_path
+
+    if not data_path("servegen-alibaba-modelstudio").exists():
+        pytest.skip("ServeGen data not available")
+    (tmp_path / "sg.yaml").write_text(DEP + "workload: {kind: servegen, servegen_model: m-large, "
+                                            "start_s: 30000000, end_s: 30000001}\n")
+    rc, out, err = run_cli(["simulate", "-s", str(tmp_path / "sg.yaml")], capsys)
+    assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert "start_s 3e+07 is past the end of its recorded rates" in err

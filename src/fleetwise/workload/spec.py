@@ -566,10 +566,17 @@ def build_workload_report(spec, rng: np.random.Generator, capacity: CapacityFn |
             rates = readers.read_servegen(folder, model=spec.servegen_model)
         except readers.READ_ERRORS as e:  # a chunk file that is not UTF-8 text, a truncated .gz
             raise InputError(f"servegen folder {folder}: {readers.read_error(Path(spec.servegen_model), e)}") from None
+        span = float(rates.window_start_s[-1] + rates.window_s) if len(rates.window_start_s) else 0.0
+        if spec.start_s >= span:  # (an empty workload ran and printed a summary of nothing)
+            raise InputError(f"servegen {spec.servegen_model}: start_s {spec.start_s:g} is past the end of its "
+                             f"recorded rates ({span:g} s)")
         w = readers.servegen_workload(
             rates, rng, lengths=_lengths_sampler(spec.lengths), start_s=spec.start_s, end_s=spec.end_s,
             rate_scale=spec.rate_scale,
         )
+        if not len(w):
+            raise InputError(f"servegen {spec.servegen_model}: no request arrived in the window from start_s "
+                             f"{spec.start_s:g} to end_s {spec.end_s if spec.end_s is not None else span:g}")
         if spec.num_requests is not None:
             w = w.head(spec.num_requests)
     else:
