@@ -129,6 +129,9 @@ def _files(d: Path) -> None:
     w("exp_model_nope.yaml", "name: g\nscenarios: [model_nope.yaml]\nseeds: 1\n")  # (was a failed run, stored)
     # files in the way of outputs
     w("afile", "not a folder\n")
+    (d / "ckdir.card.json").mkdir()  # a folder where a checkpoint's model card goes
+    w("scaler_big.yaml", DEP + WL + "scaler: {name: slo_aware, min_zones: %s}\n" % ("9" * 400))
+    w("static_big.yaml", DEP + WL + "scaler: {name: static, replicas: 20000}\n")
     w("notduckdb.duckdb", "not a DuckDB file\n")
 
 
@@ -369,6 +372,13 @@ CASES = [
                                                                                          "unknown model 'nope'"]),
     ("report-out-proc", "5", ["report", "--db", "store.duckdb", "--out", "/proc/fleetwise-report"], ["/proc"]),
     ("calibrate-out-sys", "5", ["perf", "calibrate", "--profile", "ok.yaml", "--out", "/sys/x.json"], ["/sys"]),
+    ("train-router-one-validation-run", "6", ["train", "router", "--out", "ck.npz", "--val-seeds", "1", "--rates",
+                                              "12"], ["--val-seeds 1", "at least 2 validation runs"]),
+    ("train-card-path-a-folder", "5", ["train", "router", "--out", "ckdir.npz"], ["ckdir.card.json", "folder"]),
+    ("train-scaler-val-days-huge", "6", ["train", "scaler", "--out", "x.npz", "--val-days", "7-99999999999"],
+     ["--val-days", "15 is not one"]),
+    ("scaler-param-400-digits", "6", ["simulate", "-s", "scaler_big.yaml"], ["min_zones", "2^53"]),
+    ("static-replicas-bound", "6", ["simulate", "-s", "static_big.yaml"], ["replicas must be 0 to 10,000"]),
 ]
 
 
@@ -687,3 +697,22 @@ def test_a_servegen_window_past_its_recorded_days_is_refused(tmp_path, capsys):
     rc, out, err = run_cli(["simulate", "-s", str(tmp_path / "sg.yaml")], capsys)
     assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err, err
     assert "start_s 3e+07 is past the end of its recorded rates" in err
+
+
+def test_report_on_a_damaged_store_is_one_line_and_writes_nothing(work, capsys):
+    """A store with a column dropped, or text that is not JSON where parameters go, made `report` print a DuckDB
+    or JSON traceback after drawing some PNGs (found by fuzzing, 2026-12-06)."""
+    import duckdb
+
+    for name, sql in (("dropped", "ALTER TABLE runs DROP COLUMN seed"),
+                      ("badjson", "UPDATE runs SET params = '{not json'")):
+        db = work / f"{name}.duckdb"
+        _store_with_runs(db)
+        con = duckdb.connect(str(db))
+        con.execute(sql)
+        con.close()
+        rc, out, err = run_cli(["report", "--db", str(db), "--out", str(work / f"rep_{name}")], capsys)
+        assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+        assert "not a results store this version can report on" in err
+        assert not (work / f"rep_{name}").exists()
+

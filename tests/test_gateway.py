@@ -428,3 +428,18 @@ def test_cli_serve_gateway_proxies_to_real_backends(backends, tmp_path):
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_odd_bodies_and_backend_values_are_not_500s():
+    """Found by fuzzing (2026-12-06): a completion body with an extra ``messages`` field, a backend's queue gauge of
+    1e300 and a model id with a lone surrogate each made the gateway answer 500."""
+    from fleetwise.serve.gateway import GatewayConfig, parse_request
+    from fleetwise.serve.gateway_pool import BackendState, _utf8
+
+    body = b'{"model": "m", "prompt": "xxxxxxxx", "messages": [{"role": "user", "content": "x"}]}'
+    _, tokens, _ = parse_request(body, "/v1/completions", GatewayConfig())
+    assert tokens == 2  # the prompt's 8 characters at 4 a token; the extra field is passed through, not counted
+    s = BackendState(id="b0", url="http://127.0.0.1:9", metrics="yes", running=0, waiting=10**300)
+    snap = s.snapshot()  # (a ReplicaSnapshot refused it: every request after the scrape was a 500)
+    assert snap.waiting == snap.outstanding_requests == 10**15
+    assert _utf8({"id": "llama"}) and not _utf8({"id": "\ud800"})

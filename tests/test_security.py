@@ -522,3 +522,58 @@ def test_the_learned_routers_checkpoint_is_gated_and_confined(ckpt_dir, tmp_path
             assert r.status_code == 400 and what in one_line(r), one_line(r)
         r = httpx.post(f"{url}/v1/admin/reload", json={"router": "learned?checkpoint=r-passed.npz"}, headers=AUTH)
         assert r.status_code == 200
+
+
+def test_a_fifo_or_a_card_linked_from_outside_is_refused_at_once(ckpt_dir, tmp_path):
+    """Found by fuzzing (2026-12-06): a named pipe as a checkpoint or its model card hung the service's start, a
+    reload and its shutdown (the open waited for a writer); a card symlinked from outside the folder was read."""
+    import os
+    import threading
+
+    from fleetwise.control.checkpoint import CheckpointError, load_policy, read_card, resolve_inside
+
+    p = _scaler_checkpoint(ckpt_dir, "ok", {"passed": True, "change": -0.1, "ci95": [-0.2, -0.05]})
+    os.mkfifo(ckpt_dir / "pipe.npz")
+    os.mkfifo(ckpt_dir / "pipecard.card.json")
+    (ckpt_dir / "pipecard.npz").write_bytes(p.read_bytes())
+    errors: list[str] = []
+
+    def attempt():
+        for f in (lambda: load_policy(ckpt_dir / "pipe.npz"), lambda: load_policy(ckpt_dir / "pipecard.npz"),
+                  lambda: read_card(ckpt_dir / "pipecard.card.json")):
+            try:
+                f()
+            except CheckpointError as e:
+                errors.append(str(e))
+
+    t = threading.Thread(target=attempt, daemon=True)
+    t.start()
+    t.join(timeout=20)
+    assert not t.is_alive(), "opening a FIFO waited for a writer"
+    assert len(errors) == 3 and all("not a regular file" in e for e in errors), errors
+    outside = tmp_path / "outside.card.json"
+    outside.write_text((ckpt_dir / "ok.card.json").read_text())
+    (ckpt_dir / "linked.npz").write_bytes(p.read_bytes())
+    (ckpt_dir / "linked.card.json").symlink_to(outside)
+    with pytest.raises(CheckpointError, match="its model card linked.card.json is outside the checkpoint folder"):
+        resolve_inside(ckpt_dir, "linked.npz")
+    assert resolve_inside(ckpt_dir, "ok.npz") == p.resolve()
+
+
+def test_huge_integers_in_a_card_or_in_scaler_parameters_are_one_line(ckpt_dir):
+    """A 400-digit integer in a model card's gate result, or in an integer parameter of a scaler, was an
+    OverflowError traceback (float formatting, math.isfinite)."""
+    from fleetwise.control.checkpoint import CheckpointError, read_card
+    from fleetwise.errors import InputError
+    from fleetwise.policies import make
+
+    p = _scaler_checkpoint(ckpt_dir, "big", {"passed": False, "change": 0.1, "ci95": [0.0, 0.2]})
+    card = p.with_name("big.card.json")
+    card.write_text(card.read_text().replace('"change": 0.1', '"change": 1' + "0" * 400))
+    with pytest.raises(CheckpointError, match="out of range"):
+        read_card(card)
+    for params in ({"min_zones": 10**400}, {"on_demand_floor": -(10**60)}):
+        with pytest.raises(InputError, match="at most 2\\^53"):
+            make("scaler", "slo_aware", params)
+    with pytest.raises(InputError, match="replicas must be 0 to 10,000"):
+        make("scaler", "static", {"replicas": 10**6})

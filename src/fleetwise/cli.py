@@ -573,7 +573,18 @@ def _report(db: str, out_dir: str, experiment: Optional[str] = None, baseline: O
     if not Path(db).is_file():
         raise InputError(f"{db}: results store not found (run `fleetwise sweep` first)")
     check_writable_dir(out_dir, "report folder (--out)")
-    index = write_report(Store(db), Path(out_dir), experiment=experiment, baseline=baseline)
+    import duckdb
+
+    try:
+        index = write_report(Store(db), Path(out_dir), experiment=experiment, baseline=baseline)
+    except InputError:
+        raise
+    except (duckdb.Error, ValueError, TypeError, KeyError, AttributeError, RecursionError) as e:
+        # a store that fleetwise did not write as it is (a column dropped or retyped, a view, text that is not
+        # JSON): one line, and write_report has removed what it had drawn
+        detail = str(e).strip().splitlines()[0][:160] if str(e).strip() else ""
+        raise InputError(f"{db}: not a results store this version can report on ({type(e).__name__}"
+                         f"{': ' + detail if detail else ''})") from None
     console.print(f"report written: open file://{index.resolve()}", highlight=False, soft_wrap=True)
 
 
@@ -1056,6 +1067,7 @@ def train_router_cmd(
     """The learned router: least outstanding tokens with a learned correction, found by the cross-entropy method
     on training seeds (mean E2E latency, TTFT P99 within 2% of the rule's as a constraint), kept by validation,
     gated against the rule (the gate's result goes into the model card)."""
+    from fleetwise.control.checkpoint import card_path
     from fleetwise.experiments.store import check_writable_file
     from fleetwise.learn.router import RouterTrainConfig, train_router
     from fleetwise.scenario import load_scenario
@@ -1063,6 +1075,7 @@ def train_router_cmd(
     if not str(out_path).endswith(".npz"):
         raise InputError(f"--out {out_path}: expected a NAME.npz file name")
     check_writable_file(out_path, "checkpoint (--out)")
+    check_writable_file(card_path(out_path), "model card (beside --out)")
     rates = rates if rates is not None else ("0.5,0.7,0.9" if trace else "12,18,24")
     try:
         rate_list = [float(x) for x in rates.split(",") if x.strip()]
@@ -1078,6 +1091,9 @@ def train_router_cmd(
         resolve_trace(trace)  # a missing file fails here, with its name
     if elite >= population:
         raise InputError(f"--elite {elite}: expected fewer than --population {population}")
+    if val_seeds * len(rate_list) < 2:
+        raise InputError(f"--val-seeds {val_seeds}: the gate's 95% interval needs at least 2 validation runs "
+                         f"(--val-seeds x rates; {len(rate_list)} rate given)")
     cfg = RouterTrainConfig(scenario=scenario, rates=rate_list, trace=trace, requests=requests, iterations=iterations,
                             population=population, elite=elite, train_seeds=train_seeds,
                             val_seeds=val_seeds, seed=seed)
@@ -1139,6 +1155,7 @@ def train_scaler_cmd(
     2-6 and of two real traces in its place (cost per token, SLO attainment within 0.1 point of the rule's as a
     constraint), kept by validation on days 7-10, gated against slo_aware (the gate's result goes into the model
     card)."""
+    from fleetwise.control.checkpoint import card_path
     from fleetwise.experiments.store import check_writable_file
     from fleetwise.learn.scaler_cem import CEM_BUDGETS, INITS, ScalerCEMConfig, parse_days, train_scaler_cem
     from fleetwise.scenario import SCENARIO_DIR, read_yaml
@@ -1147,6 +1164,7 @@ def train_scaler_cmd(
         raise InputError(f"--out {out_path}: expected a NAME.npz file name")
     _check_backend(backend, address)
     check_writable_file(out_path, "checkpoint (--out)")
+    check_writable_file(card_path(out_path), "model card (beside --out)")
     _, base = read_yaml("platform", SCENARIO_DIR, "scenario")
     if init != "rule" and init not in INITS:
         raise InputError(f"--init {init!r}: expected one of {', '.join(['rule', *sorted(INITS)])}")

@@ -20,3 +20,13 @@ def check_replaceable(path) -> None:
         raise InputError(f"{path}: cannot write ({e.strerror})") from None
     if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode) or stat.S_ISDIR(mode)):
         raise InputError(f"{path}: not a regular file (a device, a pipe or a socket); refusing to replace it")
+
+
+def nonblocking_opener(path, flags: int) -> int:
+    """``open(path, "rb", opener=nonblocking_opener)``: the open itself never waits. Opening a named pipe (FIFO) for
+    reading waits for a writer, so a FIFO named as a model card or a scenario hung the reader (and a service's
+    reload, and its shutdown) before the ``fstat`` regular-file check could refuse it; with ``O_NONBLOCK`` the open
+    returns at once and that check runs. (No effect on reading regular files.)"""
+    import os
+
+    return os.open(path, flags | getattr(os, "O_NONBLOCK", 0))

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 from yaml.constructor import ConstructorError
 
-from fleetwise.errors import InputError
+from fleetwise.errors import InputError, nonblocking_opener
 from fleetwise.limits import MAX_ALIAS_VALUES, MAX_FILE_BYTES
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
@@ -54,7 +54,7 @@ def read_text(path: str | Path, what: str = "file") -> str:
     if p.is_dir():
         raise InputError(f"{p}: is a folder, expected a {what} file")
     try:
-        with open(p, "rb") as f:
+        with open(p, "rb", opener=nonblocking_opener) as f:
             if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
                 raise InputError(f"{p}: not a regular file (a device, a pipe or a socket), expected a {what} file")
             data = f.read(MAX_FILE_BYTES + 1)

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 from numpy.lib import format as npy_format
 
-from fleetwise.errors import InputError, check_replaceable
+from fleetwise.errors import InputError, check_replaceable, nonblocking_opener
 
 FORMAT = "fleetwise-policy"
 VERSION = 1
@@ -156,10 +156,18 @@ def _reject_constant(c: str) -> Any:
     raise ValueError(f"{c} is not allowed")
 
 
+def _parse_int(s: str) -> int:
+    """JSON integers of a card or a checkpoint's metadata: counts, shapes and seeds, never beyond int64 (a 400-digit
+    one overflowed float formatting and math.isfinite downstream)."""
+    if len(s.lstrip("-")) > 19 or not -2**63 <= int(s) < 2**63:
+        raise ValueError(f"integer of {len(s)} digits is out of range (int64)")
+    return int(s)
+
+
 def read_card(path: str | os.PathLike) -> ModelCard:
     p = Path(path)
     try:
-        with open(p, "rb") as f:
+        with open(p, "rb", opener=nonblocking_opener) as f:
             if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
                 raise CheckpointError(f"model card {p}: not a regular file")
             raw = f.read(MAX_CARD_BYTES + 1)
@@ -171,7 +179,7 @@ def read_card(path: str | os.PathLike) -> ModelCard:
     if len(raw) > MAX_CARD_BYTES:
         raise CheckpointError(f"model card {p}: larger than {MAX_CARD_BYTES} bytes")
     try:
-        d = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+        d = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant, parse_int=_parse_int)
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
         raise CheckpointError(f"model card {p}: not UTF-8 JSON ({str(e).splitlines()[0][:200]})") from None
     return ModelCard.from_json(d, f"model card {p}")
@@ -390,7 +398,7 @@ def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, shape: tuple[int, .
 
 def _open_regular(path: Path, max_bytes: int, what: str) -> io.BufferedReader:
     try:
-        f = open(path, "rb")
+        f = open(path, "rb", opener=nonblocking_opener)
     except FileNotFoundError:
         raise CheckpointError(f"{what} {path}: no such file") from None
     except IsADirectoryError:
@@ -455,7 +463,7 @@ def load_policy(path: str | os.PathLike, *, level: str | None = None, card: bool
             if raw.dtype != np.uint8:
                 raise CheckpointError(f"{where}: __meta__ must be uint8 (UTF-8 JSON bytes)")
             try:
-                meta = json.loads(raw.tobytes().decode("utf-8"), parse_constant=_reject_constant)
+                meta = json.loads(raw.tobytes().decode("utf-8"), parse_constant=_reject_constant, parse_int=_parse_int)
             except (UnicodeDecodeError, ValueError, RecursionError) as e:
                 raise CheckpointError(f"{where}: __meta__ is not UTF-8 JSON ({str(e)[:200]})") from None
             shapes = expected_arrays(meta, where)
@@ -524,11 +532,28 @@ def save_policy(path: str | os.PathLike, *, level: str, algorithm: str, obs_low:
         raise ValueError(f"model card level {card.level!r} differs from the checkpoint's {level!r}")
     p.parent.mkdir(parents=True, exist_ok=True)
     meta_bytes = np.frombuffer(json.dumps(meta, allow_nan=False).encode("utf-8"), np.uint8)
-    _atomic(p, lambda f: np.savez_compressed(f, __meta__=meta_bytes, **arrays))
+    # the card is made before anything is written: an interval that is not defined (one validation run) is null,
+    # not NaN (which is no JSON), and a folder where the card goes fails before the checkpoint is written
+    card_bytes = json.dumps(_nan_to_null(card.to_json()), indent=1, allow_nan=False).encode("utf-8") + b"\n"
     cp = card_path(p)
-    _atomic(cp, lambda f: f.write(json.dumps(card.to_json(), indent=1, allow_nan=False).encode("utf-8") + b"\n"))
+    for q in (p, cp):
+        if q.is_dir():
+            raise CheckpointError(f"{q}: is a folder; the checkpoint and its model card are files")
+        check_replaceable(q)
+    _atomic(p, lambda f: np.savez_compressed(f, __meta__=meta_bytes, **arrays))
+    _atomic(cp, lambda f: f.write(card_bytes))
     load_policy(p)  # what was written reads back
     return p
+
+
+def _nan_to_null(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _nan_to_null(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_nan_to_null(x) for x in v]
+    return v
 
 
 def _atomic(path: Path, write: Any) -> None:
@@ -546,7 +571,8 @@ def _atomic(path: Path, write: Any) -> None:
 # --------------------------------------------------------------------------------------------- confinement
 def resolve_inside(folder: str | os.PathLike | None, name: str | os.PathLike, what: str = "checkpoint") -> Path:
     """``name`` resolved inside ``folder`` (relative names are relative to it); its real path (symlinks followed)
-    must lie inside the folder's real path. ``folder`` None: refused (no folder was named at start)."""
+    must lie inside the folder's real path, and so must its model card's. ``folder`` None: refused (no folder was
+    named at start)."""
     if folder is None:
         raise CheckpointError(f"{what} {str(name)!r}: loading by path is refused: start the service with "
                               "--checkpoint-dir DIR and name a file inside it")
@@ -557,4 +583,8 @@ def resolve_inside(folder: str | os.PathLike | None, name: str | os.PathLike, wh
     real = os.path.realpath(os.path.join(root, s))
     if os.path.commonpath([root, real]) != root or real == root:
         raise CheckpointError(f"{what} {s!r}: outside the checkpoint folder {root} (symlinks followed)")
+    card = os.path.realpath(card_path(real))  # (the card is read too: a link out of the folder was followed)
+    if os.path.commonpath([root, card]) != root:
+        raise CheckpointError(f"{what} {s!r}: its model card {card_path(real).name} is outside the checkpoint "
+                              f"folder {root} (symlinks followed)")
     return Path(real)

@@ -78,9 +78,15 @@ def _adapter(annotation: Any):
     return ta
 
 
+MAX_INT_PARAM = 2**53  # an integer parameter beyond what a float holds exactly is no count of anything here (a 400-digit
+# min_zones overflowed math.isfinite)
+
+
 def _non_finite(v: Any) -> bool:
     if isinstance(v, float):
         return not math.isfinite(v)
+    if isinstance(v, int) and not isinstance(v, bool):
+        return abs(v) > MAX_INT_PARAM
     if isinstance(v, (list, tuple)):
         return any(_non_finite(x) for x in v)
     if isinstance(v, dict):
@@ -112,7 +118,8 @@ def check(level: str, name: str, params: dict[str, Any] | None = None, where: st
 
     for k, v in params.items():
         if _non_finite(v):
-            raise InputError(f"{where}{level} {name!r}: {k} must be finite (got {v!r})")
+            shown = repr(v) if len(repr(v)) <= 40 else repr(v)[:20] + f"... ({len(repr(v))} characters)"
+            raise InputError(f"{where}{level} {name!r}: {k} must be finite and at most 2^53 in size (got {shown})")
         ta = _adapter(hints[k]) if k in hints else None
         if ta is not None:
             try:

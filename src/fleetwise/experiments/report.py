@@ -17,6 +17,8 @@ A section without data says so in a sentence. Plots are drawn with matplotlib's 
 
 from __future__ import annotations
 
+import contextlib
+
 import base64
 import html
 import io
@@ -857,8 +859,24 @@ def write_report(store, out_dir: str | Path, experiment: str | None = None, base
         keep = [e is None or e == experiment for e in learn["experiment"]]
         learn = {k: v[np.array(keep, bool)] for k, v in learn.items()}
 
+    created = not out.exists()
+    before = {p.name for p in out.glob("*.png")} if out.is_dir() else set()
     out.mkdir(parents=True, exist_ok=True)  # only once the inputs are known to be good
     plots = _Plots(out)
+    try:
+        return _render(out, plots, exps, quant, with_tl, store, learn, experiment, t0)
+    except BaseException:  # nothing half-written: the PNGs this report made go (an earlier report's stay)
+        for f in plots.files:
+            if f not in before:
+                (out / f).unlink(missing_ok=True)
+        if created:
+            with contextlib.suppress(OSError):
+                out.rmdir()
+        raise
+
+
+def _render(out: Path, plots: _Plots, exps: list, quant: dict, with_tl: set, store, learn: dict,
+            experiment: str | None, t0: float) -> Path:
     body: dict[str, list[str]] = {k: [] for k, _ in SECTIONS}
     for ex in exps:
         for key, _ in SECTIONS[:5]:

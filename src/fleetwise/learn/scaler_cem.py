@@ -215,9 +215,11 @@ def parse_days(text: str) -> list[int]:
     try:
         if "-" in s:
             lo, _, hi = s.partition("-")
-            days = list(range(int(lo), int(hi) + 1))
-            if int(hi) < int(lo):
+            a, b = int(lo), int(hi)
+            if b < a:
                 raise ValueError
+            # (clipped before the list is made: "7-99999999999" asked for 1e11 days)
+            days = list(range(a, min(b, SERVEGEN_DAYS + 1) + 1))
         else:
             days = [int(x) for x in s.split(",")]
     except ValueError:

@@ -321,8 +321,10 @@ class Static:
     replicas (spot reclaims) are replaced, as a Kubernetes Deployment does."""
 
     def __init__(self, replicas: int | None = None):
-        if replicas is not None and replicas < 0:
-            raise ValueError(f"replicas must be >= 0, got {replicas}")
+        from fleetwise.limits import MAX_REPLICAS
+
+        if replicas is not None and not 0 <= replicas <= MAX_REPLICAS:
+            raise ValueError(f"replicas must be 0 to {MAX_REPLICAS:,} (docs/limits.md), got {replicas}")
         self.replicas = replicas
         self.target: dict[str, int] = {}
 

@@ -66,7 +66,8 @@ def _estimate_prompt_tokens(req: Any, chars_per_token: float) -> int:
             return sum(text(t) for t in x)
         return 0
 
-    messages = getattr(req, "messages", None)
+    # (a chat body's messages; a completion body may carry an extra "messages" field, passed through as raw JSON)
+    messages = req.messages if "messages" in type(req).model_fields else None
     if messages is not None:
         total = 2
         for m in messages:

@@ -22,12 +22,24 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from fleetwise.errors import InputError
 from fleetwise.serve.policy import RoutePolicy
+from fleetwise.serve.schemas import MAX_COUNT as _BIG
 from fleetwise.serve.schemas import ReplicaSnapshot, RouteRequest
 
 # Prometheus series read from backends' /metrics: summed over label sets (kv: the largest)
 _WAITING = ("vllm:num_requests_waiting", "sglang:num_queue_reqs", "llamacpp:requests_deferred", "tgi_queue_size")
 _RUNNING = ("vllm:num_requests_running", "sglang:num_running_reqs", "llamacpp:requests_processing")
 _KV = ("vllm:gpu_cache_usage_perc", "vllm:kv_cache_usage_perc", "sglang:token_usage", "llamacpp:kv_cache_usage_ratio")
+
+
+def _utf8(obj: Any) -> bool:
+    """Whether ``obj`` can be answered as UTF-8 JSON (JSON text may escape lone surrogates, UTF-8 cannot hold them)."""
+    import json
+
+    try:
+        json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    except (UnicodeEncodeError, ValueError, TypeError, RecursionError):
+        return False
+    return True
 
 
 @dataclass
@@ -87,10 +99,10 @@ class BackendState:
     def snapshot(self) -> ReplicaSnapshot:
         outstanding = self.in_flight
         if self.metrics == "yes" and self.running is not None:
-            outstanding = max(outstanding, self.running + self.waiting)
+            outstanding = min(_BIG, max(outstanding, self.running + self.waiting))
         return ReplicaSnapshot(id=self.id, outstanding_requests=outstanding,
                                outstanding_tokens=self.in_flight_tokens, kv_used_fraction=self.kv_used_fraction,
-                               waiting=self.waiting, ready=self.ready, rtt_s=min(self.probe_rtt_s or 0.0, 3600.0))
+                               waiting=min(self.waiting, _BIG), ready=self.ready, rtt_s=min(self.probe_rtt_s or 0.0, 3600.0))
 
     def as_dict(self) -> dict[str, Any]:
         return {"id": self.id, "url": self.url, "ready": self.ready, "in_flight": self.in_flight,
@@ -213,7 +225,8 @@ class Pool:
         try:
             r = await self.client.get(f"{s.url}/v1/models", headers=self.up_headers, timeout=httpx.Timeout(30.0))
             r.raise_for_status()
-            objs = {str(m["id"]): m for m in r.json().get("data", []) if isinstance(m, dict) and "id" in m}
+            objs = {str(m["id"]): m for m in r.json().get("data", []) if isinstance(m, dict) and "id" in m
+                    and _utf8(m)}  # (a lone surrogate in an id made /v1/models and /v1/gateway/backends a 500)
         except (httpx.HTTPError, ValueError, AttributeError, KeyError, RecursionError) as e:
             s.last_error = f"/v1/models: {type(e).__name__}: {e}".rstrip(": ")
             return False
@@ -240,8 +253,10 @@ class Pool:
         waiting, running, kv = sums
         s.next_metrics_s = now + self.cfg.metrics_interval_s
         s.metrics = "yes"
-        s.waiting = max(0, int(waiting)) if math.isfinite(waiting) else 0
-        s.running = max(0, int(running)) if math.isfinite(running) else 0
+        # a backend's numbers are clipped into what a snapshot holds (vllm:num_requests_waiting 1e300 made every
+        # later request a 500, as the snapshot refused it)
+        s.waiting = min(_BIG, max(0, int(waiting))) if math.isfinite(waiting) else 0
+        s.running = min(_BIG, max(0, int(running))) if math.isfinite(running) else 0
         if kv is not None and math.isfinite(kv):
             s.kv_used_fraction = min(1.0, max(0.0, kv))
 

@@ -24,6 +24,7 @@ MAX_REPLICAS = 10_000
 MAX_GROUPS = 10_000
 MAX_REGIONS = 256
 _BIG = 10**15  # bound on counts: keeps every estimate a finite float
+MAX_COUNT = _BIG  # (the same, for the gateway, which clips a backend's gauges into it)
 MAX_FLOAT = 1e15  # bound on every float of the wire schemas (and serve/scale_wire.py)
 
 
