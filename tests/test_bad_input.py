@@ -132,6 +132,9 @@ def _files(d: Path) -> None:
     (d / "ckdir.card.json").mkdir()  # a folder where a checkpoint's model card goes
     w("scaler_big.yaml", DEP + WL + "scaler: {name: slo_aware, min_zones: %s}\n" % ("9" * 400))
     w("static_big.yaml", DEP + WL + "scaler: {name: static, replicas: 20000}\n")
+    w("backoff_tiny.yaml", DEP + WL + "scaler: hpa\nplatform: {retry_backoff_s: 1.0e-3, retry_backoff_max_s: 1.0e-3, "
+                                      "health_check_s: 1000}\n")
+    w("workload_model.yaml", DEP + "workload: {kind: poisson, rate_rps: 5, num_requests: 20, model: nope}\n")
     w("notduckdb.duckdb", "not a DuckDB file\n")
 
 
@@ -379,6 +382,14 @@ CASES = [
      ["--val-days", "15 is not one"]),
     ("scaler-param-400-digits", "6", ["simulate", "-s", "scaler_big.yaml"], ["min_zones", "2^53"]),
     ("static-replicas-bound", "6", ["simulate", "-s", "static_big.yaml"], ["replicas must be 0 to 10,000"]),
+    # a third fuzzing pass (2026-12-06)
+    ("retry-backoff-cap-1ms", "6", ["simulate", "-s", "backoff_tiny.yaml"], ["retry_backoff_max_s"]),
+    ("workload-model-unknown", "4", ["simulate", "-s", "workload_model.yaml"], ["model", "unknown model 'nope'"]),
+    ("bench-serve-under-one-call", "6", ["bench", "serve", "--rate", "1", "--duration", "0.1"],
+     ["at least one call"]),
+    ("gateway-backend-unclosed-ipv6", "5", ["bench", "gateway", "--backend", "http://[::1"], ["Invalid IPv6 URL"]),
+    ("gateway-backend-port-range", "5", ["serve", "--gateway", "--backend", "http://127.0.0.1:99999"],
+     ["Port out of range"]),
 ]
 
 
@@ -715,4 +726,32 @@ def test_report_on_a_damaged_store_is_one_line_and_writes_nothing(work, capsys):
         assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err, err
         assert "not a results store this version can report on" in err
         assert not (work / f"rep_{name}").exists()
+
+
+def test_numbers_written_as_yaml_1_1_strings_are_numbers_to_a_policy(work, capsys):
+    """PyYAML reads ``1e3`` (no dot) as a string: the registry checked it as a number and passed the text on, and
+    ``prefix_aware`` compared a string with 0 mid-run (a traceback); ``1e999`` passed as text, not as infinity."""
+    from fleetwise.policies import make
+
+    assert make("router", "prefix_aware", {"hit_weight": "1e3"}).hit_weight == 1000.0
+    with pytest.raises(InputError, match="hit_weight"):
+        make("router", "prefix_aware", {"hit_weight": "1e999"})
+    (work / "pa.yaml").write_text(DEP + WL + "router: {name: prefix_aware, hit_weight: 1e3}\n")
+    rc, out, err = run_cli(["simulate", "-s", "pa.yaml", "--json"], capsys)
+    assert rc == 0, err
+
+
+def test_a_sweep_with_a_timeline_whose_runs_serve_nothing_stores_them(work, capsys):
+    """Every request rejected (max_waiting: 0) left no timeline bucket, and DuckDB refused the empty insert: the
+    sweep failed with a traceback, and again on every rerun."""
+    import json
+
+    (work / "rej.yaml").write_text(DEP + WL + "options: {max_waiting: 0}\n")
+    (work / "rej_exp.yaml").write_text("name: rej\nscenarios: [rej.yaml]\nseeds: 2\ntimeline_bucket_s: 1\n")
+    rc, out, err = run_cli(["sweep", "rej_exp.yaml", "--db", "r/rej.duckdb", "--workers", "1"], capsys)
+    assert rc == 0 and "Traceback" not in err, err
+    from fleetwise.cli import _jsonable
+
+    assert json.dumps(_jsonable({"5": {"ttft_p50_s": float("nan"), "x": [float("nan"), 1.0]}})) == \
+        '{"5": {"ttft_p50_s": null, "x": [null, 1.0]}}'  # (bench sim-speed --json printed NaN)
 

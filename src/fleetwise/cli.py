@@ -11,7 +11,7 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
@@ -166,8 +166,15 @@ def _warn_overload(reasons: dict, requests: int, where: str = "") -> None:
         console.print(msg, style="yellow", highlight=False, markup=False, soft_wrap=True)
 
 
-def _jsonable(d: dict) -> dict:
-    return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in d.items()}
+def _jsonable(v: Any) -> Any:
+    """NaN (a quantile of no request) as null, in nested dicts and lists: NaN is not JSON."""
+    if isinstance(v, float) and math.isnan(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    return v
 
 
 @app.command()
@@ -249,7 +256,7 @@ def simulate(
         if k == "adaptation":
             continue
         if isinstance(v, float):
-            t.add_row(k, f"{v:.4g}")
+            t.add_row(k, "-" if math.isnan(v) else f"{v:.4g}")  # (no request completed: no latency, as compare shows)
         else:
             t.add_row(k, str(v))
     print_tables(t, wide)
@@ -855,7 +862,7 @@ def bench_sim_speed(
     make("router", router, where="--router: ")
     res = sim_speed(ns, scenario=scenario, router=router)
     if as_json:
-        out.print_json(json.dumps(res))
+        out.print_json(json.dumps(_jsonable(res)))  # (a run that completed nothing has no quantiles)
         return
     t = Table(title=f"simulator speed on {scenario} ({router})")
     for c in ("requests", "requests/s", "wall s", "peak RSS MB", "events"):
@@ -1387,6 +1394,8 @@ def bench_serve(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Decision latency (P50/P99) and throughput of `fleetwise serve` on loopback under a bounded open-loop load."""
+    if rate * duration < 1:
+        raise InputError(f"--rate x --duration = {rate * duration:.3g} calls: expected at least one call")
     if rate * duration > MAX_REQUESTS:
         raise InputError(f"--rate x --duration = {rate * duration:.3g} calls, above the limit of {MAX_REQUESTS:,} "
                          "(docs/limits.md)")

@@ -131,11 +131,33 @@ class PlatformSpec(_Model):
     host_load_gbps: float = Field(default=25.0, gt=0)  # host memory -> GPU weight load bandwidth (node cache hit)
     duration_s: float | None = Field(default=None, gt=0, le=MAX_SPAN_S)  # billing window; default: last arrival + drain
     drain_s: float = Field(default=1800.0, ge=0, le=MAX_SPAN_S)  # after the last arrival, to let requests finish
-    retry_backoff_s: float = Field(default=0.5, gt=0, le=MAX_SPAN_S)
-    retry_backoff_max_s: float = Field(default=30.0, gt=0, le=MAX_SPAN_S)
+    # a failed attempt's retry waits retry_backoff_s, doubling up to retry_backoff_max_s: a cap under a second (as
+    # the scaling epochs' floor) let 1 ms retries hit a dead replica a million times before its health check
+    retry_backoff_s: float = Field(default=0.5, ge=1e-3, le=MAX_SPAN_S)
+    retry_backoff_max_s: float = Field(default=30.0, ge=MIN_PERIOD_S, le=MAX_SPAN_S)
     tenants: list[TenantSpec] = Field(default_factory=list)
     admission: AdmissionSpec = Field(default_factory=AdmissionSpec)
     faults: list[FaultSpec] = Field(default_factory=list)
+
+
+def _check_models(d: Any, where: str) -> None:
+    """Every ``model:`` a scenario's workload names (its own, a mix part's, a trace tenant's) is ``default`` or a
+    catalog model: a typo sent every request to no replica, with exit status 0. (Model names a trace file carries,
+    e.g. BurstGPT's ``ChatGPT``, are the trace's and are not checked here.)"""
+    from fleetwise.workload.spec import known_model
+
+    if isinstance(d, dict):
+        for k, v in d.items():
+            if k == "model" and isinstance(v, str):
+                try:
+                    known_model(v)
+                except ValueError as e:
+                    raise ValueError(f"{where}.model: {e}") from None
+            else:
+                _check_models(v, f"{where}.{k}")
+    elif isinstance(d, list):
+        for i, v in enumerate(d):
+            _check_models(v, f"{where}[{i}]")
 
 
 class Scenario(_Model):
@@ -165,6 +187,7 @@ class Scenario(_Model):
         except ValidationError as e:
             raise ValueError(format_validation_error(e, "workload")) from None
         self._parsed = {"fleet": (self.fleet, fleet), "workload": (self.workload, workload)}
+        _check_models(self.workload, "workload")
         total = sum(d.replicas for d in self.deployments)
         if self.scaler is not None:  # the platform may scale every group up to its max_replicas
             total = max(total, sum(d.max_replicas if d.max_replicas is not None else max(d.replicas, 1) * 4

@@ -98,6 +98,13 @@ def check(level: str, name: str, params: dict[str, Any] | None = None, where: st
     """Check a reference to a registered policy without building it: the name is registered, every parameter
     exists, has the annotated type (validated with pydantic) and holds no NaN or infinity. Returns the factory;
     bad input gives an InputError. ``fleetwise.policies.check`` loads the built-ins first."""
+    return _checked(level, name, params, where)[0]
+
+
+def _checked(level: str, name: str, params: dict[str, Any] | None, where: str) -> tuple[Callable[..., Any], dict]:
+    """(factory, parameters): a parameter given as text that its annotation reads as a number (YAML 1.1 reads
+    ``1e3`` and ``1.0e308`` as strings) is passed as that number, checked for finiteness like any other; it was
+    passed on as text, and the policy compared a string with a number mid-run."""
     table = _REGISTRY[level]
     if name not in table:
         raise InputError(f"{where}unknown {level} {name!r}; expected one of: {', '.join(sorted(table))}")
@@ -116,25 +123,31 @@ def check(level: str, name: str, params: dict[str, Any] | None = None, where: st
         hints = {}
     from pydantic import ValidationError
 
-    for k, v in params.items():
+    def finite(k: str, v: Any) -> None:
         if _non_finite(v):
             shown = repr(v) if len(repr(v)) <= 40 else repr(v)[:20] + f"... ({len(repr(v))} characters)"
             raise InputError(f"{where}{level} {name!r}: {k} must be finite and at most 2^53 in size (got {shown})")
+
+    for k, v in params.items():
+        finite(k, v)
         ta = _adapter(hints[k]) if k in hints else None
         if ta is not None:
             try:
-                ta.validate_python(v)
+                got = ta.validate_python(v)
             except ValidationError as e:
                 raise InputError(f"{where}{level} {name!r}: {k}: {e.errors()[0]['msg']} (got {v!r})") from None
-    return factory
+            if isinstance(v, str) and isinstance(got, (int, float)):
+                params[k] = got
+                finite(k, got)
+    return factory, params
 
 
 def build(level: str, name: str, params: dict[str, Any] | None = None, where: str = "") -> Any:
     """Build the registered policy ``name`` of ``level`` with keyword ``params``; unknown names or parameters, a
     parameter of the wrong type, NaN or infinity (see :func:`check`), or one the constructor refuses give an
     InputError. Only what is registered already is known: ``fleetwise.policies.make`` loads the built-ins."""
-    factory = check(level, name, params, where)
+    factory, params = _checked(level, name, params, where)
     try:
-        return factory(**dict(params or {}))
+        return factory(**params)
     except (TypeError, ValueError) as e:
         raise InputError(f"{where}{level} {name!r}: {e}") from None

@@ -225,7 +225,8 @@ class Store:
                     if tl:
                         w, util = tl
                         rows = [(rid, i, (j + 0.5) * w, float(u)) for i, r in enumerate(util) for j, u in enumerate(r)]
-                        con.executemany("INSERT INTO timeline VALUES (?, ?, ?, ?)", rows)
+                        if rows:  # (a run that served nothing has no bucket; DuckDB refuses an empty executemany)
+                            con.executemany("INSERT INTO timeline VALUES (?, ?, ?, ?)", rows)
                     lc = res.get("learning") or []
                     if lc:
                         con.executemany("INSERT INTO learning VALUES (?, ?, ?, ?, ?)",

@@ -117,9 +117,16 @@ def normalise_backend_url(url: str) -> str:
     u = url.strip().rstrip("/")
     if u.endswith("/v1"):
         u = u[:-3]
-    parts = urlsplit(u)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise InputError(f"backend {url!r}: expected an http(s) URL such as http://127.0.0.1:8001")
+    bad = f"backend {url!r}: expected an http(s) URL such as http://127.0.0.1:8001"
+    try:
+        parts = urlsplit(u)
+        port = parts.port  # (urllib checks the port's range and an IPv6 host's brackets only when asked)
+    except ValueError as e:
+        raise InputError(f"{bad} ({e})") from None
+    if parts.scheme not in ("http", "https") or not parts.netloc or not parts.hostname:
+        raise InputError(bad)
+    if port == 0:
+        raise InputError(f"{bad} (port 0)")
     return u
 
 

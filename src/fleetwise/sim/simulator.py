@@ -1577,7 +1577,8 @@ class Simulator:
         self.retries[rid] = k + 1
         o = self.options
         self.kv_moved[rid] = 0
-        self._push(self.now + min(o.retry_backoff_s * (2.0 ** k), o.retry_backoff_max_s), RETRY, rid, 0)
+        # (2.0 ** k overflows past k = 1023: a 1 ms backoff retried a dead replica that often before its health check)
+        self._push(self.now + min(o.retry_backoff_s * (2.0 ** min(k, 1000)), o.retry_backoff_max_s), RETRY, rid, 0)
 
     def _dispatch(self, rid: int) -> DecisionPoint | None:
         """Route ``rid`` again (a retry or migration); held until a replica is ready when its model has none."""

@@ -182,6 +182,19 @@ def known_slo_class(v: str) -> str:
     return v
 
 
+def known_model(v: str) -> str:
+    """``default`` (the first deployment's model) or a catalog model: a name the catalog does not know reached no
+    replica, and every request was rejected with exit status 0."""
+    if v != "default":
+        from fleetwise.catalog import get_model
+
+        try:
+            get_model(v)
+        except InputError as e:
+            raise ValueError(str(e)) from None
+    return v
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # no NaN or infinity in any number
 
