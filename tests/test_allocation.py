@@ -293,3 +293,45 @@ def test_cli_eval_trace_error_exits_2(tmp_path):
     r = subprocess.run([sys.executable, "-m", "fleetwise", "reproduce", "allocation", "--quick", "--eval-trace",
                         str(p), "--db", str(tmp_path / "x.duckdb")], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "broken.csv" in (r.stdout + r.stderr) and "Traceback" not in r.stderr
+
+
+def test_envs_refuse_actions_outside_their_space_and_steps_without_reset():
+    """Found by fuzzing the Python API (2026-12-06): Allocation-v0 took -1 (wrapped to the last action), 1.7 and
+    "3", and 12 was an IndexError in the step; Torta-v0 broadcast a wrong shape deep in the planner and took NaN;
+    a step before reset() was an AttributeError, and one after the end an IndexError or a silent reward."""
+    from fleetwise.envs.torta import TortaEnv
+
+    env = AllocationEnv()
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step(0)
+    env.reset(seed=0)
+    for bad in (12, -1, 1.7, "3", np.array([3]), True):
+        with pytest.raises(ValueError, match="expected an integer in Discrete"):
+            env.step(bad)
+    env.step(np.int64(3))  # what a vectorised env passes
+    t = TortaEnv()
+    with pytest.raises(RuntimeError, match="reset"):
+        t.step(t.action_space.sample())
+    t.reset(seed=0)
+    n = t.action_space.shape[0]
+    for bad in (np.zeros(n - 1), np.full(n, np.nan), 0.0):
+        with pytest.raises(ValueError, match="expected finite values in Box"):
+            t.step(bad)
+    t.step(np.zeros(n))
+
+
+def test_a_failed_save_keeps_the_checkpoint_that_was_there(tmp_path):
+    """save_policy replaced both files and then found the NaN weights on reading them back: the good checkpoint
+    was gone. Now both are written under temporary names and read back before they replace anything."""
+    from fleetwise.control.checkpoint import ActionSpec, CheckpointError, ModelCard, load_policy, save_policy
+
+    kw = dict(level="router", algorithm="ppo", obs_low=-np.ones(4), obs_high=np.ones(4),
+              action=ActionSpec("discrete", n=3), activation="tanh",
+              card=ModelCard(level="router", policy="x", rule=None, training={}, validation=None))
+    good = [(np.ones((8, 4)), np.zeros(8)), (np.ones((3, 8)), np.zeros(3))]
+    p = save_policy(tmp_path / "mine.npz", layers=good, **kw)
+    before = p.read_bytes()
+    with pytest.raises(CheckpointError, match="NaN"):
+        save_policy(tmp_path / "mine.npz", layers=[(np.full((8, 4), np.nan), np.zeros(8)), good[1]], **kw)
+    assert p.read_bytes() == before and sorted(f.name for f in tmp_path.iterdir()) == ["mine.card.json", "mine.npz"]
+    load_policy(p)

@@ -755,3 +755,18 @@ def test_a_sweep_with_a_timeline_whose_runs_serve_nothing_stores_them(work, caps
     assert json.dumps(_jsonable({"5": {"ttft_p50_s": float("nan"), "x": [float("nan"), 1.0]}})) == \
         '{"5": {"ttft_p50_s": null, "x": [null, 1.0]}}'  # (bench sim-speed --json printed NaN)
 
+
+
+def test_the_policy_api_names_a_bad_level_name_or_params():
+    """``make("nope", ...)`` and ``names("nope")`` were a bare KeyError; a list as the name was "unhashable", a
+    string as params a dict-update error (found by fuzzing the Python API, 2026-12-06)."""
+    from fleetwise.policies import make, names
+
+    with pytest.raises(InputError, match="unknown decision level 'nope'; expected one of: allocator"):
+        make("nope", "x")
+    with pytest.raises(InputError, match="unknown decision level"):
+        names("nope")
+    with pytest.raises(InputError, match="expected a string"):
+        make("router", ["round_robin"])
+    with pytest.raises(InputError, match="expected a mapping"):
+        make("router", "round_robin", "x")

@@ -540,9 +540,22 @@ def save_policy(path: str | os.PathLike, *, level: str, algorithm: str, obs_low:
         if q.is_dir():
             raise CheckpointError(f"{q}: is a folder; the checkpoint and its model card are files")
         check_replaceable(q)
-    _atomic(p, lambda f: np.savez_compressed(f, __meta__=meta_bytes, **arrays))
-    _atomic(cp, lambda f: f.write(card_bytes))
-    load_policy(p)  # what was written reads back
+    # both files are written beside the targets under temporary names and read back as load_policy reads them;
+    # only then do they replace the targets, so a save that fails (NaN weights, inverted bounds, a bad card) leaves
+    # the checkpoint that was there (it used to be overwritten first and checked after)
+    tmp = p.with_name(f".{p.name[: -len(SUFFIX)]}.{os.getpid()}.tmp{SUFFIX}")
+    tmp_card = card_path(tmp)
+    try:
+        with open(tmp, "wb") as f:
+            np.savez_compressed(f, __meta__=meta_bytes, **arrays)
+        tmp_card.write_bytes(card_bytes)
+        load_policy(tmp)  # what was written reads back
+        os.replace(tmp, p)
+        os.replace(tmp_card, cp)
+    finally:
+        for q in (tmp, tmp_card):
+            if q.exists():
+                q.unlink()
     return p
 
 
@@ -554,18 +567,6 @@ def _nan_to_null(v: Any) -> Any:
     if isinstance(v, (list, tuple)):
         return [_nan_to_null(x) for x in v]
     return v
-
-
-def _atomic(path: Path, write: Any) -> None:
-    check_replaceable(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            write(f)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 # --------------------------------------------------------------------------------------------- confinement

@@ -51,6 +51,12 @@ def register_allocator(name: str):
 def registered(level: str) -> dict[str, Callable[..., Any]]:
     """The policies registered for ``level`` so far (name -> factory). ``fleetwise.policies.make`` and ``names``
     load the built-in policies first; use those."""
+    return _table(level)
+
+
+def _table(level: Any) -> dict[str, Callable[..., Any]]:
+    if not isinstance(level, str) or level not in _REGISTRY:
+        raise InputError(f"unknown decision level {level!r}; expected one of: {', '.join(_REGISTRY)}")
     return _REGISTRY[level]
 
 
@@ -105,7 +111,11 @@ def _checked(level: str, name: str, params: dict[str, Any] | None, where: str) -
     """(factory, parameters): a parameter given as text that its annotation reads as a number (YAML 1.1 reads
     ``1e3`` and ``1.0e308`` as strings) is passed as that number, checked for finiteness like any other; it was
     passed on as text, and the policy compared a string with a number mid-run."""
-    table = _REGISTRY[level]
+    table = _table(level)
+    if not isinstance(name, str):
+        raise InputError(f"{where}{level} name {name!r}: expected a string, one of: {', '.join(sorted(table))}")
+    if params is not None and not isinstance(params, dict):
+        raise InputError(f"{where}{level} {name!r}: params {params!r}: expected a mapping of parameter names to values")
     if name not in table:
         raise InputError(f"{where}unknown {level} {name!r}; expected one of: {', '.join(sorted(table))}")
     factory = table[name]

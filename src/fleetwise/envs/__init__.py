@@ -9,3 +9,29 @@ register(id="fleetwise/Allocation-v0", entry_point="fleetwise.envs.allocation:Al
 register(id="fleetwise/EdgeBatching-v0", entry_point="fleetwise.envs.edge:EdgeBatchingEnv")
 register(id="fleetwise/Torta-v0", entry_point="fleetwise.envs.torta:TortaEnv")
 register(id="fleetwise/Autoscaling-v0", entry_point="fleetwise.envs.autoscaling:AutoscalingEnv")
+
+
+def checked_action(space, action):
+    """``action`` as the environment reads it, or a ValueError naming the action and the space: a ``Discrete``
+    action an integer in range (``12`` of 12 was an IndexError deep in the step, ``-1`` wrapped to the last
+    action, ``"3"`` and ``1.7`` were taken); a ``Box`` action of the space's shape and finite (a wrong shape was a
+    broadcasting error, NaN was taken as an action). Box values outside the bounds are clipped by the environment,
+    as Stable-Baselines3 clips them."""
+    import numpy as np
+    from gymnasium import spaces
+
+    if isinstance(space, spaces.Discrete):
+        a = np.asarray(action)
+        if a.shape != () or a.dtype.kind not in "iu" or not space.start <= int(a) < space.start + space.n:
+            raise ValueError(f"action {action!r}: expected an integer in {space}")
+        return int(a)
+    if isinstance(space, spaces.Box):
+        try:
+            a = np.asarray(action, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise ValueError(f"action {action!r}: expected an array in {space}") from None
+        if a.shape != space.shape or not np.isfinite(a).all():
+            raise ValueError(f"action of shape {a.shape}{' with NaN or infinity' if a.shape == space.shape else ''}: "
+                             f"expected finite values in {space}")
+        return a
+    return action

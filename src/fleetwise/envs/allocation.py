@@ -17,6 +17,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from fleetwise.envs import checked_action
 from fleetwise.errors import InputError
 from fleetwise.policies.allocation_model import (
     N_ACTIONS,
@@ -126,9 +127,12 @@ class AllocationEnv(gym.Env):
         return self.core.observation(self._ep, 0, self._deployed), {"series": i}
 
     def step(self, action):
-        assert self._ep is not None, "call reset() first"
-        a = int(action)
+        if self._ep is None:
+            raise RuntimeError("call reset() before step()")
         ep, t = self._ep, self._t
+        if t >= ep.T:
+            raise RuntimeError("episode is over; call reset()")
+        a = checked_action(self.action_space, action)
         r = self.core.reward(ep, t, self._deployed, a)
         info = self.core.outcome(ep, t, a)
         info["oracle_action"] = self.core.oracle_action_at(ep, t, self._deployed)

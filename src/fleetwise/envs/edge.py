@@ -161,6 +161,8 @@ class EdgeBatchingEnv(gym.Env):
         return obs, info
 
     def step(self, action):
+        if self.view is None:
+            raise RuntimeError("call reset() before step()")
         sim = self.view.sim
         if self._lane is None:
             raise RuntimeError("episode is over; call reset()")

@@ -126,8 +126,14 @@ class TortaEnv(gym.Env):
         return self.day.observe().vector(self.cfg.temporal), {}
 
     def step(self, action):
+        from fleetwise.envs import checked_action
+
         day = self.day
-        self.planner.set_action(np.asarray(action, float))
+        if day is None:
+            raise RuntimeError("call reset() before step()")
+        if day.done:
+            raise RuntimeError("episode is over; call reset()")
+        self.planner.set_action(checked_action(self.action_space, action))
         row = day.run_slot()
         cost = (row["gpu_usd"] + row["energy_usd"]) / self.ref_cost
         self._costs.append(cost)
