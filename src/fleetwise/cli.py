@@ -167,14 +167,9 @@ def _warn_overload(reasons: dict, requests: int, where: str = "") -> None:
 
 
 def _jsonable(v: Any) -> Any:
-    """NaN (a quantile of no request) as null, in nested dicts and lists: NaN is not JSON."""
-    if isinstance(v, float) and math.isnan(v):
-        return None
-    if isinstance(v, dict):
-        return {k: _jsonable(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_jsonable(x) for x in v]
-    return v
+    from fleetwise.yamlio import json_safe
+
+    return json_safe(v)
 
 
 @app.command()

@@ -118,6 +118,20 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict:
     return out
 
 
+def json_safe(v: Any) -> Any:
+    """``v`` with every NaN or infinite float, in nested dicts, lists and tuples, as None (null): neither is JSON
+    (a quantile of no request is NaN; an interval over one run is undefined)."""
+    import math
+
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: json_safe(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [json_safe(x) for x in v]
+    return v
+
+
 def parse_json(text: str, where: str) -> Any:
     """Parse JSON text; a duplicate key in an object is an error, as for YAML."""
     try:

@@ -38,6 +38,7 @@ import numpy as np
 from numpy.lib import format as npy_format
 
 from fleetwise.errors import InputError, check_replaceable, nonblocking_opener
+from fleetwise.yamlio import json_safe
 
 FORMAT = "fleetwise-policy"
 VERSION = 1
@@ -534,7 +535,7 @@ def save_policy(path: str | os.PathLike, *, level: str, algorithm: str, obs_low:
     meta_bytes = np.frombuffer(json.dumps(meta, allow_nan=False).encode("utf-8"), np.uint8)
     # the card is made before anything is written: an interval that is not defined (one validation run) is null,
     # not NaN (which is no JSON), and a folder where the card goes fails before the checkpoint is written
-    card_bytes = json.dumps(_nan_to_null(card.to_json()), indent=1, allow_nan=False).encode("utf-8") + b"\n"
+    card_bytes = json.dumps(json_safe(card.to_json()), indent=1, allow_nan=False).encode("utf-8") + b"\n"
     cp = card_path(p)
     for q in (p, cp):
         if q.is_dir():
@@ -557,16 +558,6 @@ def save_policy(path: str | os.PathLike, *, level: str, algorithm: str, obs_low:
             if q.exists():
                 q.unlink()
     return p
-
-
-def _nan_to_null(v: Any) -> Any:
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    if isinstance(v, dict):
-        return {k: _nan_to_null(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_nan_to_null(x) for x in v]
-    return v
 
 
 # --------------------------------------------------------------------------------------------- confinement
