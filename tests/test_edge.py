@@ -350,3 +350,20 @@ def test_batching_training_jobs_on_ray_match_local(tmp_path, local_ray):
     cards = [json.loads((tmp_path / d / "batching" / "disppo-seed0.card.json").read_text()) for d in ("ray", "local")]
     assert cards[0]["training"]["params"] == cards[1]["training"]["params"]
     assert cards[0]["training"]["algorithm"] == "cem" and cards[0]["rule"] == "offload_greedy"
+
+
+def test_world_configs_refuse_values_a_run_cannot_take():
+    """Found by fuzzing the Python API (2026-12-06): EdgeConfig(max_running=0) divided by zero, nodes=() failed in
+    numpy, rate_rps=0 gave an episode with no decision; TortaConfig(slot_s=0) divided by zero, load=-1 failed in
+    numpy's Poisson draw and history=0 changed the observation's length after reset."""
+    from fleetwise.worlds.torta import TortaConfig
+
+    for kw, field in ((dict(max_running=0), "max_running"), (dict(nodes=()), "nodes"), (dict(rate_rps=0.0), "rate_rps"),
+                      (dict(segment_s=float("nan")), "segment_s"), (dict(train_fraction=0.05), "train_fraction")):
+        with pytest.raises(ValueError, match=f"EdgeConfig.{field} = "):
+            EdgeConfig(**kw)
+    for kw, field in ((dict(slot_s=0.0), "slot_s"), (dict(load=-1.0), "load"), (dict(history=0), "history"),
+                      (dict(burst_prob=2.0), "burst_prob")):
+        with pytest.raises(ValueError, match=f"TortaConfig.{field} = "):
+            TortaConfig(**kw)
+    assert replace(EdgeConfig(), max_running=np.int64(4)).max_running == 4  # (a sweep's numpy integers)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 from dataclasses import dataclass, field, replace
 from typing import Sequence
 
@@ -74,6 +75,34 @@ class EdgeConfig:
     drain_s: float = 120.0  # after the segment's last arrival; unfinished requests then count as dropped
 
     validation_fraction: float = 0.1  # the end of the training part: validation windows (checkpoint choice)
+
+    def __post_init__(self) -> None:
+        """Values a segment cannot run with are refused here, naming the field (max_running=0 divided by zero,
+        nodes=() failed in numpy's choice, rate_rps=0 gave an episode with no decision)."""
+        def bad(field: str, what: str) -> ValueError:
+            return ValueError(f"EdgeConfig.{field} = {getattr(self, field)!r}: expected {what}")
+
+        finite = {k: getattr(self, k) for k in ("rate_rps", "segment_s", "backhaul_rtt_s", "backhaul_gbps",
+                                                 "offload_margin_s", "miss_penalty", "drop_penalty", "drain_s")}
+        for k, v in finite.items():
+            if not (isinstance(v, (int, float)) and math.isfinite(v)):
+                raise bad(k, "a finite number")
+        if not self.nodes:
+            raise bad("nodes", "at least one edge node")
+        for k in ("rate_rps", "segment_s", "backhaul_gbps"):
+            if finite[k] <= 0:
+                raise bad(k, "> 0")
+        for k in ("backhaul_rtt_s", "offload_margin_s", "miss_penalty", "drop_penalty", "drain_s"):
+            if finite[k] < 0:
+                raise bad(k, ">= 0")
+        if not (isinstance(self.max_running, numbers.Integral) and self.max_running >= 1):
+            raise bad("max_running", "an integer >= 1")
+        if not (isinstance(self.block_tokens, numbers.Integral) and self.block_tokens >= 1):
+            raise bad("block_tokens", "an integer >= 1")
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise bad("gpu_memory_utilization", "in (0, 1]")
+        if not 0 <= self.validation_fraction < self.train_fraction <= 1:
+            raise bad("train_fraction", f"in ({self.validation_fraction}, 1] (above validation_fraction)")
 
     @property
     def action_nvec(self) -> tuple[int, int, int]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -72,6 +73,29 @@ class TortaConfig:
     temporal: bool = True  # observation with demand history and time of day (False: reactive)
     history: int = 3
     seed_topology: int = 7
+
+    def __post_init__(self) -> None:
+        """Values a day cannot run with, refused naming the field (slot_s=0 divided by zero, load=-1 failed in
+        numpy's Poisson draw, history=0 changed the observation's length after reset)."""
+        def bad(field: str, what: str) -> ValueError:
+            return ValueError(f"TortaConfig.{field} = {getattr(self, field)!r}: expected {what}")
+
+        for k in ("slot_s", "load", "burst_factor", "reg"):
+            v = getattr(self, k)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+                raise bad(k, "a finite number > 0")
+        for k in ("burst_prob", "reload_s", "drain_s", "w_latency", "w_migration", "w_congestion"):
+            v = getattr(self, k)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+                raise bad(k, "a finite number >= 0")
+        if self.burst_prob > 1:
+            raise bad("burst_prob", "a probability in [0, 1]")
+        if not 0 < self.train_fraction < 1:
+            raise bad("train_fraction", "in (0, 1)")
+        if not (isinstance(self.history, numbers.Integral) and self.history >= 1):
+            raise bad("history", "an integer >= 1")
+        if not (isinstance(self.max_total_tokens, numbers.Integral) and self.max_total_tokens >= 2):
+            raise bad("max_total_tokens", "an integer >= 2")
 
 
 # ------------------------------------------------------------------------------------------- topologies
