@@ -335,3 +335,19 @@ def test_a_failed_save_keeps_the_checkpoint_that_was_there(tmp_path):
         save_policy(tmp_path / "mine.npz", layers=[(np.full((8, 4), np.nan), np.zeros(8)), good[1]], **kw)
     assert p.read_bytes() == before and sorted(f.name for f in tmp_path.iterdir()) == ["mine.card.json", "mine.npz"]
     load_policy(p)
+
+
+def test_allocation_and_autoscaling_configs_refuse_values_a_run_cannot_take():
+    """Found by fuzzing the Python API (2026-12-06): window_s=0 divided by zero, a negative one put observations
+    outside Box(0, 1), load_levels=0 failed in numpy; Autoscaling's train_fraction=0 failed in numpy and lam=inf or
+    reward_scale=NaN gave NaN rewards."""
+    from fleetwise.envs.autoscaling import AutoscalingConfig
+
+    for kw in (dict(window_s=0.0), dict(window_s=-1.0), dict(load_levels=0), dict(bw_levels=0),
+               dict(peak_rps=-5.0), dict(noise_sigma=-1.0), dict(episode_steps=0)):
+        with pytest.raises(InputError, match=next(iter(kw))):
+            AllocationConfig(**kw)
+    for kw in (dict(train_fraction=0.0), dict(lam=float("inf")), dict(reward_scale=float("nan")),
+               dict(slo_target=2.0)):
+        with pytest.raises(InputError, match=f"AutoscalingConfig.{next(iter(kw))} = "):
+            AutoscalingConfig(**kw)

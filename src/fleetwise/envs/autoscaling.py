@@ -200,6 +200,25 @@ class AutoscalingConfig:
     reward_scale: float = 0.1
     max_epochs: int = 400
 
+    def __post_init__(self) -> None:
+        """Values the reward or the window cannot take, refused naming the field (train_fraction=0 failed in numpy,
+        lam=inf and reward_scale=NaN gave NaN rewards, slo_target=2 was taken)."""
+        for k in ("window_s", "rate_scale", "reward_scale"):
+            v = getattr(self, k)
+            if not (math.isfinite(v) and v > 0):
+                raise InputError(f"AutoscalingConfig.{k} = {v!r}: expected a finite number > 0")
+        for k in ("lam", "slo_weight", "wait_weight", "change_weight", "max_backlog"):
+            v = getattr(self, k)
+            if not (math.isfinite(v) and v >= 0):
+                raise InputError(f"AutoscalingConfig.{k} = {v!r}: expected a finite number >= 0")
+        if not 0 < self.train_fraction <= 1:
+            raise InputError(f"AutoscalingConfig.train_fraction = {self.train_fraction!r}: expected in (0, 1]")
+        if not 0 < self.slo_target <= 1:
+            raise InputError(f"AutoscalingConfig.slo_target = {self.slo_target!r}: expected in (0, 1]")
+        if self.max_groups < 1 or self.max_epochs < 1:
+            raise InputError(f"AutoscalingConfig: max_groups and max_epochs must be >= 1 (got {self.max_groups}, "
+                             f"{self.max_epochs})")
+
 
 class AutoscalingEnv(gym.Env):
     """One step = one scaling epoch of the platform layer (module docstring)."""

@@ -98,6 +98,21 @@ class AllocationConfig:
             raise InputError("bandwidth AR(1): expected 0 <= bw_phi < 1 and 0 < bw_min <= bw_mean <= 1")
         if self.prompt_tokens < 1 or self.output_tokens < 1:
             raise InputError("prompt_tokens and output_tokens must be >= 1")
+        # (window_s=0 divided by zero, a negative one put observations outside Box(0, 1), load_levels=0 and
+        # bw_levels=0 failed in numpy, peak_rps=-5 and noise_sigma=-1 were taken)
+        for k, lo in (("window_s", 0.0), ("latency_ref_factor", 1.0), ("storage_gbps", 0.0)):
+            v = getattr(self, k)
+            if not (math.isfinite(v) and v > lo):
+                raise InputError(f"{k}={v!r}: expected a finite number > {lo:g}")
+        if self.peak_rps is not None and not (math.isfinite(self.peak_rps) and self.peak_rps > 0):
+            raise InputError(f"peak_rps={self.peak_rps!r}: expected None or a finite number > 0")
+        if not (math.isfinite(self.noise_sigma) and 0 <= self.noise_sigma <= 1) or not 0 <= self.bw_sigma <= 1:
+            raise InputError(f"noise_sigma={self.noise_sigma!r}, bw_sigma={self.bw_sigma!r}: expected 0 to 1")
+        for k, least in (("load_levels", 2), ("bw_levels", 2), ("max_batch", 1)):
+            if getattr(self, k) < least:
+                raise InputError(f"{k}={getattr(self, k)!r}: expected at least {least}")
+        if self.episode_steps is not None and self.episode_steps < 1:
+            raise InputError(f"episode_steps={self.episode_steps!r}: expected None or at least 1")
 
     def with_(self, **kw: Any) -> "AllocationConfig":
         return dataclasses.replace(self, **kw)
