@@ -137,6 +137,34 @@ def test_env_checker_and_temporal_observation():
     assert ot.action_space.shape == (6,)
 
 
+def test_default_env_reward_does_not_pay_for_lost_or_slower_requests():
+    """A plain ``gym.make("fleetwise/Torta-v0")`` (no trainer's multiplier) had a cost-only reward: all-minus-one
+    actions stalled regions until the simulator rejected 1,786 of 3,212 requests, and scored +21.3 against the
+    rule's 0. The default now holds the response-time constraint at a fixed multiplier and charges lost requests;
+    ``lagrangian=False`` drops only the constraint."""
+    import gymnasium as gym
+
+    import fleetwise.envs  # noqa: F401
+
+    def day(act, **kw):
+        env = gym.make("fleetwise/Torta-v0", **kw)
+        env.reset(seed=1)
+        total, term = 0.0, False
+        while not term:
+            _, r, term, _, info = env.step(act(env.action_space.shape))
+            total += r
+        return total, info["day_metrics"]
+
+    rule, m0 = day(np.zeros)
+    assert rule == 0.0  # the rule against itself
+    lossy, m1 = day(lambda s: -np.ones(s, np.float32))
+    assert m0["rejected"] == 0 and m1["rejected"] > 1000 and lossy < -1000
+    slower, m2 = day(lambda s: np.r_[np.zeros(s[0] - 4), 1, 0, 0, 0].astype(np.float32))  # RTT weighed up: +3.8%
+    assert m2["rejected"] == 0 and m2["response_time_mean_s"] > m0["response_time_mean_s"] and slower < 0
+    lossy_free, _ = day(lambda s: -np.ones(s, np.float32), lagrangian=False)  # the losses alone still cost
+    assert lossy < lossy_free < -50
+
+
 def test_zero_action_is_least_loaded_decision_for_decision():
     """Issue 17: the learned policy contains the rule. TORTA's zero action over a whole day routes every request
     to the same region and server as least_loaded + affinity_greedy, with identical day metrics."""

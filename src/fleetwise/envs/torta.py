@@ -39,11 +39,14 @@ Reward
     the same day beside the policy, slot by slot, and the reward is ``-(slot cost / the rule's slot cost - 1) -
     lambda x (slot response time / the rule's - 1 - target) / 0.05``: GPU + energy cost is the objective, the
     mean response time of the requests that completed in the slot a constraint (``target``: the trainer's
-    ``response_tolerance``, -0.01: a point faster than the rule) whose multiplier ``lambda`` (``env.lagrangian``, ``learn.recipe.Lagrangian``; None: no
-    constraint) the trainer updates by dual ascent on the day's paired change (``info["day_response_change"]``).
-    Pairing takes the time of day and the day's load out of both terms. ``objective="response"``: ``-(response
-    time / 10 s) - lambda x (cost ratio - target) / (0.05 target)``, unpaired.
-    ``ot``: ``-(response time / 10 s) - cost / reference cost - 0.5 x load CV``.
+    ``response_tolerance``, -0.01: a point faster than the rule) whose multiplier ``lambda`` (``env.lagrangian``, a
+    ``learn.recipe.Lagrangian``) the trainer updates by dual ascent on the day's paired change
+    (``info["day_response_change"]``); ``lagrangian=None`` (a plain ``gym.make``) holds ``lambda`` at 1 and the
+    target at 0 (the rule scores 0), ``False`` drops the constraint. Pairing takes the time of day and the day's load out of both
+    terms. ``objective="response"``: ``-(response time / 10 s) - lambda x (cost ratio - target) / (0.05 target)``,
+    unpaired. ``ot``: ``-(response time / 10 s) - cost / reference cost - 0.5 x load CV``.
+    Every reward also loses ``10 x`` the requests rejected in the slot per slot's worth of the day's requests
+    (its requests / 24; paired: minus the rule's), so stalling regions until requests are lost does not pay.
 
 Episode End
     Terminated after 24 slots and the drain of the last requests. No truncation.
@@ -55,6 +58,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from fleetwise.control.views import HOURS_PER_DAY
 from fleetwise.worlds.torta import (
     MEAN_TOKENS,
     SERVICE_EFFICIENCY,
@@ -67,11 +71,26 @@ from fleetwise.worlds.torta import (
 
 # ------------------------------------------------------------------------------------------- environment
 REWARD_LATENCY_S = 10.0
+# what lost (rejected) requests cost the reward, per slot's worth of the day's requests (its requests / 24): losing
+# a tenth of a slot's worth weighs as much as doubling the slot's cost. Without it a policy that stalled regions
+# until the simulator rejected their requests was paid for the GPU time it saved (all-minus-one actions: 1,786 of
+# 3,212 requests lost at the day's end, reward +21.3 against the rule's 0).
+REJECT_WEIGHT = 10.0
+# the response-time constraint when no trainer passes its own multiplier: no slower than the rule, the trainer's
+# scale, the multiplier fixed at 1 (so the rule itself still scores 0 in every slot)
+DEFAULT_RESPONSE_TARGET = 0.0
 
 
-def slot_reward(row: dict, ref_cost: float) -> float:
+def fixed_penalty(response_change: float) -> float:
+    """The response-time constraint with its multiplier fixed at 1 (``Lagrangian(target=DEFAULT_RESPONSE_TARGET,
+    sense="<=", scale=0.05, lam=1, hinge=False).penalty``): what the paired reward loses when no trainer passes a
+    multiplier it learns."""
+    return (response_change - DEFAULT_RESPONSE_TARGET) / 0.05
+
+
+def slot_reward(row: dict, ref_cost: float, slot_requests: float) -> float:
     return -(row["latency_mean_s"] / REWARD_LATENCY_S) - row["gpu_usd"] / ref_cost - 0.5 * row["util_cv"] \
-        - row["energy_usd"] / ref_cost
+        - row["energy_usd"] / ref_cost - REJECT_WEIGHT * row["rejected"] / slot_requests
 
 
 class TortaEnv(gym.Env):
@@ -87,7 +106,9 @@ class TortaEnv(gym.Env):
         if objective not in ("cost", "response"):
             raise ValueError(f"TortaEnv objective {objective!r}: expected 'cost' or 'response'")
         self.kind, self.objective = kind, objective
-        # learn.recipe.Lagrangian (residual): on the slot's response time (objective "cost") or its cost ratio
+        # learn.recipe.Lagrangian (residual): on the slot's response time (objective "cost") or its cost ratio;
+        # None (objective "cost"): fixed_penalty, a multiplier of 1 (a cost-only reward paid a policy for slowing
+        # every request down); False: no constraint
         self.lagrangian = lagrangian
         micro = micro or ("affinity_greedy" if kind == "residual" else "match")
         self.cfg = config or TortaConfig()
@@ -115,6 +136,7 @@ class TortaEnv(gym.Env):
         w = torta_workload(self.cfg, self.fleet, self.capacity_rps, np.random.default_rng(s), self.held_out)
         self.planner = ResidualPlanner(self.cfg) if self.kind == "residual" else OTPlanner(self.cfg)
         self._costs, self._lats, self._rule_lats = [], [], []
+        self._slot_requests = max(1.0, len(w.arrival_s) / HOURS_PER_DAY)  # a slot's worth of the day's requests
         self.day = Day(self.cfg, self.fleet, w, s, self.planner, self._make_micro(self.micro_name, self.cfg))
         self.rule_day = None
         if self.kind == "residual" and self.objective == "cost":  # the rule on the same day, for the paired reward
@@ -140,19 +162,21 @@ class TortaEnv(gym.Env):
         self._lats.append(row["latency_mean_s"])
         if self.rule_day is not None:
             rrow = self.rule_day.run_slot() if not self.rule_day.done else {"gpu_usd": 0.0, "energy_usd": 0.0,
-                                                                            "latency_mean_s": 0.0}
+                                                                            "latency_mean_s": 0.0, "completed": 0}
             rcost = (rrow["gpu_usd"] + rrow["energy_usd"]) / self.ref_cost
             lat, rlat = row["latency_mean_s"], rrow["latency_mean_s"]
             self._rule_lats.append(rlat)
             r = -(cost / rcost - 1.0) if rcost > 0 else 0.0
-            if self.lagrangian is not None and lat > 0 and rlat > 0:
-                r -= self.lagrangian.penalty(lat / rlat - 1.0)
+            if self.lagrangian is not False and lat > 0 and rlat > 0:
+                r -= fixed_penalty(lat / rlat - 1.0) if self.lagrangian is None else self.lagrangian.penalty(
+                    lat / rlat - 1.0)
+            r -= REJECT_WEIGHT * (row["rejected"] - rrow.get("rejected", 0)) / self._slot_requests  # paired
         elif self.kind == "residual":
-            r = -row["latency_mean_s"] / REWARD_LATENCY_S
-            if self.lagrangian is not None:
+            r = -row["latency_mean_s"] / REWARD_LATENCY_S - REJECT_WEIGHT * row["rejected"] / self._slot_requests
+            if self.lagrangian:
                 r -= self.lagrangian.penalty(cost)
         else:
-            r = slot_reward(row, self.ref_cost)
+            r = slot_reward(row, self.ref_cost, self._slot_requests)
         term = day.done
         info = {"slot": row["slot"], "switches": day.switches, "cost_ratio": cost}
         if term:

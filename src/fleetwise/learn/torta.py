@@ -154,7 +154,7 @@ def train(make_env, args: TortaArgs, progress=None, validation: bool = False):
 
     def on_rollout(m, steps):
         lag = getattr(base, "lagrangian", None)
-        if lag is not None and day_measured:
+        if lag and day_measured:
             lag.update(float(np.mean(day_measured)), steps)
             day_measured.clear()
         return True
@@ -191,7 +191,7 @@ def train(make_env, args: TortaArgs, progress=None, validation: bool = False):
                  selection_days=list(range(VAL_SEED0, VAL_SEED0 + args.val_days)), best_step=validator.best_step)
         log["gate"] = g
     lag = getattr(base, "lagrangian", None)
-    if lag is not None:
+    if lag:
         log["lagrangian"] = [list(h) for h in lag.history]
         log["cost_target" if args.objective == "response" else "response_change_target"] = lag.target
     model.fleetwise_log = log

@@ -444,7 +444,9 @@ class Day:
         rec = sim.request_outcomes(sim.completions)
         done = rec.completed
         lat = float((rec.completion_s[done] - rec.arrival_s[done]).mean()) if done.any() else 0.0
-        row = {"slot": self.slot, "latency_mean_s": lat, "completed": int(done.sum()), "gpu_usd": gpu,
+        # ``rejected``: requests the slot lost (the simulator logs a rejection as the request's end)
+        row = {"slot": self.slot, "latency_mean_s": lat, "completed": int(done.sum()),
+               "rejected": int((rec.status == 2).sum()), "gpu_usd": gpu,
                "energy_usd": elec, "util_cv": float(util.std() / util.mean()) if util.mean() > 0 else 0.0}
         self.slot_rows.append(row)
         self._busy_prev, self._energy_prev, self._util_prev = busy, energy, util
