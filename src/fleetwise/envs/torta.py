@@ -42,9 +42,9 @@ Reward
     ``response_tolerance``, -0.01: a point faster than the rule) whose multiplier ``lambda`` (``env.lagrangian``, a
     ``learn.recipe.Lagrangian``) the trainer updates by dual ascent on the day's paired change
     (``info["day_response_change"]``); ``lagrangian=None`` (a plain ``gym.make``) holds ``lambda`` at 1 and the
-    target at 0 (the rule scores 0), ``False`` drops the constraint. Pairing takes the time of day and the day's load out of both
-    terms. ``objective="response"``: ``-(response time / 10 s) - lambda x (cost ratio - target) / (0.05 target)``,
-    unpaired. ``ot``: ``-(response time / 10 s) - cost / reference cost - 0.5 x load CV``.
+    target at 0 (the rule scores 0), ``False`` drops the constraint. Pairing takes the time of day and the day's
+    load out of both terms. ``objective="response"``: ``-(response time / 10 s) - lambda x (cost ratio - target) /
+    (0.05 target)``, unpaired. ``ot``: ``-(response time / 10 s) - cost / reference cost - 0.5 x load CV``.
     Every reward also loses ``10 x`` the requests rejected in the slot per slot's worth of the day's requests
     (its requests / 24; paired: minus the rule's), so stalling regions until requests are lost does not pay.
 
