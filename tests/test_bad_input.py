@@ -225,6 +225,8 @@ CASES = [
      ["pipe.json", "not a regular file"]),
     ("scenarios-copy-over-a-pipe", "4", ["scenarios", "--copy", "default", "pipe.json", "--force"],
      ["pipe.json", "not a regular file"]),
+    ("scenarios-copy-to-an-empty-path", "4", ["scenarios", "--copy", "default", ""], ["DEST ''", "empty path"]),
+    ("compare-batcher-empty", "4", ["compare", "--batcher", "", "-n", "10"], ["--batcher", "unknown batcher ''"]),
     ("train-scaler-out-not-npz", "4", ["train", "scaler", "--out", "x.zip"], ["--out", "NAME.npz"]),
     ("train-scaler-out-under-a-file", "4", ["train", "scaler", "--out", "afile/x.npz"], ["afile"]),
     ("train-scaler-backend", "4", ["train", "scaler", "--out", "x.npz", "--backend", "slurm"], ["--backend", "slurm"]),

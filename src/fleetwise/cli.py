@@ -527,7 +527,10 @@ def compare(
         grid["workload"] = [sc.workload]
     data = {"name": "compare", "scenarios": [scenario or "default"], "policies": {"router": names},
             "seeds": seeds, "requests": requests, "grid": grid, "baseline": {"router": names[0]}}
-    if batcher:
+    if batcher is not None:  # ('' was taken as no batcher given)
+        from fleetwise.policies import make
+
+        make("batcher", batcher, where="--batcher: ")
         data["policies"]["batcher"] = [batcher]
     from fleetwise.experiments.spec import parse_experiment
 
@@ -621,13 +624,16 @@ def policies() -> None:
 def scenarios(
     copy: Optional[str] = typer.Option(None, "--copy", metavar="NAME", help="write built-in scenario NAME to DEST "
                                        "to edit it"),
-    dest: Optional[Path] = typer.Argument(None, metavar="[DEST]", help="with --copy: file or folder "
-                                          "(default: ./NAME.yaml)"),
+    dest_arg: Optional[str] = typer.Argument(None, metavar="[DEST]", help="with --copy: file or folder "
+                                             "(default: ./NAME.yaml)", show_default=False),
     force: bool = typer.Option(False, "--force", help="with --copy: overwrite DEST"),
 ) -> None:
     """List the built-in scenarios; `--copy NAME [DEST]` writes one to a file to edit (then: simulate -s FILE)."""
     from fleetwise.scenario import SCENARIO_DIR, builtin_files, load_scenario, scenario_names
 
+    if dest_arg is not None and not dest_arg.strip():  # (as a Path, '' was '.' and wrote ./NAME.yaml)
+        raise InputError("DEST '': an empty path (leave it out to write ./NAME.yaml)")
+    dest = None if dest_arg is None else Path(dest_arg)
     if copy is None:
         if dest is not None or force:
             raise InputError("DEST and --force go with --copy NAME")
