@@ -56,6 +56,30 @@ def test_parallel_api_test():
 
 
 @needs_data
+def test_step_refuses_an_action_outside_the_agents_spaces():
+    """The PettingZoo env took any action: a float correction, a wrong shape (broadcast), a value out of range
+    (taken modulo the choices), an unknown agent (ignored) (found by fuzzing, 2026-12-06). Each is a ValueError
+    naming the agent; an agent left out keeps the rule's choice, as before."""
+    env = make_env(replace(SMALL, segment_s=60.0))
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step(env.rule_action())
+    env.reset(seed=0)
+    zero = env.rule_action()
+    n = env.action_space("gpu").shape[0]
+    for bad, needle in [
+        ({**zero, "gpu": np.full(n, 0.5)}, "agent gpu"),
+        ({**zero, "gpu": np.zeros(n + 1, np.int64)}, "agent gpu"),
+        ({**zero, "cloud": np.full(env.action_space("cloud").shape, 99)}, "agent cloud"),
+        ({**zero, "gpu": np.full(n, -1)}, "agent gpu"),
+        ({**zero, "nope": 1}, "no such agent"),
+        ([0, 1], "expected a dict"),
+    ]:
+        with pytest.raises(ValueError, match=needle):
+            env.step(bad)
+    env.step({"router": zero["router"]})  # the others keep the rule's choice
+
+
+@needs_data
 def test_same_seed_same_numbers_and_conservation():
     a = evaluate(SMALL, "least_loaded", [3])
     b = evaluate(SMALL, "least_loaded", [3])

@@ -14,7 +14,8 @@ register(id="fleetwise/Autoscaling-v0", entry_point="fleetwise.envs.autoscaling:
 def checked_action(space, action):
     """``action`` as the environment reads it, or a ValueError naming the action and the space: a ``Discrete``
     action an integer in range (``12`` of 12 was an IndexError deep in the step, ``-1`` wrapped to the last
-    action, ``"3"`` and ``1.7`` were taken); a ``Box`` action of the space's shape and finite (a wrong shape was a
+    action, ``"3"`` and ``1.7`` were taken); a ``MultiDiscrete`` action integers of its shape, each in range (the
+    PettingZoo env took floats modulo the choices); a ``Box`` action of the space's shape and finite (a wrong shape was a
     broadcasting error, NaN was taken as an action). Box values outside the bounds are clipped by the environment,
     as Stable-Baselines3 clips them."""
     import numpy as np
@@ -25,6 +26,12 @@ def checked_action(space, action):
         if a.shape != () or a.dtype.kind not in "iu" or not space.start <= int(a) < space.start + space.n:
             raise ValueError(f"action {action!r}: expected an integer in {space}")
         return int(a)
+    if isinstance(space, spaces.MultiDiscrete):
+        a = np.asarray(action)
+        lo = np.asarray(space.start)
+        if a.shape != space.shape or a.dtype.kind not in "iu" or not ((a >= lo) & (a < lo + space.nvec)).all():
+            raise ValueError(f"action {action!r}: expected integers of shape {space.shape} in {space}")
+        return a.astype(np.int64)
     if isinstance(space, spaces.Box):
         try:
             a = np.asarray(action, dtype=np.float64)

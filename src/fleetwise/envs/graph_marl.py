@@ -198,9 +198,30 @@ def _env_class():
 
         def step(self, actions):
             """Every agent's correction of the rule; the world applies the composed decision."""
+            if self.mc is None:
+                raise RuntimeError("call reset() before step()")
             if not self.agents:
                 raise RuntimeError("episode is over; call reset()")
-            return self.step_raw(compose(self.mc, actions, RULE, self._base))
+            return self.step_raw(compose(self.mc, self._checked(actions), RULE, self._base))
+
+        def _checked(self, actions) -> dict:
+            """``actions`` as ``compose`` reads them, or a ValueError naming the agent: a mapping from agents to
+            their spaces' integer arrays (an agent left out keeps the rule's choice). A float, a wrong shape or a
+            correction out of range used to be taken modulo the choices or broadcast."""
+            from fleetwise.envs import checked_action
+
+            if not isinstance(actions, dict):
+                raise ValueError(f"actions {type(actions).__name__}: expected a dict from agent to action")
+            unknown = sorted(set(actions) - set(self.possible_agents), key=str)
+            if unknown:
+                raise ValueError(f"actions for {unknown}: no such agent (agents: {', '.join(self.possible_agents)})")
+            out = {}
+            for agent, act in actions.items():
+                try:
+                    out[agent] = checked_action(self._act[agent], act)
+                except ValueError as e:
+                    raise ValueError(f"agent {agent}: {e}") from None
+            return out
 
         def step_raw(self, decision):
             """Apply a world decision (cloud, model, gpu codes, router per ``MultiCloud.act``) directly."""
