@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -772,3 +773,41 @@ def test_the_policy_api_names_a_bad_level_name_or_params():
         make("router", ["round_robin"])
     with pytest.raises(InputError, match="expected a mapping"):
         make("router", "round_robin", "x")
+
+
+def test_the_run_api_names_a_wrong_argument_in_one_line():
+    """``fleetwise.simulate`` / ``run_scenario`` with an argument of the wrong type failed deep in the build
+    (``simulate(None)``: AttributeError 'seed'; ``router=5``: a multi-line pydantic error; ``workload="x"``:
+    AttributeError 'block_tokens'; ``num_requests="10"``: a comparison TypeError), and the reproductions' Python
+    ``run(seeds=0)`` ran nothing (found by fuzzing the Python API, 2026-12-06). A scenario may be given by name."""
+    import fleetwise
+    from fleetwise.reproduce.platform import run as platform_run
+    from fleetwise.reproduce.torta import run as torta_run
+
+    records, summary = fleetwise.simulate("default", num_requests=20)  # by name, as load_scenario takes it
+    assert len(records) == 20
+    sc = fleetwise.load_scenario("default")
+    for kwargs, needle in [
+        ({"router": 5}, "router=5: expected a router name"),
+        ({"batcher": ["vllm"]}, "batcher=['vllm']: expected a batcher name"),
+        ({"router": {"params": {}}}, "name: Field required"),
+        ({"num_requests": "10"}, "num_requests '10': expected an integer"),
+        ({"workload": "azure-conv"}, "workload str: expected a fleetwise.workload.Workload"),
+        ({"progress": 5}, "progress 5: expected a callable"),
+    ]:
+        with pytest.raises(InputError, match=re.escape(needle)):
+            fleetwise.simulate(sc, **kwargs)
+    with pytest.raises(InputError, match="scenario NoneType: expected a Scenario"):
+        fleetwise.simulate(None)
+    with pytest.raises(InputError, match=re.escape("sim_overrides ['nope']")):
+        fleetwise.run_scenario(sc, sim_overrides={"nope": 1}, num_requests=10)
+    with pytest.raises(InputError, match="scaler=5"):
+        fleetwise.run_scenario(sc, scaler=5, num_requests=10)
+    with pytest.raises(InputError, match="scenario 5: expected"):
+        fleetwise.load_scenario(5)
+    with pytest.raises(InputError, match=re.escape("seeds=0: expected an integer from 1 to 1,000")):
+        platform_run(quick=True, seeds=0)
+    with pytest.raises(InputError, match=re.escape("train_seeds=-1")):
+        torta_run(quick=True, train_seeds=-1)
+    with pytest.raises(InputError, match=re.escape("workers=True")):
+        torta_run(quick=True, workers=True)

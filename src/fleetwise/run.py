@@ -25,10 +25,70 @@ class RunResult:
     platform: Any = None
 
 
+def _policy_arg(level: str, ref):
+    """``ref`` (router=, batcher=, scaler=) as ``run_scenario`` takes it, or one InputError line: a name, a
+    ``{name, params}`` mapping, a PolicyRef, or a policy object (a router, a batcher or a scaler itself)."""
+    from collections.abc import Mapping
+
+    from pydantic import ValidationError
+
+    method = {"router": "route", "batcher": "plan", "scaler": "scale"}[level]
+    if ref is None or isinstance(ref, PolicyRef) or hasattr(ref, method):
+        return ref
+    if isinstance(ref, str):
+        return PolicyRef(name=ref)
+    if isinstance(ref, Mapping):
+        try:
+            return PolicyRef.model_validate(dict(ref))
+        except ValidationError as e:
+            err = e.errors()[0]
+            loc = ".".join(str(x) for x in err["loc"])
+            raise InputError(f"{level}={dict(ref)!r}: {loc + ': ' if loc else ''}{err['msg']}") from None
+    raise InputError(f"{level}={ref!r}: expected a {level} name, a {{'name': ..., 'params': {{...}}}} mapping, a "
+                     f"PolicyRef or a {level} object, not {type(ref).__name__}")
+
+
+def _check_args(scenario, num_requests, workload, sim_overrides, progress, on_built) -> Scenario:
+    """The Python API's arguments, each wrong one named in one InputError line (a wrong type was an
+    AttributeError or TypeError deep in the build); a scenario may also be given by name or path."""
+    import os
+
+    if isinstance(scenario, (str, os.PathLike)):
+        from fleetwise.scenario import load_scenario
+
+        scenario = load_scenario(os.fspath(scenario))
+    if not isinstance(scenario, Scenario):
+        raise InputError(f"scenario {type(scenario).__name__}: expected a Scenario (fleetwise.load_scenario(...)) "
+                         "or a built-in scenario's name or a scenario file's path")
+    if num_requests is not None and (isinstance(num_requests, bool) or not isinstance(num_requests, int)):
+        raise InputError(f"num_requests {num_requests!r}: expected an integer")
+    if workload is not None:
+        from fleetwise.workload.request import Workload
+
+        if not isinstance(workload, Workload):
+            raise InputError(f"workload {type(workload).__name__}: expected a fleetwise.workload.Workload (a "
+                             "scenario's workload spec goes in the scenario: scenario.model_copy(update=...))")
+    if sim_overrides is not None:
+        import dataclasses
+
+        from fleetwise.sim.simulator import SimOptions
+
+        allowed = {f.name for f in dataclasses.fields(SimOptions)}
+        bad = sorted(set(sim_overrides) - allowed) if hasattr(sim_overrides, "keys") else None
+        if bad is None or bad:
+            raise InputError(f"sim_overrides {bad if bad else sim_overrides!r}: expected a mapping of simulator "
+                             f"options ({', '.join(sorted(allowed))})")
+    for name, f in (("progress", progress), ("on_built", on_built)):
+        if f is not None and not callable(f):
+            raise InputError(f"{name} {f!r}: expected a callable")
+    return scenario
+
+
 def run_scenario(scenario: Scenario, seed: int | None = None, *, router=None, batcher=None, scaler=None,
                  workload=None, num_requests: int | None = None, sim_overrides: dict | None = None,
                  monitor: bool = False, progress=None, on_built=None) -> RunResult:
-    """Build ``scenario`` with ``seed`` (default: its own) and run it to the end.
+    """Build ``scenario`` (a Scenario, or a built-in name or file path) with ``seed`` (default: its own) and run it
+    to the end.
 
     ``router`` / ``batcher`` / ``scaler``: a registered name, a ``{name, params}`` mapping or a PolicyRef, in
     place of the scenario's (a scaler may also be a Scaler object); a scaler (the scenario's or this one) runs the platform layer (autoscaling, spot,
@@ -36,6 +96,9 @@ def run_scenario(scenario: Scenario, seed: int | None = None, *, router=None, ba
     ``sim_overrides`` sets simulator options beyond the scenario's (e.g. ``timeline_bucket_s``); ``monitor``
     records the platform's monitoring series. ``on_built(built)`` is called before the run starts, ``progress(k)``
     as arrivals are processed."""
+    scenario = _check_args(scenario, num_requests, workload, sim_overrides, progress, on_built)
+    router, batcher, scaler = (_policy_arg(k, v) for k, v in (("router", router), ("batcher", batcher),
+                                                               ("scaler", scaler)))
     seed = scenario.seed if seed is None else seed
     scaler_obj = scaler if scaler is not None and hasattr(scaler, "scale") else None
     if scaler is not None and scaler_obj is None:
@@ -78,7 +141,7 @@ def run_platform(scenario, seed: int | None = None, *, scaler=None, workload=Non
     return p
 
 
-def simulate(scenario: Scenario, seed: int | None = None, *, router=None, batcher=None, workload=None,
+def simulate(scenario: Scenario | str, seed: int | None = None, *, router=None, batcher=None, workload=None,
              num_requests: int | None = None, progress=None) -> tuple[Any, dict[str, float]]:
     """Build and run a scenario (:func:`run_scenario`: with the platform layer when it has a scaler); return
     (records, summary)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -284,6 +285,8 @@ def read_yaml(path_or_name: str | Path, builtin_dir, what: str) -> tuple[Path, A
 
 def load_scenario(path_or_name: str | Path | None = None) -> Scenario:
     """Load a scenario file, or a built-in one by name (``vidur-parity``); None: the embedded default."""
+    if path_or_name is not None and not isinstance(path_or_name, (str, os.PathLike)):
+        raise InputError(f"scenario {path_or_name!r}: expected a built-in scenario's name or a file's path")
     p, data = read_yaml("default" if path_or_name is None else path_or_name, SCENARIO_DIR, "scenario")
     return parse_scenario(data, where=str(p))
 

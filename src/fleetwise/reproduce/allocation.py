@@ -297,6 +297,9 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
         policies: Sequence[str] | None = None) -> dict[str, Any]:
     """``eval_trace``: CPU series (workload/cpu.py) fitted at ``load`` (``fit_cpu_series``; "real": as they are);
     ``column``: their CPU column (header name or 1-based index); ``policies``: a subset (tests)."""
+    from fleetwise.reproduce.common import check_counts
+
+    check_counts(seeds=seeds)
     proto = QUICK if quick else FULL
     if seeds is not None:
         proto = replace(proto, seeds=int(seeds))

@@ -154,6 +154,9 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
     """``load``: with ``eval_trace``, its rate as a fraction of the edge's capacity (fleetwise.workload.adapt) or
     "real"; ``learner``: ``cem`` (default) or ``ppo``; ``timesteps`` (PPO), ``cem`` (CEM budget overrides) and
     ``sweep=False`` shrink the budget (tests)."""
+    from fleetwise.reproduce.common import check_counts
+
+    check_counts(seeds=seeds, train_seeds=train_seeds, workers=workers)
     from fleetwise.learn.recipe import run_jobs
     from fleetwise.metrics.stats import paired_change
     from fleetwise.reproduce.common import fit_load as _fit_load

@@ -18,6 +18,19 @@ def out_dir(db: str | None, name: str) -> Path:
     return d
 
 
+def check_counts(**counts) -> None:
+    """The Python API's counts (``seeds``, ``train_seeds``, ``workers``), as the CLI bounds them: each None or an
+    integer from 1 to MAX_SEEDS (MAX_WORKERS for ``workers``); ``seeds=0`` ran nothing and ``seeds=-1`` was a
+    negative slice deep in a run. One InputError line names the argument."""
+    from fleetwise.errors import InputError
+    from fleetwise.limits import MAX_SEEDS, MAX_WORKERS
+
+    for name, v in counts.items():
+        hi = MAX_WORKERS if name == "workers" else MAX_SEEDS
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= hi):
+            raise InputError(f"{name}={v!r}: expected an integer from 1 to {hi:,} (docs/limits.md)")
+
+
 def fit_load(load: float | str) -> float | None:
     """``--load`` for the trace fit (fleetwise.workload.adapt): a fraction of the capacity, or None for "real"."""
     return None if load == "real" else float(load)
