@@ -65,6 +65,21 @@ def test_static_keeps_initial_replicas_and_replaces_lost_ones():
     assert make("scaler", "static", {"replicas": 5}).scale(obs(0, a, b)) == {"m/a/spot": 5, "m/b/od": 5}
 
 
+def test_static_answers_within_each_groups_bounds():
+    """Static answered its fixed target whatever the group's bounds: the decision service (which, unlike the
+    platform, does not clamp) told a group of max_replicas 3 to run 10 (found by fuzzing, 2026-12-06). It now
+    answers within [min_replicas, max_replicas] and ``available``, as every other scaler, and keeps its target."""
+    s = make("scaler", "static", {"replicas": 10})
+    a, b = grp("m/a/od", max_replicas=3), grp("m/b/spot", zone="b", pool="spot", available=4)
+    assert s.scale(obs(0, a, b)) == {"m/a/od": 3, "m/b/spot": 4}
+    b.available = None  # the spot pool has capacity again: back to the target
+    assert s.scale(obs(30, a, b)) == {"m/a/od": 3, "m/b/spot": 10}
+    cols = {"key": ["m/a/od", "m/b/spot"], "ready": [1, 1], "starting": [0, 0], "min_replicas": [0, 12],
+            "max_replicas": [3, 20], "available": [None, None]}
+    assert make("scaler", "static", {"replicas": 10}).scale(ScaleObs(0.0, 30.0, [a, b], cols)) == \
+        {"m/a/od": 3, "m/b/spot": 12}
+
+
 # --------------------------------------------------------------------------------------------- HPA
 def test_hpa_tolerance_and_proportional_rule():
     hpa = make("scaler", "hpa", {"metric": "busy", "target": 0.7, **NO_SPLIT})

@@ -335,13 +335,19 @@ class Static:
             rows = zip(*(cols[f] for f in fields))
         else:
             rows = map(attrgetter(*fields), obs.groups)
-        out = {}
+        keys, targets = [], []
         for k, r, st, m in rows:
             if k not in self.target:
                 n = self.replicas if self.replicas is not None else max(0, int(r)) + max(0, int(st))
                 self.target[k] = max(int(n), max(0, int(m)))
-            out[k] = self.target[k]
-        return out
+            keys.append(k)
+            targets.append(self.target[k])
+        # within [min_replicas, group_cap] as every other scaler answers (the platform clamps them too, but the
+        # decision service answers what the scaler says: replicas=10 gave 10 to a group of max_replicas 3)
+        g = GroupCols(obs.groups, cols)
+        cap = g.cap()
+        t = np.minimum(np.maximum(np.array(targets, np.int64), np.minimum(g.ints("min_replicas"), cap)), cap)
+        return dict(zip(keys, t.tolist()))
 
 
 # --------------------------------------------------------------------------------------------- HPA
