@@ -217,3 +217,39 @@ def test_report_renders_in_headless_chromium(report, tmp_path):
         dest = REPO / "results" / "test-artifacts"
         dest.mkdir(parents=True, exist_ok=True)
         shutil.copy(shot, dest / "report.png")
+
+
+def test_report_reads_the_store_without_writing_it(tmp_path):
+    """``fleetwise report`` opened its input for writing: it migrated a store from before the level/policy/scaler
+    columns, took the writer's lock and rewrote the file (found by fuzzing, 2026-12-06). It now reads a read-only
+    snapshot: the file's bytes stay as they were, missing columns read as NULL, missing tables as empty."""
+    import hashlib
+    import subprocess
+    import sys
+
+    import duckdb
+
+    db = tmp_path / "old.duckdb"
+    con = duckdb.connect(str(db))
+    from fleetwise.experiments.store import ADDED_COLUMNS, ID_COLUMNS
+
+    cols = ", ".join(f"{k} {t}" for k, t in ID_COLUMNS.items() if k not in ADDED_COLUMNS)
+    con.execute(f"CREATE TABLE runs ({cols}, ttft_p50_s DOUBLE)")
+    con.execute("INSERT INTO runs (run_id, experiment, scenario, params, router, router_label, batcher, "
+                "batcher_label, seed, status, ttft_p50_s) VALUES ('a', 'old', 'default', '{}', 'round_robin', "
+                "'round_robin', 'sarathi', 'sarathi', 0, 'ok', 0.1)")
+    con.close()
+    before = hashlib.sha256(db.read_bytes()).hexdigest()
+    mtime = db.stat().st_mtime_ns
+    store = Store(db, read_only=True)
+    (row,) = store.runs()
+    assert row["run_id"] == "a" and row["level"] is None
+    os.chmod(db, 0o444)  # a store on read-only media reports too
+    p = subprocess.run([sys.executable, "-m", "fleetwise", "report", "--db", str(db), "--out", str(tmp_path / "o")],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "o" / "index.html").exists()
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == before and db.stat().st_mtime_ns == mtime
+    assert not (tmp_path / "old.duckdb.wal").exists()
+    with pytest.raises(InputError, match="not found"):
+        Store(tmp_path / "nope.duckdb", read_only=True)

@@ -581,7 +581,7 @@ def _report(db: str, out_dir: str, experiment: Optional[str] = None, baseline: O
     import duckdb
 
     try:
-        index = write_report(Store(db), Path(out_dir), experiment=experiment, baseline=baseline)
+        index = write_report(Store(db, read_only=True), Path(out_dir), experiment=experiment, baseline=baseline)
     except InputError:
         raise
     except (duckdb.Error, ValueError, TypeError, KeyError, AttributeError, RecursionError) as e:

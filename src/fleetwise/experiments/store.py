@@ -96,16 +96,24 @@ def _safe_col(name: str) -> str:
 
 
 class Store:
-    """``Store(path)`` for a file; ``Store(None)`` for an in-memory store (one process, e.g. ``compare``)."""
+    """``Store(path)`` for a file; ``Store(None)`` for an in-memory store (one process, e.g. ``compare``);
+    ``Store(path, read_only=True)`` reads an existing file and never writes it (``fleetwise report``): no file
+    lock for writing, no schema migration (a store from before a column was added reads it as NULL)."""
 
-    def __init__(self, path: str | Path | None = DEFAULT_DB, lock_timeout_s: float = 120.0):
+    def __init__(self, path: str | Path | None = DEFAULT_DB, lock_timeout_s: float = 120.0, read_only: bool = False):
         import duckdb  # noqa: F401  (fail early with a clear message if missing)
 
         self.path = None if path is None else Path(path)
         self.lock_timeout_s = lock_timeout_s
+        self.read_only = read_only
         self._mem = None
         if self.path is None:
             self._mem = duckdb.connect(":memory:")
+        elif read_only:
+            if not self.path.is_file():
+                raise InputError(f"{self.path}: results store not found")
+            self._with(lambda con: None)  # opens now: a file that is not a store fails here, in one line
+            return
         else:
             check_writable_file(self.path, "results store")
             try:
@@ -155,6 +163,8 @@ class Store:
         delay = 0.02
         while True:
             try:
+                if self.read_only:
+                    return self._snapshot()
                 if read_only and self.path.exists():
                     return duckdb.connect(str(self.path), read_only=True)
                 return duckdb.connect(str(self.path))
@@ -163,6 +173,33 @@ class Store:
                     raise InputError(f"{self.path}: cannot open results store: {str(e).splitlines()[0]}") from None
                 time.sleep(delay * (1 + random.random()))
                 delay = min(delay * 2, 0.5)
+
+    def _snapshot(self):
+        """An in-memory connection that reads the file (attached read-only) through views named as the store's
+        tables, with the columns and tables a current store has: those the file lacks read as NULL or empty."""
+        import duckdb
+
+        con = duckdb.connect(":memory:")
+        try:
+            con.execute("ATTACH '" + str(self.path).replace("'", "''") + "' AS src (READ_ONLY)")
+            have: dict[str, set[str]] = {}
+            for t, c in con.execute("SELECT table_name, column_name FROM information_schema.columns "
+                                    "WHERE table_catalog = 'src' AND table_schema = 'main'").fetchall():
+                have.setdefault(t, set()).add(c)
+            for sql in SCHEMA:
+                if not sql.startswith("CREATE TABLE"):
+                    continue
+                table = sql.split()[5]
+                if table not in have:
+                    con.execute(sql.replace(" PRIMARY KEY", ""))  # (empty, in memory)
+                    continue
+                extra = [f"NULL::{ID_COLUMNS[c].split()[0]} AS {c}" for c in ADDED_COLUMNS
+                         if table == "runs" and c not in have[table]]
+                con.execute(f"CREATE VIEW {table} AS SELECT *{''.join(', ' + e for e in extra)} FROM src.{table}")
+            return con
+        except BaseException:
+            con.close()
+            raise
 
     def _with(self, fn, read_only: bool = False):
         import duckdb
