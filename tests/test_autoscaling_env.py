@@ -82,6 +82,37 @@ def test_same_seed_same_episode_and_no_lost_requests():
     assert not all(np.array_equal(a, b) for a, b in zip(o1, o3))  # another seed: another window
 
 
+def test_a_copied_env_goes_on_as_the_original():
+    """Environments over the simulator could not be pickled or deep-copied (a lane view held dict views, scheduled
+    events were lambdas; found by fuzzing, 2026-12-06), which gymnasium's and SB3's tools do. A copy taken mid-
+    episode, and one pickled, continue step for step as the original. Autoscaling-v0 (platform events: spot
+    changes, reconciles) and EdgeBatching-v0 (lane views)."""
+    import copy
+    import pickle
+
+    import gymnasium as gym
+
+    import fleetwise.envs  # noqa: F401
+
+    for env in (AutoscalingEnv(config=SHORT), gym.make("fleetwise/EdgeBatching-v0").unwrapped):
+        env.reset(seed=3)
+        env.action_space.seed(1)
+        acts = [env.action_space.sample() for _ in range(400)]
+        for a in acts[:3]:
+            env.step(a)
+        copies = [copy.deepcopy(env), pickle.loads(pickle.dumps(env))]
+        runs = []
+        for e in (env, *copies):
+            out = []
+            for a in acts[3:]:
+                obs, r, term, trunc, _ = e.step(a)
+                out.append((obs.tobytes(), r))
+                if term or trunc:
+                    break
+            runs.append(out)
+        assert len(runs[0]) > 3 and runs[0] == runs[1] == runs[2], type(env).__name__
+
+
 def test_episode_windows_split_train_and_held_out():
     def starts(held: bool) -> list[float]:
         return [episode_scenario(s, held).workload["parts"][0]["workload"]["start_s"] for s in range(20)]

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fleetwise.errors import InputError
+from fleetwise.sim.simulator import event
 
 if TYPE_CHECKING:  # pragma: no cover
     from fleetwise.platform.runner import Platform
@@ -111,7 +112,7 @@ class FaultInjector:
             self.degrade(a, b, f.factor)
             p.events.append((now, f"link {target} x{f.factor:g}"))
             if f.duration_s:
-                sim.at(now + f.duration_s, lambda s: self.degrade(a, b, 1.0 / f.factor))
+                sim.at(now + f.duration_s, event(self.degrade, a, b, 1.0 / f.factor))
             p.faults.append(FaultRecord(now, f.kind, target, 0, 0, recovered_s=f.duration_s or 0.0))
             return
         if f.kind == "gpu":
@@ -142,7 +143,7 @@ class FaultInjector:
         p.faults.append(FaultRecord(now, f.kind, target or "random", len(victims), held, models, before))
         p.events.append((now, f"{f.kind} fault {target}".strip()))
         if f.kind in ("zone", "region") and f.duration_s:
-            sim.at(now + f.duration_s, lambda s: self.recover(f))
+            sim.at(now + f.duration_s, event(self.recover, f))
         p.reconcile()  # replace what died where zones are up (like a ReplicaSet controller)
 
     def recover(self, f) -> None:

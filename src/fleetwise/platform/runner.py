@@ -24,6 +24,7 @@ from fleetwise.platform.admission import Admission
 from fleetwise.platform.faults import FaultInjector, FaultRecord, check_fault_targets
 from fleetwise.scenario import STORAGE_GBPS, Built, PlatformSpec
 from fleetwise.sim.records import COMPLETED
+from fleetwise.sim.simulator import event
 
 
 @dataclass
@@ -199,13 +200,13 @@ class Platform:
         sim.at(0.0, self._sample)
         for k, f in enumerate(spec.faults):
             if f.at_s < self.horizon_s:
-                sim.at(f.at_s, lambda s, f=f, k=k: self.fault_injector.inject(f, k))
+                sim.at(f.at_s, event(self.fault_injector.inject, f, k))
         for g in self.groups:
             if g.spot is not None:
                 for t, avail in g.spot.changes(0.0, self.horizon_s, g.spot_capacity, g.spot_offset_s):
-                    sim.at(t, lambda s, g=g, a=avail: self._spot_change(g, a))
+                    sim.at(t, event(self._spot_change, g, avail))
         if any(g.available is not None and g.available < len(g.replicas) for g in self.groups):
-            sim.at(0.0, lambda s: self.reconcile())
+            sim.at(0.0, event(self.reconcile))
 
     # ------------------------------------------------------------------ replica lifecycle
     def alive(self, i: int) -> bool:

@@ -16,9 +16,11 @@ policies take the same path.
 
 from __future__ import annotations
 
+import functools
 import gc
 import heapq
 import math
+import operator
 from array import array
 from collections import deque
 from dataclasses import dataclass
@@ -59,6 +61,22 @@ class SimOptions:
     # the simulator makes no cyclic garbage (tests/test_sim.py), and at 10,000 replicas the collector's passes over
     # the heap's young entries read the lanes they point to out of cache (docs/benchmarks.md, fleet scale). A
     # controller that makes reference cycles on every decision may set it False
+
+
+def _latency_group(sim: "Simulator", r) -> tuple:
+    """``least_latency``'s grouping key of replica ``r``: model, region, prefill throughput."""
+    return (r.model_index, r.region, sim.prefill_tps(r.index))
+
+
+def event(fn: Callable, *args) -> Callable:
+    """A callback for ``Simulator.at`` that calls ``fn(*args)`` (the simulator it is given is not passed): a
+    partial, not a lambda, so that a simulator holding it pickles (environments are copied by gymnasium's and
+    SB3's tools)."""
+    return functools.partial(_call_without_sim, fn, *args)
+
+
+def _call_without_sim(fn: Callable, *args_then_sim) -> None:
+    fn(*args_then_sim[:-1])
 
 
 class Simulator:
@@ -251,7 +269,7 @@ class Simulator:
         region (an index per model and region) stands for its region."""
         gx = self._near_index
         if gx is None:
-            gx = self._near_index = GroupedIndex(self, False, key=lambda r: (r.model_index, r.region))
+            gx = self._near_index = GroupedIndex(self, False, key=operator.attrgetter("model_index", "region"))
             self._dirty.append(gx.index.dirty)
         row = self._rtt[origin]
         reps = self.replicas
@@ -276,8 +294,7 @@ class Simulator:
                 return -2
         gx = self._lat_index
         if gx is None:
-            gx = self._lat_index = GroupedIndex(self, True,
-                                                key=lambda r: (r.model_index, r.region, self.prefill_tps(r.index)))
+            gx = self._lat_index = GroupedIndex(self, True, key=functools.partial(_latency_group, self))
             self._dirty.append(gx.index.dirty)
         row = self._rtt[origin]
         best = None
@@ -1511,8 +1528,13 @@ class Simulator:
             self._stop(rep)
             return self.now
         t = self.now + max(0.0, float(notice_s))
-        self.at(t, lambda sim: sim.fail(replica, migrate=migrate))
+        self.at(t, functools.partial(Simulator.fail, replica=replica, migrate=migrate))
         return t
+
+    def _unroutable_at(self, index: int) -> None:
+        """(A scheduled event: the health checks notice replica ``index`` is gone. Scheduled callbacks are
+        partials of methods, not lambdas, so that a simulator, and an environment over it, pickles.)"""
+        self._unroutable(self.replicas[index])
 
     def fail(self, replica: int, detect_s: float = 0.0, migrate: bool = False) -> int:
         """The replica dies now (GPU, node, zone or region fault; the end of a spot notice). Every request at it —
@@ -1529,7 +1551,7 @@ class Simulator:
         rep.stop_s = self.now
         self._touch(rep)
         if detect_s > 0.0:
-            self.at(self.now + detect_s, lambda _sim: self._unroutable(rep))
+            self.at(self.now + detect_s, functools.partial(Simulator._unroutable_at, index=rep.index))
         else:
             self._unroutable(rep)
         victims: list[tuple[int, bool]] = [(rid, False) for rid in rep.waiting]

@@ -143,6 +143,26 @@ class SimLaneView:
         # own method, bound: a call less per batch decision)
         self.new_blocks = lane.new_blocks
 
+    # pickled and deep-copied without the dict views (which cannot be): they are bound again from the lane on
+    # first use, once the copy is whole (a deep copy may reach this view before its lane's fields are set), so a
+    # simulator, and an environment over it, can be copied (gymnasium's and SB3's tools copy environments)
+    _STATE = ("sim", "_lane", "replica", "lane", "lanes", "block_tokens", "cap_blocks", "waiting")
+
+    def __getstate__(self):
+        return {k: getattr(self, k) for k in self._STATE}
+
+    def __setstate__(self, state):
+        for k, v in state.items():
+            setattr(self, k, v)
+
+    def __getattr__(self, name):  # (only for a slot not set: the views, after a copy)
+        if name in ("running", "prefilling", "new_blocks"):
+            lane = self._lane
+            self.running, self.prefilling, self.new_blocks = lane.running.keys(), lane.prefilling.keys(), \
+                lane.new_blocks
+            return getattr(self, name)
+        raise AttributeError(name)
+
     @property
     def time_s(self) -> float:
         return self.sim.now
