@@ -380,6 +380,7 @@ def http_protocol(limits: Limits | None = None) -> type:
         def connection_made(self, transport: Any) -> None:  # type: ignore[override]
             self._fw_timer: Any = None
             self._fw_head = 0
+            self._fw_tail = b""  # the last 3 bytes of the head so far (its blank line may span two reads)
             super().connection_made(_CoalescingTransport(transport, asyncio.get_running_loop()))
             self._fw_arm()
 
@@ -404,16 +405,25 @@ def http_protocol(limits: Limits | None = None) -> type:
             before = self.cycle
             waiting = self._fw_waiting()
             if waiting:
+                # the head's length: up to its blank line when it ends in this read (a head that arrived whole in
+                # one read of up to 2 x the limit was passed on), else all bytes so far
+                buf = self._fw_tail + data
+                end = buf.find(b"\r\n\r\n")
+                head = self._fw_head + (len(data) if end < 0 else end + 4 - len(self._fw_tail))
+                if head > lim.max_header_bytes:
+                    if not self.transport.is_closing():
+                        body = json.dumps({"detail": f"request head larger than {lim.max_header_bytes} bytes"})
+                        self.transport.write(_HEAD_TOO_LARGE % (len(body), body.encode()))
+                        self.transport.close()
+                    return
                 self._fw_head += len(data)
+                self._fw_tail = buf[-3:]
                 self._fw_arm()
             super().data_received(data)
             if self.cycle is not before:  # a whole head arrived: a new request cycle began
                 self._fw_disarm()
                 self._fw_head = 0
-            elif waiting and self._fw_head > lim.max_header_bytes and not self.transport.is_closing():
-                body = json.dumps({"detail": f"request head larger than {lim.max_header_bytes} bytes"}).encode()
-                self.transport.write(_HEAD_TOO_LARGE % (len(body), body))
-                self.transport.close()
+                self._fw_tail = b""
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._fw_disarm()
