@@ -259,6 +259,18 @@ CASES = [
     # §4: an option of another mode is refused, not ignored
     ("simulate-monitor-without-platform", "4", ["simulate", "-n", "10", "--monitor", "m"], ["--monitor", "--scaler"]),
     ("perf-validate-gpu-without-profile", "4", ["perf", "validate", "--gpu", "h200"], ["--gpu", "--profile"]),
+    # found by fuzzing the service, 2026-12-06: a FIFO token file hung the start; a negative seed, a planner's
+    # code-only parameter and Arabic-Indic digits in a parameter went through; a space in a backend URL started
+    ("serve-token-file-a-pipe", "4", ["serve", "--port", "0", "--token-file", "pipe.json"],
+     ["--token-file", "pipe.json", "not a regular file"]),
+    ("serve-seed-negative", "4", ["serve", "--port", "0", "--seed", "-1"], ["--seed"]),
+    ("serve-planner-code-parameter", "4", ["serve", "--port", "0", "--planner", "ot?cfg=foo"],
+     ["planner 'ot' has no parameter 'cfg'", "allowed: weights"]),
+    ("serve-planner-weights", "4", ["serve", "--port", "0", "--planner", "ot?weights=zzz"], ["weights 'zzz'"]),
+    ("serve-param-arabic-digits", "4", ["serve", "--port", "0", "--router", "prefix_aware?hit_weight=١٢"],
+     ["hit_weight", "١٢"]),
+    ("serve-backend-url-space", "4", ["serve", "--gateway", "--port", "0", "--backend", "http://a b"],
+     ["http://a b", "a space"]),
     ("serve-max-attempts-without-gateway", "4", ["serve", "--max-attempts", "2", "--port", "0"],
      ["--max-attempts", "--gateway"]),
     ("sweep-address-without-ray", "4", ["sweep", "default", "--address", "10.0.0.1:6379"], ["--address", "ray"]),

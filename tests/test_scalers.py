@@ -416,3 +416,15 @@ def test_capacity_rps_matches_a_direct_simulation():
     below = _simulate(perf, 0.8 * cap, P, O)
     above = _simulate(perf, 1.25 * cap, P, O)
     assert np.nanmean(below.tpot_s[500:]) <= slo < np.nanmean(above.tpot_s[500:])
+
+
+def test_a_capacity_too_small_to_mean_anything_is_read_as_unknown():
+    """``capacity_rps`` 5e-324 made the replicas slo_aware and predictive ask for infinite (OverflowError in
+    /v1/scale, found by fuzzing 2026-12-06). Below MIN_UNIT_RPS it is unknown, as 0 is; the answer is as for 0."""
+    from fleetwise.policies.scalers import MIN_UNIT_RPS
+
+    for name in ("slo_aware", "predictive"):
+        tiny, zero = (make("scaler", name).scale(obs(0, grp(rps=3.0, cap=c, min_replicas=1, max_replicas=10)))
+                      for c in (5e-324, 0.0))
+        assert tiny == zero
+    assert MIN_UNIT_RPS == 1e-6

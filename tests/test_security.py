@@ -312,8 +312,8 @@ class Stub:
     """An HTTP backend on 127.0.0.1 that answers POSTs with ``raw`` bytes, then closes; GETs (health, models)
     with 200 ``{"data": []}``. Counts the POSTs."""
 
-    def __init__(self, raw: bytes):
-        self.raw, self.posts = raw, 0
+    def __init__(self, raw: bytes, models: bytes = b'{"data": []}'):
+        self.raw, self.posts, self.models = raw, 0, models
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         self._t = threading.Thread(target=self._serve, daemon=True)
@@ -345,8 +345,8 @@ class Stub:
                 self.posts += 1
                 conn.sendall(self.raw)
             else:
-                conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 12\r\n"
-                             b"connection: close\r\n\r\n{\"data\": []}")
+                conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+                             b"connection: close\r\n\r\n%s" % (len(self.models), self.models))
 
     def close(self) -> None:
         self.sock.close()
@@ -366,6 +366,9 @@ MISBEHAVING = {
     "empty 200": _resp(b""),
     "JSON 200 that is not an object": _resp(b"[1, 2]"),
     "non-JSON 400": _resp(b"bad", status=b"400 Bad Request", ctype=b"text/plain"),
+    # Python's parser takes NaN and Infinity: such a 200 went back to the client (found by fuzzing, 2026-12-06)
+    "JSON 200 with a NaN": _resp(b'{"id": "x", "choices": [{"text": "a", "index": 0}], "usage": {"x": NaN}}'),
+    "JSON 200 with a number beyond a double": _resp(b'{"id": "x", "choices": [], "usage": {"x": 1e999}}'),
 }
 
 
@@ -403,6 +406,8 @@ def test_malformed_requests_get_400_with_one_line_never_500(stubs):
         ("/v1/completions", b"{not json"),
         ("/v1/completions", b"\xff\xfe"),
         ("/v1/completions", b'{"prompt": "x", "extra": ' + b"[" * 5000 + b"]" * 5000 + b"}"),
+        ("/v1/completions", b'{"prompt": "x", "extra": NaN}'),  # (passed through unchecked until 2026-12-06)
+        ("/v1/completions", b'{"prompt": "x", "extra": {"a": [1e999]}}'),
     ]
     with serving(create_gateway_app([good.url], health_interval_s=60, metrics_interval_s=0), Limits()) as url:
         for path, raw in cases:
@@ -430,6 +435,22 @@ def test_a_bad_backend_response_is_never_passed_on(kind, stubs):
         assert r.status_code == 503
         err = r.json()["error"]
         assert err["type"] == "upstream_unavailable" and len(err["attempts"]) == 1 and bad.url in err["attempts"][0]
+
+
+def test_a_backend_model_list_with_a_nan_is_dropped_not_a_500():
+    """A backend whose /v1/models held a NaN made the gateway's /v1/models a 500 on every call (found by fuzzing,
+    2026-12-06): its list is now refused as not JSON, and the other backend's models are listed."""
+    bad = Stub(_resp(GOOD), models=b'{"object": "list", "data": [{"id": "m1", "object": "model", "created": NaN}]}')
+    good = Stub(_resp(GOOD), models=b'{"object": "list", "data": [{"id": "m2", "object": "model"}]}')
+    try:
+        with serving(create_gateway_app([bad.url, good.url], health_interval_s=60, metrics_interval_s=0),
+                     Limits()) as url:
+            r = httpx.get(url + "/v1/models")
+            assert r.status_code == 200, r.text
+            assert [m["id"] for m in r.json()["data"]] == ["m2"]
+    finally:
+        bad.close()
+        good.close()
 
 
 def test_a_stream_that_breaks_ends_with_an_sse_error_event(stubs):

@@ -444,6 +444,10 @@ def test_plan_rows_sum_to_the_origin_demand(web):
     assert d["target"][0] < d["target"][1]
     with pytest.raises(InputError, match="does not produce a transport plan"):
         web.create_app(planner="nearest")
+    # a slot of 1e-310 s made every region's backlog infinite and the plan fail (422 naming no field; found by
+    # fuzzing, 2026-12-06): a slot is at least 1 ms
+    r = client(web).post("/v1/plan", json=plan_body() | {"slot_s": 1e-310}, headers=AUTH)
+    assert r.status_code == 422 and "slot_s" in r.text
 
 
 def test_plan_from_a_torta_checkpoint(web, tmp_path):

@@ -1305,7 +1305,7 @@ def serve(
     token_file: Optional[str] = typer.Option(None, help="file with the bearer token (default: $FLEETWISE_SERVE_TOKEN)"),
     insecure_admin: bool = typer.Option(False, "--insecure-admin", help="without a token, allow /v1/admin/* "
                                         "(loopback only; refused by default)"),
-    seed: int = typer.Option(0, help="seed of the random routers"),
+    seed: int = typer.Option(0, min=0, max=MAX_SEED, help="seed of the random routers"),
     force: bool = typer.Option(False, "--force", help="serve checkpoints whose model card does not say they beat "
                                "their rule on validation (the deployment gate, docs/learning.md); refused by default"),
     log_level: str = typer.Option("warning", help="uvicorn log level"),

@@ -118,6 +118,40 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict:
     return out
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite_float(text: str) -> float:
+    x = float(text)
+    if x != x or x in (float("inf"), float("-inf")):
+        raise ValueError(f"{text[:40]} is beyond a double")
+    return x
+
+
+def loads_strict(data: str | bytes) -> Any:
+    """``json.loads`` that refuses what is not JSON but Python's parser takes: ``NaN``, ``Infinity`` and a
+    number beyond a double (``1e999``, read as infinity); ValueError (RecursionError when nested too deep)."""
+    return json.loads(data, parse_constant=_no_constant, parse_float=_finite_float)
+
+
+def non_finite(v: Any) -> bool:
+    """Whether ``v`` (nested dicts and lists, as parsed JSON) holds a NaN or infinite float."""
+    import math
+
+    stack = [v]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, float):
+            if not math.isfinite(x):
+                return True
+        elif isinstance(x, dict):
+            stack.extend(x.values())
+        elif isinstance(x, (list, tuple)):
+            stack.extend(x)
+    return False
+
+
 def json_safe(v: Any) -> Any:
     """``v`` with every NaN or infinite float, in nested dicts, lists and tuples, as None (null): neither is JSON
     (a quantile of no request is NaN; an interval over one run is undefined)."""

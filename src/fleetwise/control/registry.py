@@ -122,15 +122,18 @@ def _checked(level: str, name: str, params: dict[str, Any] | None, where: str) -
     params = dict(params or {})
     sig = inspect.signature(factory)
     accepts_kwargs = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
-    if not accepts_kwargs:
-        bad = [k for k in params if k not in sig.parameters]
-        if bad:
-            allowed = ", ".join(k for k in sig.parameters if k != "self") or "none"
-            raise InputError(f"{where}{level} {name!r} has no parameter {bad[0]!r}; allowed: {allowed}")
     try:
         hints = typing.get_type_hints(factory.__init__ if inspect.isclass(factory) else factory, include_extras=True)
     except Exception:  # noqa: BLE001 - unresolvable annotations: check finiteness only
         hints = {}
+    # with annotations, an unannotated parameter is for code, not for a spec (a planner's cfg: a world config
+    # object; 'ot?cfg=foo' failed mid-plan with "'str' object has no attribute 'w_latency'")
+    settable = [k for k in sig.parameters if k != "self" and (not hints or k in hints)]
+    if not accepts_kwargs:
+        bad = [k for k in params if k not in settable]
+        if bad:
+            allowed = ", ".join(settable) or "none"
+            raise InputError(f"{where}{level} {name!r} has no parameter {bad[0]!r}; allowed: {allowed}")
     from pydantic import ValidationError
 
     def finite(k: str, v: Any) -> None:

@@ -231,6 +231,8 @@ class OTPlanner:
     (the target's backlog in slots)."""
 
     def __init__(self, cfg=None, weights: str = "action"):
+        if weights not in ("action", "free_capacity"):  # ('zzz' was taken as "action")
+            raise ValueError(f"weights {weights!r}: expected 'action' or 'free_capacity'")
         self.cfg = cfg or OTParams()  # anything with OTParams' fields (TORTA's world config has them)
         self.weights = weights
         self.action = None

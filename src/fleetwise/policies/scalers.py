@@ -34,6 +34,10 @@ HPA_METRICS = ("busy", "kv", "queue")
 def _finite(x: float | None) -> bool:
     return x is not None and math.isfinite(x)
 
+# a replica's capacity below this (one request in 11 days) is read as unknown, as 0 is: 5e-324 requests/s made the
+# replicas a model needs infinite (OverflowError in /v1/scale)
+MIN_UNIT_RPS = 1e-6
+
 
 def current_replicas(g: GroupState) -> int:
     """Replicas a group has now: ready + starting (draining ones are leaving)."""
@@ -502,7 +506,8 @@ class _CapacityScaler:
         """Requests/s one replica of each group sustains: ``capacity_rps``; for a group without one (0 or
         NaN) the mean of its model's other groups, else the observed rate per fully busy ready replica
         (arrivals / sum of ready * busy, remembered per model). None when nothing is known."""
-        caps = [c if c is not None and 0 < c < math.inf else None for c in (g.capacity_rps for g in groups)]
+        caps = [c if c is not None and MIN_UNIT_RPS <= c < math.inf else None
+                for c in (g.capacity_rps for g in groups)]
         known = [c for c in caps if c is not None]
         if len(known) == len(groups):
             return {g.key: float(c) for g, c in zip(groups, known)}
@@ -521,7 +526,7 @@ class _CapacityScaler:
     def units_cols(self, model: str, cols: GroupCols) -> np.ndarray | None:
         """``units`` over columns: aligned with the groups."""
         c = cols.col("capacity_rps")
-        known = (c > 0.0) & (c < math.inf)
+        known = (c >= MIN_UNIT_RPS) & (c < math.inf)
         if known.all():
             return c
         if known.any():

@@ -24,7 +24,6 @@ import math
 import os
 import time
 from dataclasses import dataclass, fields
-from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 from fleetwise.errors import InputError
@@ -90,11 +89,12 @@ def host_header_is_loopback(value: str) -> bool:
 def resolve_token(token_file: str | None = None) -> str | None:
     """The bearer token: the file's first line (``--token-file``), else ``$FLEETWISE_SERVE_TOKEN``, else None."""
     if token_file is not None:
-        p = Path(token_file)
-        try:
-            tok = p.read_text().strip()
-        except (OSError, UnicodeDecodeError) as e:
-            raise InputError(f"--token-file {token_file}: cannot read ({getattr(e, 'strerror', None) or e})") from None
+        from fleetwise.yamlio import read_text
+
+        try:  # (opened without waiting: a FIFO hung the start)
+            tok = read_text(token_file, "token").strip()
+        except InputError as e:
+            raise InputError(f"--token-file: {e}") from None
         if not tok or any(c.isspace() for c in tok):
             raise InputError(f"--token-file {token_file}: expected one token (no spaces) on one line")
         return tok

@@ -92,6 +92,12 @@ def parse_request(raw: bytes, path: str, cfg: GatewayConfig) -> tuple[Any, int, 
         if errs and errs[0].get("type") in ("json_invalid", "model_type") and not errs[0].get("loc"):
             raise ValueError("request body is not a JSON object: " + validation_detail(errs)) from None
         raise ValueError("invalid request: " + validation_detail(errs)) from None
+    from fleetwise.yamlio import non_finite
+
+    extra = req.model_extra or {}
+    bad = next((k for k, v in extra.items() if non_finite(v)), None)
+    if bad is not None:  # (the fields passed through unchecked: NaN and 1e999 reached the backend)
+        raise ValueError(f"invalid request: {bad}: NaN, Infinity or a number beyond a double is not JSON")
     n = req.n or 1
     out = req.max_tokens if req.max_tokens is not None else req.max_completion_tokens
     out_tokens = (out if out else cfg.default_max_tokens) * n

@@ -77,8 +77,10 @@ def body_problem(content: bytes, status: int) -> str | None:
     """None when ``content`` is one whole JSON value (an object for a 2xx status); else what is wrong."""
     if not content.strip():
         return "an empty body"
-    try:
-        value = json.loads(content)
+    from fleetwise.yamlio import loads_strict
+
+    try:  # (strict: a NaN or Infinity, which Python's parser takes, went back to the client as a 200)
+        value = loads_strict(content)
     except (ValueError, UnicodeDecodeError, RecursionError):
         return f"a body that is not complete JSON ({len(content)} bytes)"
     if status < 300 and not isinstance(value, dict):

@@ -125,6 +125,8 @@ def normalise_backend_url(url: str) -> str:
         raise InputError(f"{bad} ({e})") from None
     if parts.scheme not in ("http", "https") or not parts.netloc or not parts.hostname:
         raise InputError(bad)
+    if any(c.isspace() or ord(c) < 0x21 or ord(c) == 0x7F for c in u) or not u.isascii():
+        raise InputError(f"{bad} (a space, a control or a non-ASCII character)")  # ('http://a b' started)
     if port == 0:
         raise InputError(f"{bad} (port 0)")
     return u
@@ -232,8 +234,11 @@ class Pool:
         try:
             r = await self.client.get(f"{s.url}/v1/models", headers=self.up_headers, timeout=httpx.Timeout(30.0))
             r.raise_for_status()
-            objs = {str(m["id"]): m for m in r.json().get("data", []) if isinstance(m, dict) and "id" in m
-                    and _utf8(m)}  # (a lone surrogate in an id made /v1/models and /v1/gateway/backends a 500)
+            from fleetwise.yamlio import loads_strict
+
+            # strict JSON: a NaN in a model object made /v1/models a 500 when the gateway wrote it back out
+            objs = {str(m["id"]): m for m in loads_strict(r.content).get("data", []) if isinstance(m, dict)
+                    and "id" in m and _utf8(m)}  # (a lone surrogate in an id made /v1/models a 500 too)
         except (httpx.HTTPError, ValueError, AttributeError, KeyError, RecursionError) as e:
             s.last_error = f"/v1/models: {type(e).__name__}: {e}".rstrip(": ")
             return False

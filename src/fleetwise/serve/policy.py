@@ -101,11 +101,12 @@ def _coerce(v: str) -> Any:
         return low == "true"
     if low in ("none", "null"):
         return None
-    for conv in (int, float):
-        try:
-            return conv(v)
-        except ValueError:
-            pass
+    if v.isascii():  # (int() and float() read '١٢' and '１２' as 12; such a value stays text and is refused)
+        for conv in (int, float):
+            try:
+                return conv(v)
+            except ValueError:
+                pass
     return v
 
 

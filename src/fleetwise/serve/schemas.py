@@ -257,7 +257,7 @@ class PlanRequest(BaseModel):
     regions: list[RegionState] = Field(min_length=1, max_length=MAX_REGIONS)
     rtt_s: Matrix = Field(description="origins x regions network round trip, seconds")
     egress_usd_per_gb: Matrix | None = Field(None, description="origins x regions; null: all 0")
-    slot_s: float = Field(6.0, gt=0.0, le=1e6, description="planning slot length, seconds")
+    slot_s: float = Field(6.0, ge=1e-3, le=1e6, description="planning slot length, seconds (at least 1 ms)")
     hour_utc: float = Field(0.0, ge=0.0, lt=24.0, description="UTC hour of the coming slot")
     long_share: float | None = Field(None, ge=0.0, le=1.0,
                                      description="the share of recent requests (TORTA's world: the last two slots') "
