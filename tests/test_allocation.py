@@ -185,6 +185,18 @@ def test_a_q_table_cannot_run_code_and_bad_metadata_is_one_line(tmp_path):
     np.savez(tmp_path / "meta.npz", q=np.zeros((2, 12)), meta=np.array(json.dumps(meta)))
     with pytest.raises(InputError, match="meta.npz: not a saved tabular policy"):
         tabular.TabularPolicy.load(tmp_path / "meta.npz")
+    # found by fuzzing, 2026-12-06: a FIFO hung np.load, an empty file was an EOFError, 0 bins loaded and failed at
+    # the first decision, a NaN table chose action 0 everywhere
+    os.mkfifo(tmp_path / "fifo.npz")
+    (tmp_path / "empty.npz").write_bytes(b"")
+    meta0 = {"name": "x", "discretizer": {"cpu_bins": 0, "bw_bins": 3, "deployed": False}, "curve": []}
+    np.savez(tmp_path / "bins.npz", q=np.zeros((0, 12)), meta=np.array(json.dumps(meta0)))
+    meta1 = {"name": "x", "discretizer": {"cpu_bins": 2, "bw_bins": 1, "deployed": False}, "curve": []}
+    np.savez(tmp_path / "nan.npz", q=np.full((2, 12), np.nan), meta=np.array(json.dumps(meta1)))
+    for name, needle in [("fifo", "not a regular file"), ("empty", "EOFError"), ("bins", "cpu_bins 0"),
+                         ("nan", "NaN or infinite")]:
+        with pytest.raises(InputError, match=f"{name}.npz: .*{needle}"):
+            tabular.TabularPolicy.load(tmp_path / f"{name}.npz")
 
 
 def test_fixed_rule_fit_and_registry(env):

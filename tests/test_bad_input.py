@@ -813,6 +813,14 @@ def test_the_run_api_names_a_wrong_argument_in_one_line():
         fleetwise.simulate(None)
     with pytest.raises(InputError, match=re.escape("sim_overrides ['nope']")):
         fleetwise.run_scenario(sc, sim_overrides={"nope": 1}, num_requests=10)
+    # values too: a negative timeline bucket hung the run, NaN failed mid-run, a negative horizon rejected every
+    # request; an option the scenario sets (max_waiting) was a duplicate-keyword TypeError and now overrides it
+    for over, needle in [({"timeline_bucket_s": -1.0}, "timeline_bucket_s -1.0"),
+                         ({"timeline_bucket_s": float("nan")}, "timeline_bucket_s nan"),
+                         ({"max_time_s": -1.0}, "max_time_s -1.0"), ({"retry_backoff_s": 0}, "retry_backoff_s 0")]:
+        with pytest.raises(InputError, match=re.escape(f"sim_overrides: {needle}")):
+            fleetwise.run_scenario(sc, sim_overrides=over, num_requests=10)
+    assert fleetwise.run_scenario(sc, sim_overrides={"max_waiting": 0}, num_requests=10).summary["rejected"] > 0
     with pytest.raises(InputError, match="scaler=5"):
         fleetwise.run_scenario(sc, scaler=5, num_requests=10)
     with pytest.raises(InputError, match="scenario 5: expected"):

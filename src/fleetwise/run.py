@@ -105,8 +105,11 @@ def run_scenario(scenario: Scenario, seed: int | None = None, *, router=None, ba
         scenario = scenario.model_copy(update={"scaler": PolicyRef.model_validate(scaler)})
     if scenario.platform is not None and scenario.scaler is None and scaler_obj is None:
         raise InputError("platform: runs only with a scaler (add scaler: static for a fixed fleet)")
-    built = build(scenario, seed, workload=workload, num_requests=num_requests,
-                  options=sim_options(scenario, **(sim_overrides or {})))
+    try:
+        options = sim_options(scenario, **(sim_overrides or {}))
+    except ValueError as e:
+        raise InputError(f"sim_overrides: {e}") from None
+    built = build(scenario, seed, workload=workload, num_requests=num_requests, options=options)
     ctl = built.controller(router, batcher)
     if on_built is not None:
         on_built(built)

@@ -604,5 +604,5 @@ def sim_options(scenario: Scenario, **overrides):
     from fleetwise.sim.simulator import SimOptions
 
     o = scenario.options
-    return SimOptions(prefix_caching=o.prefix_caching, max_waiting=o.max_waiting, kv_offload=o.kv_offload,
-                      **overrides)
+    return SimOptions(**({"prefix_caching": o.prefix_caching, "max_waiting": o.max_waiting,
+                          "kv_offload": o.kv_offload} | overrides))

@@ -406,6 +406,15 @@ class Discretizer:
     bw_bins: int = 3
     deployed: bool = True
 
+    def __post_init__(self) -> None:
+        # (0 bins was an IndexError at the first decision, a negative count a numpy shape error)
+        for name in ("cpu_bins", "bw_bins"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= v <= 10_000:
+                raise ValueError(f"{name} {v!r}: expected an integer from 1 to 10,000")
+        if not isinstance(self.deployed, (bool, np.bool_)):
+            raise ValueError(f"deployed {self.deployed!r}: expected true or false")
+
     @property
     def n_states(self) -> int:
         return self.cpu_bins * self.bw_bins * (N_ACTIONS if self.deployed else 1)

@@ -174,23 +174,38 @@ class TabularPolicy:
     def load(cls, path: str | Path) -> "TabularPolicy":
         """A saved Q table (``save``): numeric arrays and JSON only (``allow_pickle=False``: an object array in the
         file is refused, nothing in it runs), its metadata checked before use."""
+        import os
+        import stat
+
+        from fleetwise.errors import nonblocking_opener
+
         p = Path(path)
         try:
-            if p.stat().st_size > MAX_TABLE_BYTES:
-                raise ValueError(f"larger than {MAX_TABLE_BYTES >> 20} MiB")
-            with np.load(p, allow_pickle=False) as z:
-                q = np.asarray(z["q"], dtype=np.float64)
-                meta = json.loads(str(z["meta"]))
+            # opened without waiting and checked to be a regular file (a FIFO hung np.load); an empty file was an
+            # EOFError; the members' uncompressed sizes are checked before reading (a 4 MB file may inflate to GiB)
+            with open(p, "rb", opener=nonblocking_opener) as f:
+                st = os.fstat(f.fileno())
+                if not stat.S_ISREG(st.st_mode):
+                    raise ValueError("not a regular file (a device, a pipe or a socket)")
+                if st.st_size > MAX_TABLE_BYTES:
+                    raise ValueError(f"larger than {MAX_TABLE_BYTES >> 20} MiB")
+                with np.load(f, allow_pickle=False) as z:
+                    if sum(i.file_size for i in z.zip.infolist()) > MAX_TABLE_BYTES:
+                        raise ValueError(f"its arrays are larger than {MAX_TABLE_BYTES >> 20} MiB")
+                    q = np.asarray(z["q"], dtype=np.float64)
+                    meta = json.loads(str(z["meta"]))
             d = meta["discretizer"]
             if not (isinstance(meta, dict) and isinstance(d, dict) and set(d) <= {"cpu_bins", "bw_bins", "deployed"}):
                 raise ValueError("its metadata is not {name, discretizer: {cpu_bins, bw_bins, deployed}, curve}")
             disc = Discretizer(**d)
             curve = [(int(a), float(b)) for a, b in meta.get("curve", [])]
-        except (OSError, KeyError, ValueError, TypeError, RecursionError) as e:
+        except (OSError, KeyError, ValueError, TypeError, RecursionError, EOFError) as e:
             raise InputError(f"{p}: not a saved tabular policy ({type(e).__name__}: {str(e)[:200]})") from None
         if q.shape != (disc.n_states, N_ACTIONS):
             raise InputError(f"{p}: Q table shape {q.shape} does not match its discretizer "
                              f"({disc.n_states} states x {N_ACTIONS} actions)")
+        if not np.isfinite(q).all():  # (a NaN table chose action 0 everywhere)
+            raise InputError(f"{p}: the Q table holds NaN or infinite values")
         return cls(q, disc, str(meta.get("name", "tabular")), curve)
 
 

@@ -62,6 +62,27 @@ class SimOptions:
     # the heap's young entries read the lanes they point to out of cache (docs/benchmarks.md, fleet scale). A
     # controller that makes reference cycles on every decision may set it False
 
+    def __post_init__(self) -> None:
+        """Values a run can take, or a ValueError naming the option (a negative ``timeline_bucket_s`` hung the
+        run, NaN failed mid-run, a negative ``max_time_s`` rejected every request; found by fuzzing the Python
+        API, 2026-12-06). The scenario's ``options:`` bound them tighter; these are for code that sets them."""
+        from fleetwise.limits import MAX_SPAN_S, MIN_TIMELINE_BUCKET_S
+
+        def positive(name: str, lo: float, hi: float = MAX_SPAN_S) -> None:
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi:
+                raise ValueError(f"{name} {v!r}: expected a number from {lo:g} to {hi:g}")
+
+        if self.timeline_bucket_s is not None:
+            positive("timeline_bucket_s", MIN_TIMELINE_BUCKET_S)
+        if self.max_time_s is not None:
+            positive("max_time_s", 1e-9)
+        positive("retry_backoff_s", 1e-3)
+        positive("retry_backoff_max_s", 1e-3)
+        mw = self.max_waiting
+        if mw is not None and (isinstance(mw, bool) or not isinstance(mw, int) or mw < 0):
+            raise ValueError(f"max_waiting {mw!r}: expected an integer >= 0 or None")
+
 
 def _latency_group(sim: "Simulator", r) -> tuple:
     """``least_latency``'s grouping key of replica ``r``: model, region, prefill throughput."""
