@@ -199,6 +199,25 @@ def test_a_q_table_cannot_run_code_and_bad_metadata_is_one_line(tmp_path):
             tabular.TabularPolicy.load(tmp_path / f"{name}.npz")
 
 
+def test_env_arguments_and_reset_options_are_checked():
+    """Found by fuzzing, 2026-12-06: reset(options={"series": 1000}) and {"deployed": 99} were IndexErrors, -1
+    wrapped around, 1.7 was truncated; a NaN series was taken as no demand, an empty one failed in numpy; a dict
+    config was "unhashable"."""
+    from fleetwise.envs.allocation import AllocationEnv
+
+    env = AllocationEnv(series=[np.linspace(0.1, 0.9, 50)])
+    env.reset(seed=0, options={"series": 0, "deployed": 3})
+    for opts, needle in [({"series": 1}, "series"), ({"series": -1}, "series"), ({"deployed": 99}, "deployed"),
+                         ({"deployed": 1.7}, "deployed")]:
+        with pytest.raises(ValueError, match=needle):
+            env.reset(seed=0, options=opts)
+    for series in ([np.full(10, np.nan)], [np.array([])], [np.zeros((3, 3))], [0.5], [np.full(10, 2.0)]):
+        with pytest.raises(InputError, match=r"series\[0\]"):
+            AllocationEnv(series=series)
+    with pytest.raises(InputError, match="config dict"):
+        AllocationEnv(config={"a": 1})
+
+
 def test_fixed_rule_fit_and_registry(env):
     fx = FixedThreshold.fit(env.core, _series(4), np.random.default_rng(0), grid_step=0.2)
     assert fx.allocate(np.r_[0.0, np.zeros(17)]) in [ACTIONS.index((1, p)) for p in ("data", "model", "hybrid")]

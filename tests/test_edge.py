@@ -367,3 +367,17 @@ def test_world_configs_refuse_values_a_run_cannot_take():
         with pytest.raises(ValueError, match=f"TortaConfig.{field} = "):
             TortaConfig(**kw)
     assert replace(EdgeConfig(), max_running=np.int64(4)).max_running == 4  # (a sweep's numpy integers)
+    # the second pass (2026-12-06): max_running=10**12 hung the reset, a type's rate_share 0 gave an episode with
+    # no decision, a node's user_share -1 failed in numpy; TortaConfig(load=1e6) took 9 GB, a share 0 failed
+    from fleetwise.worlds.edge import EdgeNode, RequestType
+    from fleetwise.worlds.torta import ModelType
+
+    for kw, needle in ((dict(max_running=10**12), "max_running"), (dict(types=()), "types"),
+                       (dict(types=(RequestType("chat", "azure-conv", 2.0, 0.1, 0.0),)), "rate_share 0.0"),
+                       (dict(nodes=(EdgeNode("l4", "l4", -1.0),)), "user_share -1.0")):
+        with pytest.raises(ValueError, match=f"EdgeConfig.*{needle}"):
+            EdgeConfig(**kw)
+    for kw, needle in ((dict(load=1e6), "load"), (dict(slot_s=1e7), "slot_s"), (dict(types=()), "types"),
+                       (dict(types=(ModelType("chat", "azure-conv", "m-large", 0.0),)), "share 0.0")):
+        with pytest.raises(ValueError, match=f"TortaConfig.*{needle}"):
+            TortaConfig(**kw)

@@ -163,6 +163,12 @@ def test_default_env_reward_does_not_pay_for_lost_or_slower_requests():
     assert m2["rejected"] == 0 and m2["response_time_mean_s"] > m0["response_time_mean_s"] and slower < 0
     lossy_free, _ = day(lambda s: -np.ones(s, np.float32), lagrangian=False)  # the losses alone still cost
     assert lossy < lossy_free < -50
+    with pytest.raises(ValueError, match="lagrangian 5"):  # (built, then failed at the first step)
+        gym.make("fleetwise/Torta-v0", lagrangian=5)
+    env = gym.make("fleetwise/Torta-v0").unwrapped
+    for bad in (-1, 1.7, "3"):  # (numpy's "expected non-negative integer"; 1.7 was truncated)
+        with pytest.raises(ValueError, match="day_seed"):
+            env.reset(options={"day_seed": bad})
 
 
 def test_zero_action_is_least_loaded_decision_for_decision():

@@ -93,9 +93,13 @@ class AllocationEnv(gym.Env):
 
     def __init__(self, config: AllocationConfig | None = None, series: Sequence[np.ndarray] | None = None,
                  render_mode: str | None = None) -> None:
+        from fleetwise.policies.allocation_model import AllocationConfig
+
+        if config is not None and not isinstance(config, AllocationConfig):  # (a dict was "unhashable" deep inside)
+            raise InputError(f"config {type(config).__name__}: expected an AllocationConfig")
         self.core = AllocationCore(config)
         self.cfg = self.core.cfg
-        self._series = None if series is None else [np.asarray(s, float) for s in series]
+        self._series = None if series is None else [self._checked_series(k, s) for k, s in enumerate(series)]
         if self._series is not None and not self._series:
             raise InputError("series: expected at least one CPU-utilisation series")
         self.action_space = spaces.Discrete(N_ACTIONS)
@@ -104,6 +108,19 @@ class AllocationEnv(gym.Env):
         self._ep: Episode | None = None
         self._t = 0
         self._deployed = 0
+
+    @staticmethod
+    def _checked_series(k: int, s) -> np.ndarray:
+        """One CPU-utilisation series: a 1-D array of at least two finite readings in [0, 1] (NaN was taken as no
+        demand, an empty or 2-D series failed inside numpy)."""
+        try:
+            a = np.asarray(s, float)
+        except (TypeError, ValueError):
+            raise InputError(f"series[{k}]: expected a sequence of numbers") from None
+        if a.ndim != 1 or len(a) < 2 or not np.isfinite(a).all() or a.min() < 0 or a.max() > 1:
+            raise InputError(f"series[{k}]: expected a 1-D series of at least 2 finite readings in [0, 1] "
+                             f"(got shape {a.shape})")
+        return a
 
     @property
     def series(self) -> list[np.ndarray]:
@@ -119,10 +136,17 @@ class AllocationEnv(gym.Env):
         super().reset(seed=seed)
         opts = options or {}
         pool = self.series
-        i = int(opts.get("series", self.np_random.integers(len(pool))))
+
+        def option(name: str, n: int, default) -> int:  # (99 was an IndexError, -1 wrapped, 1.7 was truncated)
+            v = opts.get(name, default)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 <= v < n:
+                raise ValueError(f"options[{name!r}] {v!r}: expected an integer from 0 to {n - 1}")
+            return int(v)
+
+        i = option("series", len(pool), self.np_random.integers(len(pool)))
         self._ep = self.core.episode(pool[i], self.np_random)
         feas = np.flatnonzero(self.core.table.feasible)
-        self._deployed = int(opts.get("deployed", feas[self.np_random.integers(len(feas))]))
+        self._deployed = option("deployed", N_ACTIONS, feas[self.np_random.integers(len(feas))])
         self._t = 0
         return self.core.observation(self._ep, 0, self._deployed), {"series": i}
 

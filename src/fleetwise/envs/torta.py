@@ -109,6 +109,8 @@ class TortaEnv(gym.Env):
         # learn.recipe.Lagrangian (residual): on the slot's response time (objective "cost") or its cost ratio;
         # None (objective "cost"): fixed_penalty, a multiplier of 1 (a cost-only reward paid a policy for slowing
         # every request down); False: no constraint
+        if not (lagrangian is None or lagrangian is False or hasattr(lagrangian, "penalty")):
+            raise ValueError(f"lagrangian {lagrangian!r}: expected None, False or a learn.recipe.Lagrangian")
         self.lagrangian = lagrangian
         micro = micro or ("affinity_greedy" if kind == "residual" else "match")
         self.cfg = config or TortaConfig()
@@ -132,7 +134,13 @@ class TortaEnv(gym.Env):
 
         super().reset(seed=seed)
         opt = options or {}
-        s = int(opt["day_seed"]) if "day_seed" in opt else int(self.np_random.integers(1 << 30))
+        if "day_seed" in opt:
+            s = opt["day_seed"]
+            if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or not 0 <= s < 2**63:
+                raise ValueError(f"options['day_seed'] {s!r}: expected an integer from 0 to 2^63 - 1")
+            s = int(s)
+        else:
+            s = int(self.np_random.integers(1 << 30))
         w = torta_workload(self.cfg, self.fleet, self.capacity_rps, np.random.default_rng(s), self.held_out)
         self.planner = ResidualPlanner(self.cfg) if self.kind == "residual" else OTPlanner(self.cfg)
         self._costs, self._lats, self._rule_lats = [], [], []

@@ -95,10 +95,27 @@ class EdgeConfig:
         for k in ("backhaul_rtt_s", "offload_margin_s", "miss_penalty", "drop_penalty", "drain_s"):
             if finite[k] < 0:
                 raise bad(k, ">= 0")
-        if not (isinstance(self.max_running, numbers.Integral) and self.max_running >= 1):
-            raise bad("max_running", "an integer >= 1")
-        if not (isinstance(self.block_tokens, numbers.Integral) and self.block_tokens >= 1):
-            raise bad("block_tokens", "an integer >= 1")
+        # upper bounds too: max_running=10**12 tabulated a step time per batch size and hung the reset
+        if not (isinstance(self.max_running, numbers.Integral) and 1 <= self.max_running <= 4096):
+            raise bad("max_running", "an integer from 1 to 4,096")
+        if not (isinstance(self.block_tokens, numbers.Integral) and 1 <= self.block_tokens <= 1024):
+            raise bad("block_tokens", "an integer from 1 to 1,024")
+        if self.rate_rps > 10_000 or self.segment_s > 86_400 * 366 or self.drain_s > 86_400:
+            raise bad("rate_rps" if self.rate_rps > 10_000 else "segment_s" if self.segment_s > 86_400 * 366
+                      else "drain_s", "rate_rps <= 10,000, segment_s <= a year, drain_s <= a day")
+        # the mix: a request type with no share drew no request (rate_share 0: an episode with no decision)
+        if not self.types:
+            raise bad("types", "at least one request type")
+        for t in self.types:
+            if not (isinstance(t.rate_share, (int, float)) and math.isfinite(t.rate_share) and t.rate_share > 0):
+                raise ValueError(f"EdgeConfig.types: {t.name!r} rate_share {t.rate_share!r}: expected a number > 0")
+            if not all(isinstance(x, (int, float)) and math.isfinite(x) and x > 0 for x in (t.ttft_s, t.tpot_s)):
+                raise ValueError(f"EdgeConfig.types: {t.name!r}: ttft_s and tpot_s must be numbers > 0")
+        for nd in self.nodes:
+            if not (isinstance(nd.user_share, (int, float)) and math.isfinite(nd.user_share) and nd.user_share >= 0):
+                raise ValueError(f"EdgeConfig.nodes: {nd.name!r} user_share {nd.user_share!r}: expected a number >= 0")
+        if sum(nd.user_share for nd in self.nodes) <= 0:
+            raise bad("nodes", "some node with user_share > 0")
         if not 0 < self.gpu_memory_utilization <= 1:
             raise bad("gpu_memory_utilization", "in (0, 1]")
         if not 0 <= self.validation_fraction < self.train_fraction <= 1:

@@ -96,6 +96,18 @@ class TortaConfig:
             raise bad("history", "an integer >= 1")
         if not (isinstance(self.max_total_tokens, numbers.Integral) and self.max_total_tokens >= 2):
             raise bad("max_total_tokens", "an integer >= 2")
+        # upper bounds: load=1e6 drew billions of requests (9 GB before it was stopped), slot_s=1e7 a MemoryError
+        for k, hi in (("load", 10.0), ("burst_factor", 100.0), ("slot_s", 3600.0), ("drain_s", 86_400.0),
+                      ("reload_s", 3600.0)):
+            if getattr(self, k) > hi:
+                raise bad(k, f"at most {hi:g}")
+        if not (isinstance(self.history, numbers.Integral) and self.history <= 24):
+            raise bad("history", "at most 24 slots")
+        if not self.types:
+            raise bad("types", "at least one model type")
+        for t in self.types:  # (a share of 0 divided by zero, -1 failed in numpy's Poisson draw)
+            if not (isinstance(t.share, (int, float)) and math.isfinite(t.share) and t.share > 0):
+                raise ValueError(f"TortaConfig.types: {t.name!r} share {t.share!r}: expected a number > 0")
 
 
 # ------------------------------------------------------------------------------------------- topologies
