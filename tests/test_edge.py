@@ -38,6 +38,20 @@ def test_check_env():
     check_env(env.unwrapped)
 
 
+def test_odd_arguments_and_actions():
+    """Found by fuzzing, 2026-12-06: trace="x" and mix="x" failed at reset with AttributeErrors; step([10**30, 0,
+    0]) was an OverflowError and NaN a ValueError. Arguments are checked by type; a value that is not a whole
+    number in range is an invalid action, which runs the rule's choice (``info["invalid_action"]``)."""
+    for kw in ({"trace": "x"}, {"mix": "x"}, {"config": {"rate_rps": 1}}):
+        with pytest.raises(TypeError, match=next(iter(kw))):
+            gym.make("fleetwise/EdgeBatching-v0", **kw)
+    env = gym.make("fleetwise/EdgeBatching-v0", config=SMALL).unwrapped
+    env.reset(seed=0)
+    for bad in ([10**30, 0, 0], [np.nan, 0, 0], [1.7, 0, 0], "abc"):
+        _, r, *_, info = env.step(bad)
+        assert info["invalid_action"] and np.isfinite(r)
+
+
 def _random_action(m, rng, nvec):
     bounds = np.concatenate([[0], np.cumsum(nvec)])
     return [int(rng.choice(np.flatnonzero(m[bounds[i]:bounds[i + 1]]))) for i in range(len(nvec))]

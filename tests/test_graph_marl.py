@@ -77,6 +77,25 @@ def test_step_refuses_an_action_outside_the_agents_spaces():
         with pytest.raises(ValueError, match=needle):
             env.step(bad)
     env.step({"router": zero["router"]})  # the others keep the rule's choice
+    with pytest.raises(ValueError, match="decision NoneType"):
+        env.step_raw(None)
+    with pytest.raises(ValueError, match="seed 1.5"):
+        env.reset(seed=1.5)
+
+
+def test_config_and_make_env_arguments_are_checked():
+    """Found by fuzzing, 2026-12-06: load_gb_per_s=0 divided by zero, initial_replicas=-1 ran with rewards of -3e9,
+    epoch_s=NaN failed in numpy, segment_s=1e12 and duration_s=1e12 were MemoryErrors, trace="x" an
+    AttributeError at reset."""
+    for kw, needle in ((dict(load_gb_per_s=0.0), "load_gb_per_s"), (dict(initial_replicas=-1), "initial_replicas"),
+                       (dict(epoch_s=float("nan")), "epoch_s"), (dict(segment_s=1e12), "segment_s"),
+                       (dict(variants=()), "variants"), (dict(slo_target=2.0), "slo_target")):
+        with pytest.raises(InputError, match=needle):
+            replace(GraphMARLConfig(), **kw)
+    for kw, needle in ((dict(trace="x"), "trace"), (dict(duration_s=1e12), "duration_s"), (dict(load=-1.0), "load"),
+                       (dict(config={"epoch_s": 1}), "config")):
+        with pytest.raises(InputError, match=needle):
+            make_env(**kw)
 
 
 @needs_data

@@ -85,6 +85,12 @@ class EdgeBatchingEnv(gym.Env):
 
     def __init__(self, config: EdgeConfig | None = None, held_out: bool | str = False, trace: Workload | None = None,
                  mix: TrainMix | None = None, load: float | None = None):
+        # the arguments' types, named (trace="x" and mix="x" were AttributeErrors at the first reset)
+        for name, v, t in (("config", config, EdgeConfig), ("trace", trace, Workload), ("mix", mix, TrainMix)):
+            if v is not None and not isinstance(v, t):
+                raise TypeError(f"EdgeBatchingEnv {name}: expected a {t.__name__}, got {type(v).__name__}")
+        if load is not None and (isinstance(load, bool) or not isinstance(load, (int, float)) or not 0 < load <= 10):
+            raise ValueError(f"EdgeBatchingEnv load {load!r}: expected a fraction of the capacity in (0, 10]")
         self.cfg = config or EdgeConfig()
         self.held_out = held_out
         self.trace = trace
@@ -166,7 +172,12 @@ class EdgeBatchingEnv(gym.Env):
         sim = self.view.sim
         if self._lane is None:
             raise RuntimeError("episode is over; call reset()")
-        a = np.asarray(action, dtype=np.int64).reshape(-1)
+        try:  # (10**30 was an OverflowError and NaN a ValueError in the int conversion; 1.7 was truncated to 1)
+            af = np.asarray(action, dtype=np.float64).reshape(-1)
+        except (TypeError, ValueError):
+            af = np.full(1, np.nan)
+        whole = np.isfinite(af) & (af == np.round(af)) & (np.abs(af) < 2**31)
+        a = np.where(whole, af, -1).astype(np.int64)  # not a whole number: out of range, as -1 is
         m = self.action_masks()
         nvec = self.cfg.action_nvec
         off = np.concatenate([[0], np.cumsum(nvec)[:-1]])

@@ -104,6 +104,19 @@ def make_env(config: GraphMARLConfig | None = None, held_out: bool = False, trac
     """The PettingZoo parallel environment (class built lazily so the module imports without pettingzoo).
     ``trace`` replaces the classes' arrivals, fitted at ``load`` (``worlds.multicloud.fit_multicloud_trace``);
     ``split``: train, validation or test segments (None: test when ``held_out``, else train)."""
+    from fleetwise.errors import InputError
+    from fleetwise.worlds.multicloud import GraphMARLConfig
+
+    # the arguments' types and ranges, named (trace="x" was an AttributeError at reset, duration_s=1e12 a
+    # MemoryError; found by fuzzing, 2026-12-06)
+    for name, v, t in (("config", config, GraphMARLConfig), ("trace", trace, Workload)):
+        if v is not None and not isinstance(v, t):
+            raise InputError(f"make_env {name}: expected a {t.__name__}, got {type(v).__name__}")
+    if duration_s is not None and (isinstance(duration_s, bool) or not isinstance(duration_s, (int, float))
+                                   or not 1.0 <= duration_s <= 7 * 86_400.0):
+        raise InputError(f"make_env duration_s {duration_s!r}: expected 1 s to 7 days")
+    if load is not None and (isinstance(load, bool) or not isinstance(load, (int, float)) or not 0 < load <= 10):
+        raise InputError(f"make_env load {load!r}: expected a fraction of the capacity in (0, 10]")
     return _env_class()(config, held_out, trace, duration_s, load, split)
 
 
@@ -183,6 +196,8 @@ def _env_class():
             return np.clip(np.concatenate([x.ravel(), g]), -10, 10).astype(np.float32)
 
         def reset(self, seed=None, options=None):
+            if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
+                raise ValueError(f"seed {seed!r}: expected an integer >= 0")  # (1.5: numpy's SeedSequence error)
             if seed is not None:
                 self._rng = np.random.default_rng(seed)
             rng = self._rng
@@ -230,8 +245,13 @@ def _env_class():
         def step_raw(self, decision):
             """Apply a world decision (cloud, model, gpu codes, router per ``MultiCloud.act``) directly."""
             mc = self.mc
+            if mc is None:
+                raise RuntimeError("call reset() before step_raw()")
             if not self.agents:
                 raise RuntimeError("episode is over; call reset()")
+            if not isinstance(decision, dict):  # (None was an AttributeError in MultiCloud.act)
+                raise ValueError(f"decision {type(decision).__name__}: expected a dict of the world's codes "
+                                 "(cloud, model, gpu, router), as heuristic() returns")
             mc.act(decision)
             last = mc.epoch + 1 >= self.n_epochs
             r = mc.run_epoch(final=last)

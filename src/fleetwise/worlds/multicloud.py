@@ -123,6 +123,24 @@ class GraphMARLConfig:
         lo, hi = self.train_prompt_range
         if not (0 < lo <= hi <= 20):
             raise InputError(f"{where}: train_prompt_range needs 0 < low <= high <= 20, got {self.train_prompt_range}")
+        # finite and bounded (found by fuzzing, 2026-12-06: load_gb_per_s=0 divided by zero, initial_replicas=-1
+        # ran with rewards of -3e9, epoch_s=NaN failed in numpy, segment_s=1e12 was a MemoryError)
+        nums = {"epoch_s": (1.0, 3600.0), "segment_s": (1.0, 7 * 86_400.0), "drain_s": (0.0, 86_400.0),
+                "provision_s": (0.0, 86_400.0), "load_gb_per_s": (1e-3, 1e4), "slo_target": (0.0, 1.0),
+                "cost_weight": (0.0, 1e6), "late_penalty": (0.0, 1e6), "drop_penalty": (0.0, 1e6),
+                "train_fraction": (0.0, 1.0), "validation_fraction": (0.0, 1.0)}
+        for k, (lo_, hi_) in nums.items():
+            v = getattr(self, k)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo_ <= v <= hi_:
+                raise InputError(f"{where}: {k} {v!r}: expected a number from {lo_:g} to {hi_:g}")
+        for k, lo_, hi_ in (("initial_replicas", 0, 1000), ("max_context", 16, 1 << 20)):
+            v = getattr(self, k)
+            if isinstance(v, bool) or not isinstance(v, int) or not lo_ <= v <= hi_:
+                raise InputError(f"{where}: {k} {v!r}: expected an integer from {lo_} to {hi_}")
+        if not self.variants:
+            raise InputError(f"{where}: variants: expected at least one model variant")
+        if not all(isinstance(w, (int, float)) and math.isfinite(w) for w in self.origin_weights):
+            raise InputError(f"{where}: origin_weights must be finite numbers, got {self.origin_weights}")
         if self.epoch_s <= 0 or self.segment_s < self.epoch_s:
             raise InputError(f"{where}: need 0 < epoch_s <= segment_s, got epoch_s={self.epoch_s}, "
                              f"segment_s={self.segment_s}")
