@@ -218,6 +218,15 @@ def test_env_arguments_and_reset_options_are_checked():
         AllocationEnv(config={"a": 1})
 
 
+def test_tabular_args_a_run_cannot_take_are_refused():
+    """Found by fuzzing, 2026-12-06: gamma=NaN returned a NaN Q table, cpu_bins=0 was an IndexError, bw_bins=-1 a
+    numpy shape error, total_steps=0 and epsilon_start=5 were taken."""
+    for kw in (dict(gamma=float("nan")), dict(alpha=float("nan")), dict(cpu_bins=0), dict(bw_bins=-1),
+               dict(total_steps=0), dict(epsilon_start=5.0), dict(alpha_omega=-1.0)):
+        with pytest.raises(ValueError, match=f"TabularArgs.{next(iter(kw))}"):
+            tabular.TabularArgs(**kw)
+
+
 def test_fixed_rule_fit_and_registry(env):
     fx = FixedThreshold.fit(env.core, _series(4), np.random.default_rng(0), grid_step=0.2)
     assert fx.allocate(np.r_[0.0, np.zeros(17)]) in [ACTIONS.index((1, p)) for p in ("data", "model", "hybrid")]

@@ -61,3 +61,13 @@ def test_training_runs_the_recipe_and_writes_a_gated_checkpoint(tmp_path):
     # the same seed gives the same parameters
     again = train_router(cfg)
     assert again["params"] == res["params"]
+
+
+def test_a_config_the_search_cannot_run_is_refused():
+    """Found by fuzzing, 2026-12-06: sigma=NaN ran and gave a NaN curve; rates=[] and val_seeds=0 returned a gate of
+    NaN; seed=-1 failed in numpy."""
+    for kw, needle in ((dict(sigma=float("nan")), "sigma"), (dict(rates=[]), "rates"), (dict(val_seeds=0), "val_seeds"),
+                       (dict(seed=-1), "seed"), (dict(elite=8), "elite"),
+                       (dict(rates=[18.0], val_seeds=1), "2 validation runs")):
+        with pytest.raises(ValueError, match=needle):
+            RouterTrainConfig(**kw)

@@ -1102,9 +1102,12 @@ def train_router_cmd(
     if val_seeds * len(rate_list) < 2:
         raise InputError(f"--val-seeds {val_seeds}: the gate's 95% interval needs at least 2 validation runs "
                          f"(--val-seeds x rates; {len(rate_list)} rate given)")
-    cfg = RouterTrainConfig(scenario=scenario, rates=rate_list, trace=trace, requests=requests, iterations=iterations,
-                            population=population, elite=elite, train_seeds=train_seeds,
-                            val_seeds=val_seeds, seed=seed)
+    try:
+        cfg = RouterTrainConfig(scenario=scenario, rates=rate_list, trace=trace, requests=requests,
+                                iterations=iterations, population=population, elite=elite, train_seeds=train_seeds,
+                                val_seeds=val_seeds, seed=seed)
+    except ValueError as e:
+        raise InputError(str(e)) from None
     load_scenario(scenario)  # a bad name or file fails before any run
     with _progress() as prog:
         task = prog.add_task("training the learned router (CEM)", total=iterations)

@@ -54,6 +54,31 @@ class RouterTrainConfig:
     ttft_slack: float = 0.02  # the constraint: TTFT P99 at most (1 + ttft_slack) x the rule's, on average
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        """Values the search cannot take, naming the field (sigma=NaN ran and gave a NaN curve, rates=[] and
+        val_seeds=0 returned a gate of NaN, seed=-1 failed in numpy; found by fuzzing, 2026-12-06)."""
+        import math
+
+        from fleetwise.limits import MAX_REQUESTS, MAX_SEEDS
+
+        ints = {"requests": (1, MAX_REQUESTS), "train_seeds": (1, MAX_SEEDS), "val_seeds": (1, MAX_SEEDS),
+                "iterations": (1, 10_000), "population": (2, 10_000), "elite": (1, 10_000), "seed": (0, 2**63 - 1)}
+        for k, (lo, hi) in ints.items():
+            v = getattr(self, k)
+            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+                raise ValueError(f"RouterTrainConfig.{k} = {v!r}: expected an integer from {lo} to {hi:,}")
+        if self.elite >= self.population:
+            raise ValueError(f"RouterTrainConfig.elite = {self.elite}: fewer than population ({self.population})")
+        for k, lo, hi in (("sigma", 1e-6, 10.0), ("ttft_slack", 0.0, 10.0)):
+            v = getattr(self, k)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi:
+                raise ValueError(f"RouterTrainConfig.{k} = {v!r}: expected a number from {lo:g} to {hi:g}")
+        if not self.rates or not all(isinstance(r, (int, float)) and math.isfinite(r) and r > 0 for r in self.rates):
+            raise ValueError(f"RouterTrainConfig.rates = {self.rates!r}: expected at least one number > 0")
+        if self.val_seeds * len(self.rates) < 2:
+            raise ValueError("RouterTrainConfig.val_seeds: the gate's 95% interval needs at least 2 validation runs "
+                             "(val_seeds x rates)")
+
 
 def scenario_at(name: str, rate: float, trace: str | None = None):
     """The scenario at arrival rate ``rate`` (its ``workload.rate_rps``), or with ``trace`` in place of its

@@ -35,6 +35,21 @@ class TabularArgs:
     seed: int = 0
     log_every: int = 10_000  # learning-curve point: mean training return per episode over the last interval
 
+    def __post_init__(self) -> None:
+        """Values training cannot take, naming the field (gamma=NaN returned a NaN Q table, cpu_bins=0 an
+        IndexError, total_steps=0 an empty policy; found by fuzzing, 2026-12-06)."""
+        ints = {"total_steps": (1, 10**9), "cpu_bins": (1, 10_000), "bw_bins": (1, 10_000), "seed": (0, 2**63 - 1),
+                "log_every": (1, 10**9)}
+        for k, (lo, hi) in ints.items():
+            v = getattr(self, k)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not lo <= v <= hi:
+                raise ValueError(f"TabularArgs.{k} = {v!r}: expected an integer from {lo} to {hi}")
+        for k, lo, hi in (("alpha", 0.0, 1.0), ("alpha_omega", 0.0, 1.0), ("gamma", 0.0, 1.0),
+                          ("epsilon_start", 0.0, 1.0), ("epsilon_end", 0.0, 1.0), ("exploration_fraction", 0.0, 1.0)):
+            v = getattr(self, k)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi:
+                raise ValueError(f"TabularArgs.{k} = {v!r}: expected a number in [{lo:g}, {hi:g}]")
+
 
 def _pool(env) -> tuple[AllocationCore, list[np.ndarray]]:
     core = getattr(env, "core", None) or getattr(getattr(env, "unwrapped", None), "core", None)
