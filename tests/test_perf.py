@@ -211,3 +211,18 @@ def test_render_table_readable():
     flat = " ".join(text.split())  # titles wrap to the table width
     assert "target <= 10%" in flat and "target <= 20%" in flat
     assert max(len(line) for line in text.splitlines()) <= 120
+
+
+def test_public_perf_model_methods_refuse_impossible_counts():
+    """Found by fuzzing, 2026-12-06: ideal_latency_s(100, -5) gave a latency, load_time_s(NaN) and
+    kv_capacity_tokens(NaN) NaN or a conversion error, PerfModel(tp=NaN) "cannot convert float NaN"."""
+    from fleetwise.catalog import get_gpu, get_model
+    from fleetwise.perf.model import PerfModel
+
+    g, m = get_gpu("H100-80GB"), get_model("Llama-3-8B")
+    pm = PerfModel(g, m)
+    for call in (lambda: pm.ideal_latency_s(100, -5), lambda: pm.ideal_latency_s(0, 5),
+                 lambda: pm.load_time_s(float("nan")), lambda: pm.kv_capacity_tokens(float("nan")),
+                 lambda: PerfModel(g, m, tp=float("nan")), lambda: PerfModel(g, m, tp=True)):
+        with pytest.raises(InputError):
+            call()

@@ -143,7 +143,8 @@ class PerfModel:
     def __init__(
         self, gpu: GPUSpec, model: ModelSpec, tp: int = 1, pp: int = 1, calibration: Calibration | None = None
     ) -> None:
-        if tp < 1 or pp < 1 or int(tp) != tp or int(pp) != pp:
+        if any(isinstance(x, bool) or not isinstance(x, (int, float)) or not (x >= 1 and x == int(x) and x <= 4096)
+               for x in (tp, pp)):  # (NaN: "cannot convert float NaN to integer" before)
             raise InputError(f"tp and pp must be positive integers, got tp={tp} pp={pp}")
         if pp > model.num_layers:
             raise InputError(f"pp={pp} exceeds the {model.num_layers} layers of {model.name}")
@@ -272,6 +273,8 @@ class PerfModel:
         return self._kv_tok_gpu
 
     def kv_capacity_tokens(self, gpu_memory_utilization: float = 0.9) -> int:
+        if not 0.0 < gpu_memory_utilization <= 1.0:  # (NaN failed in int())
+            raise InputError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
         free = gpu_memory_utilization * self.gpu.memory_gb * 1e9 - self._w_gpu - self._reserve
         if free <= 0:
             return 0
@@ -381,6 +384,8 @@ class PerfModel:
     def iteration_time_s(
         self, prefill_tokens: int, prefill_attn_work: float, decode_seqs: int, decode_kv_tokens: int
     ) -> float:
+        """The simulator's hot path (called once per iteration): its arguments are not checked. Code that takes
+        counts from a user calls :meth:`iteration_breakdown`, which checks them (``perf predict``)."""
         t = self._memo.get((prefill_tokens, decode_seqs))  # (_base_s's memo, read here: a call less per iteration)
         if t is None:
             t = self._base_s(prefill_tokens, decode_seqs)
@@ -464,15 +469,16 @@ class PerfModel:
         return self.num_gpus * self.gpu.tflops_bf16 * 1e12
 
     def load_time_s(self, storage_gbps: float) -> float:
-        if storage_gbps <= 0:
-            raise InputError(f"storage bandwidth must be > 0 GB/s, got {storage_gbps}")
+        if not 0 < storage_gbps < math.inf:  # (NaN gave a NaN load time)
+            raise InputError(f"storage bandwidth must be > 0 GB/s and finite, got {storage_gbps}")
         bw = min(storage_gbps, self.num_gpus * self.gpu.pcie_gbps) * 1e9
         return self.model.weight_bytes / bw
 
     def ideal_latency_s(self, prompt_tokens: int, output_tokens: int, chunk_tokens: int | None = None) -> tuple[float, float]:
         P = int(prompt_tokens)
-        if P <= 0:
-            raise InputError(f"prompt_tokens must be > 0, got {prompt_tokens}")
+        if not 0 < P <= MAX_TOKENS or not 0 <= int(output_tokens) <= MAX_TOKENS:  # (-5 output tokens was taken)
+            raise InputError(f"prompt_tokens must be 1 to {MAX_TOKENS:,} and output_tokens 0 to {MAX_TOKENS:,}, got "
+                             f"{prompt_tokens} and {output_tokens}")
         step = P if not chunk_tokens or chunk_tokens <= 0 else int(chunk_tokens)
         ttft = 0.0
         done = 0
