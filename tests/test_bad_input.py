@@ -29,6 +29,14 @@ def _files(d: Path) -> None:
     w = lambda name, text: (d / name).write_text(text)  # noqa: E731
     wb = lambda name, data: (d / name).write_bytes(data)  # noqa: E731
     w("ok.yaml", DEP + WL)
+    w("window_long.yaml", DEP + "workload: {kind: trace, path: mooncake, window_s: 1.0e300}\n")
+    w("duration_long.yaml", DEP + "workload: {kind: trace, path: mooncake, duration_s: 31000000}\n")
+    w("bigts.jsonl", '{"timestamp": 1' + "0" * 400 + ', "input_length": 5, "output_length": 5}\n')
+    w("block_tokens.yaml", "deployments: [{model: llama-3-8b, gpu: a100-80gb, replicas: 2000, block_tokens: 300000}]\n"
+      + WL)
+    grid = "name: g\nscenarios: [default]\nseeds: 1\nrequests: 50\n"
+    w("grid_router.yaml", grid + "policies: {router: [round_robin]}\ngrid: {router: [power_of_two]}\n")
+    w("grid_seed.yaml", grid + "grid: {seed: [1, 2]}\n")
     wb("latin1.yaml", b"name: caf\xe9\n" + DEP.encode())
     (d / "folder.yaml").mkdir()
     os.mkfifo(d / "pipe.json")  # an output path that is not a regular file (as /dev/null is)
@@ -261,6 +269,18 @@ CASES = [
     ("perf-validate-gpu-without-profile", "4", ["perf", "validate", "--gpu", "h200"], ["--gpu", "--profile"]),
     # found by fuzzing the service, 2026-12-06: a FIFO token file hung the start; a negative seed, a planner's
     # code-only parameter and Arabic-Indic digits in a parameter went through; a space in a backend URL started
+    # found by fuzzing the CLI, 2026-12-06: a 1e300 s trace window overflowed, a duration of 121 M requests ran
+    # out of memory, a 400-digit timestamp overflowed; --models '' replaced the profile; grid keys that the
+    # policies, the seeds or requests override were stored as if they had run
+    ("trace-window-too-long", "4", ["simulate", "-s", "window_long.yaml"], ["window_s", "10,000,000 requests"]),
+    ("trace-duration-too-long", "4", ["simulate", "-s", "duration_long.yaml"], ["duration_s", "10,000,000"]),
+    ("jsonl-timestamp-400-digits", "4", ["simulate", "--trace", "bigts.jsonl"], ["bigts.jsonl line 1", "timestamp"]),
+    ("block-tokens-huge", "4", ["simulate", "-s", "block_tokens.yaml"], ["block_tokens", "1024"]),
+    ("perf-profile-models-empty", "4", ["perf", "profile", "--quick", "--models", "", "--out", "p.json"],
+     ["--models ''"]),
+    ("sweep-grid-overridden-router", "4", ["sweep", "grid_router.yaml", "--db", "g.duckdb"],
+     ["grid key 'router'", "policies.router"]),
+    ("sweep-grid-overridden-seed", "4", ["sweep", "grid_seed.yaml", "--db", "g.duckdb"], ["grid key 'seed'"]),
     ("serve-token-file-a-pipe", "4", ["serve", "--port", "0", "--token-file", "pipe.json"],
      ["--token-file", "pipe.json", "not a regular file"]),
     ("serve-seed-negative", "4", ["serve", "--port", "0", "--seed", "-1"], ["--seed"]),

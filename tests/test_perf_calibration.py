@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import copy
 import math
 import os
 import subprocess
@@ -456,3 +457,18 @@ def test_profile_without_torch_is_one_line(cli, monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "torch", None)  # as if torch were not installed
     p = cli("perf", "profile", "--out", "x.json", cwd=tmp_path)
     assert p.returncode == 2 and "needs PyTorch" in p.stderr and not (tmp_path / "x.json").exists()
+
+
+def test_a_row_no_backend_timed_is_left_out_not_a_nan_error():
+    """An attention row whose every backend is null (or ``{}``) measures nothing: it made ``perf validate`` print
+    NaN errors with exit 0 (found by fuzzing, 2026-12-06). Fits and errors leave it out, and give what they give
+    without it."""
+    from fleetwise.perf.validate_profile import validate_profile
+
+    base = synthetic_profile()
+    extra = copy.deepcopy(base)
+    extra["attn_decode"].append({**extra["attn_decode"][0], "s": {b: None for b in extra["attn_decode"][0]["s"]}})
+    extra["attn_prefill"].append({**extra["attn_prefill"][0], "s": {}})
+    a, b = validate_profile(parse_profile(base)), validate_profile(parse_profile(extra))
+    assert a == b
+    assert all(math.isfinite(v) for sec in b.values() for row in sec.values() for v in row.values())

@@ -740,7 +740,9 @@ def perf_profile(
     from fleetwise.catalog import get_model
     from fleetwise.profiler import round_profile, run_profile
 
-    names = [m.strip() for m in models.split(",") if m.strip()] if models else None
+    names = [m.strip() for m in models.split(",") if m.strip()] if models is not None else None
+    if names is not None and not names:  # ('' profiled the default models and replaced --out)
+        raise InputError(f"--models {models!r}: expected comma-separated catalog model names")
     for n in names or []:
         get_model(n)  # an unknown name fails before any timing
     _check_writable(out_file)  # (before any work)

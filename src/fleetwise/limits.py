@@ -18,6 +18,9 @@ MAX_SPAN_S = 366 * 86_400.0
 MAX_TOKENS = 10_000_000
 # replicas of one deployment, and all replicas (initial or, with a scaler, max_replicas) of a scenario
 MAX_REPLICAS = 10_000
+# tokens per KV-cache block of a deployment (vLLM 16; Mooncake's prefix blocks are 512): each replica keeps a
+# per-phase histogram of this length, so 300,000 x 2,000 replicas was a MemoryError at 3.7 GB
+MAX_BLOCK_TOKENS = 1024
 # regions of a synthetic topology (the fleet keeps n x n matrices of RTT, bandwidth and prices)
 MAX_REGIONS = 1_000
 # seeds: numpy takes any integer >= 0; the results store keeps them as BIGINT

@@ -489,12 +489,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="fewer shapes (about 30 s on a GPU)")
     a = ap.parse_args(argv)
     out = os.path.abspath(a.out)
-    names = [m.strip() for m in a.models.split(",") if m.strip()] if a.models else None
+    names = [m.strip() for m in a.models.split(",") if m.strip()] if a.models is not None else None
     try:
         try:
             import torch  # noqa: F401
         except ImportError:
             raise ValueError("the profiler needs PyTorch (pip install 'fleetwise[profile]')") from None
+        if names is not None and not names:
+            raise ValueError(f"--models {a.models!r}: expected comma-separated catalog model names")
         for n in names or []:
             get_model(n)  # an unknown name fails before any timing
         if os.path.isdir(out):

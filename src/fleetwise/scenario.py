@@ -20,7 +20,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from fleetwise.errors import InputError
-from fleetwise.limits import MAX_REPLICAS, MAX_REQUESTS, MAX_SEED, MAX_SPAN_S, MIN_PERIOD_S
+from fleetwise.limits import MAX_BLOCK_TOKENS, MAX_REPLICAS, MAX_REQUESTS, MAX_SEED, MAX_SPAN_S, MIN_PERIOD_S
 
 # The built-in scenarios ship inside the package (package data; the repository's scenarios/ links here) and are
 # found through importlib.resources, so an installed wheel finds them wherever it is installed.
@@ -62,7 +62,7 @@ class Deployment(_Model):
     region: str | None = None  # default: the fleet's first region
     cloud: str | None = None  # price list to bill from; default: the region's cloud
     pool: Literal["on_demand", "spot"] = "on_demand"
-    block_tokens: int = Field(default=16, ge=1)
+    block_tokens: int = Field(default=16, ge=1, le=MAX_BLOCK_TOKENS)
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     cold_start: bool = False  # replicas load their weights at t=0 before serving
     storage: Literal["local_nvme", "nfs", "object_store"] = "local_nvme"

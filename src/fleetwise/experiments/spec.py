@@ -250,6 +250,15 @@ def expand(spec: ExperimentSpec, where: str = "experiment", records_dir: str | N
     if n_runs > MAX_RUNS:  # counted before anything is expanded
         raise InputError(f"{where}: the spec expands to {n_runs:,} runs, above the limit of {MAX_RUNS:,} "
                          "(docs/limits.md)")
+    for k in keys:  # a grid key that another setting overrides ran every point alike, labelled with its value
+        root = k.split(".")[0]
+        other = ("seeds" if k == "seed" else f"policies.{root}" if root in LEVELS and spec.policies.get(root)
+                 else "requests" if spec.requests is not None and k in ("workload.num_requests", "workload.duration_s")
+                 else None)
+        if other is not None:
+            hint = "drop requests: to let the grid set the size" if other == "requests" else f"list them in {other}"
+            raise InputError(f"{where}: grid key {k!r}: every run takes it from {other}, so its values would "
+                             f"change nothing ({hint})")
     points = list(itertools.product(*(spec.grid[k] for k in keys))) or [()]
     traces: dict = {}  # trace files read once while checking
     varied = [lv for lv in ("router", "batcher") if len(spec.policies.get(lv) or []) > 1]

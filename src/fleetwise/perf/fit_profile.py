@@ -83,13 +83,15 @@ def gemm_data(p: Profile) -> GemmData:
 
 
 def attn_data(p: Profile, kind: str) -> AttnData:
-    """Rows of ``kind`` ("prefill": q == kv, "chunked": q < kv, "decode")."""
+    """Rows of ``kind`` ("prefill": q == kv, "chunked": q < kv, "decode") that some backend timed: a row that every
+    backend refused (all null, or ``{}``) measures nothing (it made ``perf validate`` print NaN errors, exit 0)."""
     if kind == "decode":
-        rows = list(p.attn_decode)
+        rows = [r for r in p.attn_decode if any(v is not None for v in r.s.values())]
         qs = [r.B for r in rows]
         kvs = [r.C for r in rows]
     else:
-        rows = [r for r in p.attn_prefill if (r.q_len < r.kv_len) == (kind == "chunked")]
+        rows = [r for r in p.attn_prefill if (r.q_len < r.kv_len) == (kind == "chunked")
+                and any(v is not None for v in r.s.values())]
         qs = [r.q_len for r in rows]
         kvs = [r.kv_len for r in rows]
     heads, kvh, hd = [], [], []

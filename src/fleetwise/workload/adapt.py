@@ -46,6 +46,7 @@ from typing import Callable
 import numpy as np
 
 from fleetwise.errors import InputError
+from fleetwise.limits import MAX_REQUESTS
 from fleetwise.workload.request import Workload
 from fleetwise.workload.synthetic import clip_total_tokens
 
@@ -345,9 +346,18 @@ def adapt_trace(w: Workload, rng: np.random.Generator, fit: TraceFit,
         target = fit.load * cap
     elif fit.target_rate_rps is not None:
         target = float(fit.target_rate_rps)
+    limit = f"above the limit of {MAX_REQUESTS:,} requests of one run (docs/limits.md)"
     if fit.duration_s is not None and span > 0:  # as many requests as duration_s holds at the replayed rate
         rate = target if target is not None else rep.trace_rate_rps / fit.time_scale
+        if not rate * fit.duration_s <= MAX_REQUESTS:  # (before drawing: 121 M requests ran out of memory)
+            raise InputError(f"trace {w.name}: {rate:.4g} requests/s x duration_s {fit.duration_s:g} is {limit}")
         fit = dataclasses.replace(fit, duration_s=None, num_requests=max(2, int(rate * fit.duration_s) + 1))
+    elif fit.duration_s is not None and target is not None and not target * fit.duration_s <= MAX_REQUESTS:
+        raise InputError(f"trace {w.name}: {target:.4g} requests/s x duration_s {fit.duration_s:g} is {limit}")
+    if fit.num_requests is None and fit.window_s is not None and span > 0 \
+            and not len(w) * fit.window_s / span <= MAX_REQUESTS:  # (a 1e300 s window overflowed np.tile)
+        raise InputError(f"trace {w.name}: a window_s of {fit.window_s:g} s holds about "
+                         f"{len(w) * fit.window_s / span:.3g} of its requests, {limit}")
     sel, info = select_window(w, rng, fit)
     rep.resample = info["resample"]
     rep.window_s = info.get("window_s")

@@ -305,8 +305,10 @@ def read_mooncake(path: str | Path, limit: int | None = None, name: str | None =
                 if key not in obj:
                     raise InputError(f"{p.name} line {lineno}: missing field {key}")
             t = obj["timestamp"]
-            if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
-                raise InputError(f"{p.name} line {lineno}: timestamp {t!r} is not a non-negative number of ms")
+            if isinstance(t, bool) or not isinstance(t, (int, float)) or (isinstance(t, int) and abs(t) > 2**62) \
+                    or not math.isfinite(t) or t < 0:  # (a 400-digit integer overflowed math.isfinite)
+                shown = repr(t) if len(repr(t)) <= 40 else f"{repr(t)[:20]}... ({len(repr(t))} characters)"
+                raise InputError(f"{p.name} line {lineno}: timestamp {shown} is not a non-negative number of ms")
             vals = []
             for key in ("input_length", "output_length"):
                 v = obj[key]
