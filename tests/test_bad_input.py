@@ -281,6 +281,8 @@ CASES = [
     ("sweep-grid-overridden-router", "4", ["sweep", "grid_router.yaml", "--db", "g.duckdb"],
      ["grid key 'router'", "policies.router"]),
     ("sweep-grid-overridden-seed", "4", ["sweep", "grid_seed.yaml", "--db", "g.duckdb"], ["grid key 'seed'"]),
+    ("train-scaler-seed-beyond-derived-seeds", "4",
+     ["train", "scaler", "--out", "x.npz", "--seed", "10000000000000000"], ["--seed"]),
     ("serve-token-file-a-pipe", "4", ["serve", "--port", "0", "--token-file", "pipe.json"],
      ["--token-file", "pipe.json", "not a regular file"]),
     ("serve-seed-negative", "4", ["serve", "--port", "0", "--seed", "-1"], ["--seed"]),
@@ -851,3 +853,12 @@ def test_the_run_api_names_a_wrong_argument_in_one_line():
         torta_run(quick=True, train_seeds=-1)
     with pytest.raises(InputError, match=re.escape("workers=True")):
         torta_run(quick=True, workers=True)
+    # the other arguments, before any work (found by fuzzing, 2026-12-06: db="/proc/x" failed after training,
+    # topologies=5 and cem=5 were TypeErrors inside, scalers=["nosuch"] was dropped and then crashed)
+    for run, kw, needle in [(torta_run, {"topologies": 5}, "topologies=5"), (torta_run, {"cem": 5}, "cem=5"),
+                            (torta_run, {"load": "abc"}, "load='abc'"), (torta_run, {"address": "h:1"}, "address"),
+                            (platform_run, {"scalers": ["nosuch"]}, "'nosuch' is not one of"),
+                            (platform_run, {"window": (5, 1)}, "window=(5, 1)"), (platform_run, {"db": 5}, "db=5"),
+                            (platform_run, {"db": "/proc/fleetwise-x/r.duckdb"}, "/proc")]:
+        with pytest.raises(InputError, match=re.escape(needle)):
+            run(quick=True, progress=False, **kw)

@@ -557,6 +557,19 @@ def test_the_learned_routers_checkpoint_is_gated_and_confined(ckpt_dir, tmp_path
             assert r.status_code == 400 and what in one_line(r), one_line(r)
         r = httpx.post(f"{url}/v1/admin/reload", json={"router": "learned?checkpoint=r-passed.npz"}, headers=AUTH)
         assert r.status_code == 200
+    # found by fuzzing, 2026-12-06: a card naming another rule or policy was served, a card saying it passed and
+    # that its constraint failed passed, and a number beyond a double (1e999) was read as infinity
+    import json
+
+    card = json.loads((ckpt_dir / "r-passed.card.json").read_text())
+    for name, change in (("r-rule", {"rule": "round_robin"}), ("r-policy", {"policy": "torta"}),
+                         ("r-both", {"validation": {**card["validation"], "constraint_ok": False}}),
+                         ("r-inf", {"validation": {**card["validation"], "change": "INF"}})):
+        (ckpt_dir / f"{name}.npz").write_bytes((ckpt_dir / "r-passed.npz").read_bytes())
+        text = json.dumps(card | change).replace('"INF"', "1e999")
+        (ckpt_dir / f"{name}.card.json").write_text(text)
+        with pytest.raises(InputError, match=r"model card|constraint did not hold|beyond a double"):
+            create_app(token=TOKEN, route_policy=f"learned?checkpoint={name}.npz", checkpoint_dir=str(ckpt_dir))
 
 
 def test_a_fifo_or_a_card_linked_from_outside_is_refused_at_once(ckpt_dir, tmp_path):

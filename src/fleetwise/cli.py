@@ -19,7 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from fleetwise.errors import InputError, check_replaceable
-from fleetwise.limits import MAX_REPLICAS, MAX_REQUESTS, MAX_SEED, MAX_SEEDS, MAX_WORKERS
+from fleetwise.limits import MAX_REPLICAS, MAX_REQUESTS, MAX_SEED, MAX_SEEDS, MAX_TRAIN_SEED, MAX_WORKERS
 
 app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,
                   help="Decide and learn how an LLM inference fleet spends its GPUs.")
@@ -479,7 +479,7 @@ def sweep(
         console.print(f"[red]failed[/red] {f['scenario']} {f['router_label']} seed {f['seed']}: {f['error']}",
                       highlight=False)
     if as_json:
-        out.print_json(json.dumps(_ci_json(rows)))
+        out.print_json(json.dumps(_jsonable(_ci_json(rows))))
     else:
         base = next(iter(spec.baseline.values()), None)
         order = [ref_label for ref_label in (r.policy["router"] for r in runs)]
@@ -544,7 +544,7 @@ def compare(
         raise InputError(f"{f['router_label']} seed {f['seed']}: {f['error']}")
     _warn_stored_overload(store.runs())
     if as_json:
-        out.print_json(json.dumps(_ci_json(rows)))
+        out.print_json(json.dumps(_jsonable(_ci_json(rows))))
         return
     for t in _summary_tables(rows, sc.name, names[0] if len(names) > 1 else None, names, wide):
         print_tables(t, wide)
@@ -712,7 +712,7 @@ def perf_validate(
 
         res = validate_profile(load_profile(profile), gpu)
         if as_json:
-            out.print_json(json.dumps(res))
+            out.print_json(json.dumps(_jsonable(res)))
         else:
             out.print(render_profile_table(res, f"Held-out error of the calibration fitted from {profile.name} (percent)"))
         return
@@ -720,7 +720,7 @@ def perf_validate(
 
     res = run_validation()
     if as_json:
-        out.print_json(json.dumps(res))
+        out.print_json(json.dumps(_jsonable(res)))
     else:
         out.print(render_table(res))
 
@@ -902,7 +902,7 @@ def _bench_fleet_speed(replicas: str, requests: int, scenario: str, router: str,
         res = fleet_speed(sizes, requests, scenario=scenario, router=router, repeat=repeat,
                           on_run=lambda d, n: prog.update(task, completed=d))
     if as_json:
-        out.print_json(json.dumps(res))
+        out.print_json(json.dumps(_jsonable(res)))
         return
     t = Table(title=f"simulator speed against fleet size on {scenario} ({router}, load per replica kept"
                     + (f", median of {repeat} rounds" if repeat > 1 else "") + ")")
@@ -954,7 +954,7 @@ def _reproduce(name: str, quick: bool, as_json: bool, eval_trace: Optional[str],
     for ln in res.get("_trace_fit", []) if isinstance(res, dict) else []:
         console.print(ln, highlight=False, markup=False, soft_wrap=True)
     if as_json:
-        out.print_json(json.dumps(res))
+        out.print_json(json.dumps(_jsonable(res)))
     else:
         print_tables(mod.render(res), wide)
 
@@ -1071,7 +1071,7 @@ def train_router_cmd(
     elite: int = typer.Option(3, min=1, max=999, help="the best of them the next iteration is fitted to"),
     train_seeds: int = typer.Option(2, min=1, max=MAX_SEEDS, help="training seeds per rate (1000, 1001, ...)"),
     val_seeds: int = typer.Option(4, min=1, max=MAX_SEEDS, help="validation seeds per rate (2000, 2001, ...)"),
-    seed: int = typer.Option(0, min=0, max=MAX_SEED, help="the search's seed"),
+    seed: int = typer.Option(0, min=0, max=MAX_TRAIN_SEED, help="the search's seed"),
     as_json: bool = _JSON,
 ) -> None:
     """The learned router: least outstanding tokens with a learned correction, found by the cross-entropy method
@@ -1115,7 +1115,7 @@ def train_router_cmd(
         task = prog.add_task("training the learned router (CEM)", total=iterations)
         res = train_router(cfg, out=out_path, progress=lambda it, row: prog.update(task, completed=it))
     if as_json:
-        out.print_json(json.dumps(res))
+        out.print_json(json.dumps(_jsonable(res)))
         return
     g = res["gate"]
     on = scenario + (f" with {trace}" if trace else "")
@@ -1139,7 +1139,7 @@ def train_scaler_cmd(
     quick: bool = typer.Option(False, "--quick", help="reproduce platform --quick's budget (1-hour windows, 3 "
                                "iterations of 6) instead of the full one (2-hour training windows, 6 iterations of 8, "
                                "validated and gated on whole days)"),
-    seed: int = typer.Option(0, min=0, max=MAX_SEED, help="the search's seed"),
+    seed: int = typer.Option(0, min=0, max=MAX_TRAIN_SEED, help="the search's seed"),
     searches: Optional[int] = typer.Option(None, min=1, max=64, help="independent searches (seeds SEED, SEED+1, ...; "
                                            "each its own training windows); validation keeps the best parameters "
                                            "over all of them (default: the budget's, 3 full, 1 --quick)"),
@@ -1160,7 +1160,7 @@ def train_scaler_cmd(
                                            "never a training day (2-6)"),
     backend: str = typer.Option("local", help="local (worker processes) or ray"),
     address: Optional[str] = typer.Option(None, help="a Ray cluster's address (--backend ray)"),
-    workers: Optional[int] = typer.Option(None, min=1, max=1024, help="worker processes (default: the CPUs)"),
+    workers: Optional[int] = typer.Option(None, min=1, max=MAX_WORKERS, help="worker processes (default: the CPUs)"),
     as_json: bool = _JSON,
 ) -> None:
     """The RL scaler of `reproduce platform`: a model-level correction of slo_aware (its need and zone redundancy,
@@ -1198,7 +1198,7 @@ def train_scaler_cmd(
         res = train_scaler_cem(base, cfg, out_path, backend=backend, workers=workers, address=address,
                                progress=lambda it, row: prog.update(task, completed=it))
     if as_json:
-        out.print_json(json.dumps(res, default=float))
+        out.print_json(json.dumps(_jsonable(res), default=float))
         return
     g = res["gate"]
     t = Table(title="RL scaler on the platform scenario: learning curve (validation windows, against slo_aware)")
@@ -1236,7 +1236,7 @@ def bench_env_steps(
     except ModuleNotFoundError as e:
         raise InputError(_missing_rl(e)) from None
     if as_json:
-        out.print_json(json.dumps(res))
+        out.print_json(json.dumps(_jsonable(res)))
     else:
         for k, v in res.items():
             out.print(f"{k}: {v:.4g}" if isinstance(v, float) else f"{k}: {v}")
@@ -1253,7 +1253,7 @@ def bench_sweep(
 
     res = sweep_throughput(spec, workers)
     if as_json:
-        out.print_json(json.dumps(res))
+        out.print_json(json.dumps(_jsonable(res)))
         return
     out.print(f"{res['runs']} runs of {spec!r}: sequential {res['sequential_runs_per_min']:.0f} runs/min "
               f"({res['sequential_wall_s']:.1f} s), pool of {res['workers']} {res['pool_runs_per_min']:.0f} runs/min "
@@ -1420,11 +1420,11 @@ def bench_serve(
     if repeat > 1:
         summary = mod.summarize(runs)
         if as_json:
-            out.print_json(json.dumps({"runs": runs, "summary": summary}))
+            out.print_json(json.dumps(_jsonable({"runs": runs, "summary": summary})))
         else:
             out.print(mod.render_summary(runs, summary), highlight=False)
     elif as_json:
-        out.print_json(json.dumps(runs[0]))
+        out.print_json(json.dumps(_jsonable(runs[0])))
 
 
 @bench_app.command("scale")
@@ -1450,7 +1450,7 @@ def bench_scale(
     load_scale_policy(scaler)  # (a bad name in one line here, not from the service's process)
     rows = mod.run(sizes, scaler=scaler, repeat=repeat, columns=columns)
     if as_json:
-        out.print_json(json.dumps(rows))
+        out.print_json(json.dumps(_jsonable(rows)))
     else:
         out.print(mod.render(rows), highlight=False, markup=False)
 
@@ -1486,7 +1486,7 @@ def bench_gateway(
     res = mod.gateway_overhead(list(backend) if backend else None, servers=servers, requests=requests,
                                concurrency=concurrency, max_tokens=max_tokens, policy=router)
     if as_json:
-        out.print_json(json.dumps(res))
+        out.print_json(json.dumps(_jsonable(res)))
     else:
         out.print(mod.render(res), highlight=False)
 

@@ -25,6 +25,9 @@ MAX_BLOCK_TOKENS = 1024
 MAX_REGIONS = 1_000
 # seeds: numpy takes any integer >= 0; the results store keeps them as BIGINT
 MAX_SEED = 2**63 - 1
+# the seed of a training search (train scaler, train router): its runs' seeds are derived as seed x 1000 + k,
+# which must stay a valid seed (10**16 failed after the training had started)
+MAX_TRAIN_SEED = 2**53
 # seeds of one experiment, and runs of one expanded experiment (scenarios x grid x policies x seeds)
 MAX_SEEDS = 1_000
 MAX_RUNS = 100_000

@@ -122,6 +122,9 @@ def require_gate(card: ModelCard | None, where: str, force: bool = False) -> Non
     if v is None:
         raise CheckpointError(f"{where}: not validated (its model card has no validation result against its rule): "
                               "refused by the deployment gate; serve it anyway with --force")
+    if v.get("passed") is True and v.get("constraint_ok") is False:  # (a card saying both was served)
+        raise CheckpointError(f"{where}: its model card says it passed the gate and that its constraint did not hold; "
+                              "refused by the deployment gate; serve it anyway with --force")
     if v.get("passed") is not True:
         change, ci = v.get("change"), v.get("ci95")
         what = ""
@@ -165,6 +168,13 @@ def _parse_int(s: str) -> int:
     return int(s)
 
 
+def _parse_float(text: str) -> float:
+    x = float(text)
+    if not math.isfinite(x):
+        raise ValueError(f"the number {text[:40]} is beyond a double")
+    return x
+
+
 def read_card(path: str | os.PathLike) -> ModelCard:
     p = Path(path)
     try:
@@ -180,7 +190,9 @@ def read_card(path: str | os.PathLike) -> ModelCard:
     if len(raw) > MAX_CARD_BYTES:
         raise CheckpointError(f"model card {p}: larger than {MAX_CARD_BYTES} bytes")
     try:
-        d = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant, parse_int=_parse_int)
+        # (a float beyond a double, 1e999, was read as infinity and printed as -inf% by the gate)
+        d = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant, parse_int=_parse_int,
+                       parse_float=_parse_float)
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
         raise CheckpointError(f"model card {p}: not UTF-8 JSON ({str(e).splitlines()[0][:200]})") from None
     return ModelCard.from_json(d, f"model card {p}")
@@ -464,7 +476,8 @@ def load_policy(path: str | os.PathLike, *, level: str | None = None, card: bool
             if raw.dtype != np.uint8:
                 raise CheckpointError(f"{where}: __meta__ must be uint8 (UTF-8 JSON bytes)")
             try:
-                meta = json.loads(raw.tobytes().decode("utf-8"), parse_constant=_reject_constant, parse_int=_parse_int)
+                meta = json.loads(raw.tobytes().decode("utf-8"), parse_constant=_reject_constant, parse_int=_parse_int,
+                                  parse_float=_parse_float)
             except (UnicodeDecodeError, ValueError, RecursionError) as e:
                 raise CheckpointError(f"{where}: __meta__ is not UTF-8 JSON ({str(e)[:200]})") from None
             shapes = expected_arrays(meta, where)

@@ -59,10 +59,10 @@ class RouterTrainConfig:
         val_seeds=0 returned a gate of NaN, seed=-1 failed in numpy; found by fuzzing, 2026-12-06)."""
         import math
 
-        from fleetwise.limits import MAX_REQUESTS, MAX_SEEDS
+        from fleetwise.limits import MAX_REQUESTS, MAX_SEEDS, MAX_TRAIN_SEED
 
         ints = {"requests": (1, MAX_REQUESTS), "train_seeds": (1, MAX_SEEDS), "val_seeds": (1, MAX_SEEDS),
-                "iterations": (1, 10_000), "population": (2, 10_000), "elite": (1, 10_000), "seed": (0, 2**63 - 1)}
+                "iterations": (1, 10_000), "population": (2, 10_000), "elite": (1, 10_000), "seed": (0, MAX_TRAIN_SEED)}
         for k, (lo, hi) in ints.items():
             v = getattr(self, k)
             if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:

@@ -166,6 +166,11 @@ class ScalerCEMConfig:
     init: str | None = None
 
     def __post_init__(self):
+        from fleetwise.limits import MAX_TRAIN_SEED
+
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed <= MAX_TRAIN_SEED:
+            raise ValueError(f"seed {self.seed!r}: expected an integer from 0 to 2^53 (its runs' seeds are derived "
+                             "from it)")
         if self.init is not None and self.init not in INITS:
             raise ValueError(f"init {self.init!r}: expected one of {sorted(INITS)} or None (the rule)")
         if not 1 <= self.searches <= 64:

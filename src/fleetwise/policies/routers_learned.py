@@ -93,6 +93,11 @@ class LearnedRouter:
                 or not (np.all(model.act_low == -1) and np.all(model.act_high == 1))):
             raise InputError(f"router 'learned': {str(path)!r} is not a learned-router checkpoint (observation "
                              f"{model.obs_shape}, action {model.action.to_json()})")
+        card = model.card
+        if card is not None and (card.rule != RULE or card.policy != "learned" or card.level != "router"):
+            # (a card naming another rule or policy was served: the gate's result is about something else)
+            raise InputError(f"router 'learned': {str(path)!r}: its model card is for {card.level} {card.policy!r} "
+                             f"with rule {card.rule!r}, not the learned router (rule {RULE!r})")
         w, b = model.layers[0]  # one linear layer, bounds [-1, 1]: what NumpyPolicy.predict computes, in Python
         self.policy, self.checkpoint = LinearRoutePolicy(w, b), str(path)
         self.card = model.card

@@ -297,9 +297,10 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
         policies: Sequence[str] | None = None) -> dict[str, Any]:
     """``eval_trace``: CPU series (workload/cpu.py) fitted at ``load`` (``fit_cpu_series``; "real": as they are);
     ``column``: their CPU column (header name or 1-based index); ``policies``: a subset (tests)."""
-    from fleetwise.reproduce.common import check_counts
+    from fleetwise.reproduce.common import check_run_args
 
-    check_counts(seeds=seeds)
+    check_run_args({"policies": POLICIES}, seeds=seeds, eval_trace=eval_trace, db=db, load=load, column=column,
+                   policies=policies)
     proto = QUICK if quick else FULL
     if seeds is not None:
         proto = replace(proto, seeds=int(seeds))

@@ -154,9 +154,10 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
     """``load``: with ``eval_trace``, its rate as a fraction of the edge's capacity (fleetwise.workload.adapt) or
     "real"; ``learner``: ``cem`` (default) or ``ppo``; ``timesteps`` (PPO), ``cem`` (CEM budget overrides) and
     ``sweep=False`` shrink the budget (tests)."""
-    from fleetwise.reproduce.common import check_counts
+    from fleetwise.reproduce.common import check_run_args
 
-    check_counts(seeds=seeds, train_seeds=train_seeds, workers=workers)
+    check_run_args(seeds=seeds, train_seeds=train_seeds, workers=workers, eval_trace=eval_trace, db=db, load=load,
+                   timesteps=timesteps, cem=cem, backend=backend, address=address)
     from fleetwise.learn.recipe import run_jobs
     from fleetwise.metrics.stats import paired_change
     from fleetwise.reproduce.common import fit_load as _fit_load

@@ -18,6 +18,62 @@ def out_dir(db: str | None, name: str) -> Path:
     return d
 
 
+def check_run_args(choices: dict | None = None, **kw) -> None:
+    """The reproductions' Python ``run(...)`` arguments, as the CLI checks its options, before any work: one
+    InputError line names the argument (found by fuzzing, 2026-12-06: ``db="/proc/x"`` failed after the training,
+    ``topologies=5`` and ``cem=5`` were TypeErrors deep inside, ``scalers=["nosuch"]`` was dropped and then
+    crashed, ``load="abc"`` was a float() error, an ``address`` without the Ray backend was ignored).
+    ``choices``: for a list argument, its allowed names (None: any non-empty names)."""
+    import math
+    import os
+
+    from fleetwise.errors import InputError
+    from fleetwise.limits import MAX_SPAN_S
+
+    check_counts(**{k: kw[k] for k in ("seeds", "train_seeds", "workers") if k in kw})
+    for k in ("updates", "episodes_per_update", "timesteps"):
+        v = kw.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 10**9):
+            raise InputError(f"{k}={v!r}: expected an integer from 1 to 10^9")
+    for k in ("db", "eval_trace", "rl_checkpoint"):
+        v = kw.get(k)
+        if v is not None and (not isinstance(v, (str, os.PathLike)) or not str(v).strip()):
+            raise InputError(f"{k}={v!r}: expected a path")
+    if kw.get("db"):
+        from fleetwise.experiments.store import check_writable_file
+
+        check_writable_file(kw["db"], "results store (db)")
+    if "load" in kw:
+        v = kw["load"]
+        if not (v == "real" or (not isinstance(v, bool) and isinstance(v, (int, float)) and 0 < v <= 10)):
+            raise InputError(f"load={v!r}: expected a fraction of the capacity in (0, 10] or 'real'")
+    v = kw.get("segment_s")
+    if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 1 <= v <= 7 * 86_400):
+        raise InputError(f"segment_s={v!r}: expected 1 s to 7 days")
+    for k, allowed in (choices or {}).items():
+        v = kw.get(k)
+        if v is None:
+            continue
+        among = f" from: {', '.join(allowed)}" if allowed else ""
+        if isinstance(v, str) or not isinstance(v, (list, tuple)) or not v:
+            raise InputError(f"{k}={v!r}: expected a non-empty list of names{among}")
+        bad = [x for x in v if not isinstance(x, str) or not x.strip() or (allowed and x not in allowed)]
+        if bad:
+            raise InputError(f"{k}: {bad[0]!r} is not one of: {', '.join(allowed)}" if allowed else
+                             f"{k}: {bad[0]!r} is not a name")
+    if kw.get("cem") is not None and not isinstance(kw["cem"], dict):
+        raise InputError(f"cem={kw['cem']!r}: expected a mapping of the CEM budget's fields")
+    w = kw.get("window")
+    if w is not None and not (isinstance(w, (list, tuple)) and len(w) == 2
+                              and all(not isinstance(x, bool) and isinstance(x, (int, float)) and math.isfinite(x)
+                                      for x in w) and 0 <= w[0] < w[1] <= MAX_SPAN_S):
+        raise InputError(f"window={w!r}: expected (start, end) seconds with 0 <= start < end")
+    if kw.get("address") and kw.get("backend", "local") != "ray":
+        raise InputError("address applies to backend='ray'")
+    if kw.get("column") is not None and kw.get("eval_trace") is None:
+        raise InputError("column applies to eval_trace (the CPU series' column)")
+
+
 def check_counts(**counts) -> None:
     """The Python API's counts (``seeds``, ``train_seeds``, ``workers``), as the CLI bounds them: each None or an
     integer from 1 to MAX_SEEDS (MAX_WORKERS for ``workers``); ``seeds=0`` ran nothing and ``seeds=-1`` was a

@@ -102,9 +102,10 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
     the jobs run on the sweep backends (``recipe.run_jobs``: ``backend`` local or ray, ``workers`` processes; 1:
     in this process). A learned variant's rows are one per (training seed, segment), its changes paired by both;
     ``by_train_seed`` gives each training seed's checkpoint, gate, curves and changes on its own."""
-    from fleetwise.reproduce.common import check_counts
+    from fleetwise.reproduce.common import check_run_args
 
-    check_counts(seeds=seeds, train_seeds=train_seeds, workers=workers)
+    check_run_args(seeds=seeds, train_seeds=train_seeds, workers=workers, eval_trace=eval_trace, db=db, load=load,
+                   updates=updates, segment_s=segment_s, episodes_per_update=episodes_per_update)
     from fleetwise.envs.graph_marl import HEURISTICS, GraphMARLConfig
     from fleetwise.learn.graph_marl import MAPPOArgs, ValidationWindows, best_rule, train_job
     from fleetwise.learn.recipe import run_jobs

@@ -103,9 +103,10 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
     ``load``: with ``eval_trace``, the trace's rate as a fraction of the fleet's capacity, or "real";
     ``rl_checkpoint``: evaluate this RL scaler checkpoint (``NAME.npz`` + ``NAME.card.json``) instead of training
     one; its gate is its model card's."""
-    from fleetwise.reproduce.common import check_counts
+    from fleetwise.reproduce.common import check_run_args
 
-    check_counts(seeds=seeds, workers=workers)
+    check_run_args({"scalers": (*SCALERS, "rl")}, seeds=seeds, workers=workers, eval_trace=eval_trace, db=db,
+                   load=load, scalers=scalers, window=window, rl_checkpoint=rl_checkpoint)
     from fleetwise.execution import run_tasks
     from fleetwise.metrics.stats import paired_change
     from fleetwise.reproduce.common import out_dir as _out_dir

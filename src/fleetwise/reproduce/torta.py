@@ -246,9 +246,11 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
     processes, or Ray tasks with ``backend="ray"``, ``address`` for a cluster, whose nodes must all see ``db``'s
     folder: checkpoints are written there). The RL policies' rows are one per (training seed, day), so their
     intervals include the spread between training runs."""
-    from fleetwise.reproduce.common import check_counts
+    from fleetwise.reproduce.common import check_run_args
 
-    check_counts(seeds=seeds, train_seeds=train_seeds, workers=workers)
+    check_run_args({"topologies": None}, seeds=seeds, train_seeds=train_seeds, workers=workers,
+                   eval_trace=eval_trace, db=db, load=load, topologies=topologies, timesteps=timesteps, cem=cem,
+                   backend=backend, address=address)
     import os
 
     from fleetwise.learn.recipe import run_jobs

@@ -201,7 +201,11 @@ def _plan_from_checkpoint(path: str, force: bool = False) -> PlanPolicy:
 
     p = Path(path)
     policy, temporal, history, regions = load_torta_checkpoint(p)
-    require_gate(getattr(policy, "card", None), f"checkpoint {p.name}", force)
+    card = getattr(policy, "card", None)
+    if card is not None and (card.level != "planner" or card.rule not in (None, "least_loaded")):
+        raise InputError(f"checkpoint {p.name}: its model card is for {card.level} {card.policy!r} with rule "
+                         f"{card.rule!r}, not a TORTA planner (rule 'least_loaded')")
+    require_gate(card, f"checkpoint {p.name}", force)
     _, TortaConfig = _torta()
     cfg = TortaConfig(temporal=temporal, history=history)
     return PlanPolicy(torta_planner(cfg, policy, temporal), f"checkpoint:{p.name}", regions=regions, history=history)
