@@ -34,7 +34,22 @@ def _files(d: Path) -> None:
     w("bigts.jsonl", '{"timestamp": 1' + "0" * 400 + ', "input_length": 5, "output_length": 5}\n')
     w("block_tokens.yaml", "deployments: [{model: llama-3-8b, gpu: a100-80gb, replicas: 2000, block_tokens: 300000}]\n"
       + WL)
+    tr = "workload: {kind: trace, path: azure-conv, num_requests: 50, %s}\n"
+    w("block_tiny.yaml", DEP + tr % "resample: bootstrap, block_s: 1.0e-300")
+    w("block_window.yaml", DEP + tr % "resample: window, block_s: 5")
+    w("tenants_and_class.yaml", DEP + tr % "slo_class: batch, tenants: [{tenant: t, share: 1}]")
+    w("time_scale_tiny.yaml", DEP + tr % "time_scale: 1.0e-320")
+    w("default_lengths.yaml", DEP + "workload: {kind: default, rate_rps: 5, num_requests: 50, lengths: "
+                                    "{kind: lognormal, prompt_mu: 3, prompt_sigma: 0.1, output_mu: 3, output_sigma: 0.1}}\n")
+    w("self_link.yaml", DEP + WL + "fleet: {topology: backbone, regions: [us-east-1, eu-central-1], links: "
+                                   "[{src: us-east-1, dst: us-east-1, rtt_s: 60}]}\n")
+    w("spot_offset_od.yaml", "deployments: [{model: llama-3-8b, gpu: a100-80gb, replicas: 2, spot_offset_s: 100}]\n"
+      + WL)
+    w("servegen_empty.yaml", DEP + "workload: {kind: servegen, servegen_model: m-large, end_s: 600, "
+                                   "rate_scale: 1.0e-300}\n")
     grid = "name: g\nscenarios: [default]\nseeds: 1\nrequests: 50\n"
+    w("grid_dup.yaml", grid + "grid: {workload.rate_rps: [5, 5.0]}\n")
+    w("baseline_none.yaml", grid + "baseline: {router: no_such_router}\n")
     w("grid_router.yaml", grid + "policies: {router: [round_robin]}\ngrid: {router: [power_of_two]}\n")
     w("grid_seed.yaml", grid + "grid: {seed: [1, 2]}\n")
     wb("latin1.yaml", b"name: caf\xe9\n" + DEP.encode())
@@ -283,6 +298,19 @@ CASES = [
     ("sweep-grid-overridden-seed", "4", ["sweep", "grid_seed.yaml", "--db", "g.duckdb"], ["grid key 'seed'"]),
     ("train-scaler-seed-beyond-derived-seeds", "4",
      ["train", "scaler", "--out", "x.npz", "--seed", "10000000000000000"], ["--seed"]),
+    # found by fuzzing workloads, fleets and sweeps, 2026-12-06: each was taken (and ignored, or ran minutes, or
+    # ran nothing) with exit 0
+    ("trace-block-s-tiny", "4", ["simulate", "-s", "block_tiny.yaml"], ["block_s", "100,000"]),
+    ("trace-block-s-without-bootstrap", "4", ["simulate", "-s", "block_window.yaml"], ["block_s", "bootstrap"]),
+    ("trace-tenants-and-slo-class", "4", ["simulate", "-s", "tenants_and_class.yaml"], ["slo_class", "tenant"]),
+    ("trace-time-scale-tiny", "4", ["simulate", "-s", "time_scale_tiny.yaml"], ["time_scale", "1e-6"]),
+    ("default-kind-with-lengths", "4", ["simulate", "-s", "default_lengths.yaml"], ["kind: default", "poisson"]),
+    ("fleet-self-link", "4", ["simulate", "-s", "self_link.yaml"], ["src and dst", "us-east-1"]),
+    ("spot-offset-on-demand", "4", ["simulate", "-s", "spot_offset_od.yaml"], ["spot_offset_s", "pool: spot"]),
+    ("workload-with-no-request", "4", ["simulate", "-s", "servegen_empty.yaml"], ["drew no request"]),
+    ("sweep-grid-duplicate-value", "4", ["sweep", "grid_dup.yaml", "--db", "g.duckdb"], ["listed twice"]),
+    ("sweep-baseline-no-run-uses", "4", ["sweep", "baseline_none.yaml", "--db", "g.duckdb"],
+     ["baseline.router", "no_such_router"]),
     ("serve-token-file-a-pipe", "4", ["serve", "--port", "0", "--token-file", "pipe.json"],
      ["--token-file", "pipe.json", "not a regular file"]),
     ("serve-seed-negative", "4", ["serve", "--port", "0", "--seed", "-1"], ["--seed"]),
@@ -862,3 +890,34 @@ def test_the_run_api_names_a_wrong_argument_in_one_line():
                             (platform_run, {"db": "/proc/fleetwise-x/r.duckdb"}, "/proc")]:
         with pytest.raises(InputError, match=re.escape(needle)):
             run(quick=True, progress=False, **kw)
+
+
+def test_a_db_that_is_not_a_fleetwise_store_is_left_as_it_is(tmp_path):
+    """Found by fuzzing, 2026-12-06: a DuckDB file with other tables got the store's columns and tables added, then
+    a traceback; a corrupt store (a checksum error) was a 48-line traceback; a SQLite file made DuckDB try to
+    download an extension. Each is one line now, and the file is not changed."""
+    import hashlib
+    import sqlite3
+
+    import duckdb
+
+    from fleetwise.experiments.store import Store
+
+    foreign = tmp_path / "foreign.duckdb"
+    con = duckdb.connect(str(foreign))
+    con.execute("CREATE TABLE runs (x INTEGER)")
+    con.close()
+    before = hashlib.sha256(foreign.read_bytes()).hexdigest()
+    with pytest.raises(InputError, match="not a fleetwise results store"):
+        Store(foreign)
+    assert hashlib.sha256(foreign.read_bytes()).hexdigest() == before
+    good = tmp_path / "good.duckdb"
+    Store(good)
+    data = bytearray(good.read_bytes())
+    data[5000:8000] = b"\xff" * 3000
+    (tmp_path / "garbled.duckdb").write_bytes(bytes(data))
+    lite = tmp_path / "lite.duckdb"
+    sqlite3.connect(str(lite)).execute("CREATE TABLE t (x)").connection.commit()
+    for name in ("garbled.duckdb", "lite.duckdb"):
+        with pytest.raises(InputError, match="cannot open results store"):
+            Store(tmp_path / name)

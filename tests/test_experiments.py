@@ -285,3 +285,24 @@ def test_the_store_records_each_policys_level(tmp_path):
     con.close()
     (r,) = Store(old).runs()
     assert r["level"] is None and r["run_id"] == "a"
+
+
+def test_load_real_keeps_the_scenarios_time_scale_and_diurnal_origins_share_exactly():
+    """Found by fuzzing, 2026-12-06: an experiment's ``load: real`` dropped the scenario's trace ``time_scale``
+    (prefix-cache ran at twice its rate), and a diurnal workload split over origins rounded each share (3
+    requests ran as 4, 1 as 0)."""
+    import numpy as np
+
+    from fleetwise.experiments.spec import expand, parse_experiment
+    from fleetwise.scenario import load_scenario
+    from fleetwise.workload.spec import build_workload, parse_workload_spec
+
+    base = load_scenario("prefix-cache").workload
+    runs = expand(parse_experiment({"name": "lr", "scenarios": ["prefix-cache"], "seeds": 1, "requests": 50,
+                                    "load": "real"}))
+    assert runs[0].scenario["workload"]["time_scale"] == base["time_scale"] != 1.0
+    for n in (1, 3, 7):
+        spec = parse_workload_spec({"kind": "diurnal", "mean_rate_rps": 5, "num_requests": n,
+                                    "origin": [{"region": "us-east-1", "utc_offset_h": -5},
+                                               {"region": "eu-central-1", "utc_offset_h": 1}]})
+        assert len(build_workload(spec, np.random.default_rng(0))) == n

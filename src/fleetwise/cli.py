@@ -216,6 +216,9 @@ def simulate(
 
         def built(b) -> None:
             _print_adaptations(lines, b.adaptations)
+            if len(b.workload) == 0:  # (ran and printed a summary of nothing, exit 0)
+                raise InputError(f"{sc.name}: the workload drew no request (a rate or a window too small for "
+                                 "any arrival); nothing to simulate")
             prog.update(task, total=len(b.workload))
 
         try:

@@ -81,6 +81,8 @@ class Deployment(_Model):
             raise ValueError(f"max_replicas ({self.max_replicas}) < min_replicas ({self.min_replicas})")
         if self.spot_trace is not None and self.pool != "spot":
             raise ValueError("spot_trace is only for pool: spot")
+        if self.spot_offset_s and self.pool != "spot":  # (was taken and ignored)
+            raise ValueError("spot_offset_s is only for pool: spot")
         return self
 
 

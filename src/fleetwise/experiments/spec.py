@@ -95,6 +95,9 @@ class ExperimentSpec(BaseModel):
         for k, vals in v.items():
             if not vals:
                 raise ValueError(f"grid.{k}: give at least one value")
+            for i, x in enumerate(vals):  # ([5, 5.0] ran twice as two points: the same run, labelled twice)
+                if any(x == y and type(x) is not bool and type(y) is not bool for y in vals[:i]):
+                    raise ValueError(f"grid.{k}: the value {x!r} is listed twice")
         return v
 
     @property
@@ -231,6 +234,9 @@ def _trace_workload(base, spec: ExperimentSpec, where: str) -> dict:
     if base.workload.get("kind") != "trace":
         raise InputError(f"{where}: load needs a trace (scenario {base.name}'s workload is "
                          f"{base.workload.get('kind')}; name one in trace:)")
+    if load == "real":  # the trace's own rate, as the scenario replays it: its time scale kept (it was dropped,
+        # so prefix-cache ran at twice its rate), as trace_in_place_of keeps it for simulate --load real
+        return {k: v for k, v in base.workload.items() if k != "load"} | {"load": load}
     w = {k: v for k, v in base.workload.items() if k not in ("time_scale", "target_rate_rps")}
     return w | {"load": load}
 
@@ -313,4 +319,9 @@ def expand(spec: ExperimentSpec, where: str = "experiment", records_dir: str | N
     ids = [r.run_id for r in runs]
     if len(set(ids)) != len(ids):
         raise InputError(f"{where}: the spec expands to duplicate runs (a scenario or policy listed twice?)")
+    for lv, name in (spec.baseline or {}).items():  # (with no policies listed at that level, a baseline naming
+        # none of the scenarios' own was taken, and every change printed as "-")
+        labels = sorted({r.policy.get(lv) for r in runs if r.policy.get(lv) is not None})
+        if runs and name not in labels:
+            raise InputError(f"{where}: baseline.{lv}: {name!r} is not a policy any run uses ({', '.join(labels)})")
     return runs

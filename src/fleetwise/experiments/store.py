@@ -27,6 +27,9 @@ import numpy as np
 from fleetwise.errors import InputError
 
 DEFAULT_DB = Path("results") / "fleetwise.duckdb"
+# no extension is installed or loaded behind the user's back (a SQLite file given as --db made DuckDB reach for
+# extensions.duckdb.org to read it)
+OFFLINE = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
 
 ID_COLUMNS = {
     "run_id": "VARCHAR PRIMARY KEY", "experiment": "VARCHAR", "scenario": "VARCHAR", "scenario_hash": "VARCHAR",
@@ -108,7 +111,7 @@ class Store:
         self.read_only = read_only
         self._mem = None
         if self.path is None:
-            self._mem = duckdb.connect(":memory:")
+            self._mem = duckdb.connect(":memory:", config=OFFLINE)
         elif read_only:
             if not self.path.is_file():
                 raise InputError(f"{self.path}: results store not found")
@@ -122,7 +125,24 @@ class Store:
                 raise InputError(f"{self.path}: cannot create the results store's folder ({e.strerror or e})") from None
             if not self.path.exists():
                 self._create()
+            else:
+                self._with(self._check_foreign)
         self._with(lambda con: [con.execute(s) for s in SCHEMA])
+
+    def _check_foreign(self, con) -> None:
+        """An existing file must be a fleetwise store (or an empty database) before the schema's migrations touch
+        it: a DuckDB file with other tables had columns and tables added, then failed with a traceback."""
+        tables = {t for (t,) in con.execute("SELECT table_name FROM information_schema.tables "
+                                            "WHERE table_schema = 'main'").fetchall()}
+        if not tables:
+            return
+        cols = {c for (c,) in con.execute("SELECT column_name FROM information_schema.columns WHERE "
+                                          "table_schema = 'main' AND table_name = 'runs'").fetchall()}
+        core = {"run_id", "experiment", "scenario", "status", "seed"}
+        if not core <= cols:
+            shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+            raise InputError(f"{self.path}: a DuckDB database that is not a fleetwise results store (tables: "
+                             f"{shown}); it was left as it is")
 
     def _create(self) -> None:
         """A new store file appears whole: it is built under a temporary name and linked into place, so another
@@ -133,7 +153,7 @@ class Store:
 
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         try:
-            con = duckdb.connect(str(tmp))
+            con = duckdb.connect(str(tmp), config=OFFLINE)
             try:
                 for sql in SCHEMA:
                     con.execute(sql)
@@ -166,11 +186,14 @@ class Store:
                 if self.read_only:
                     return self._snapshot()
                 if read_only and self.path.exists():
-                    return duckdb.connect(str(self.path), read_only=True)
-                return duckdb.connect(str(self.path))
+                    return duckdb.connect(str(self.path), read_only=True, config=OFFLINE)
+                return duckdb.connect(str(self.path), config=OFFLINE)
             except duckdb.IOException as e:  # another process holds the file lock
                 if "lock" not in str(e).lower() or time.monotonic() > deadline:
                     raise InputError(f"{self.path}: cannot open results store: {str(e).splitlines()[0]}") from None
+            except duckdb.Error as e:  # (a corrupt file: a checksum error was a 48-line traceback)
+                first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+                raise InputError(f"{self.path}: cannot open results store: {first}") from None
                 time.sleep(delay * (1 + random.random()))
                 delay = min(delay * 2, 0.5)
 
@@ -179,7 +202,7 @@ class Store:
         tables, with the columns and tables a current store has: those the file lacks read as NULL or empty."""
         import duckdb
 
-        con = duckdb.connect(":memory:")
+        con = duckdb.connect(":memory:", config=OFFLINE)
         try:
             con.execute("ATTACH '" + str(self.path).replace("'", "''") + "' AS src (READ_ONLY)")
             have: dict[str, set[str]] = {}

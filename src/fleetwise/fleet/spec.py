@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from typing import Annotated, Any, Literal, Union
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from fleetwise.errors import InputError
 from fleetwise.fleet.network import DEFAULT_EGRESS_USD_PER_GB
@@ -71,6 +71,12 @@ class LinkOverride(_Model):
     bandwidth_gbps: float | None = Field(default=None, **BANDWIDTH_GBPS)
     egress_usd_per_gb: float | None = Field(default=None, ge=0, le=1e6)
     both_directions: bool = True
+
+    @model_validator(mode="after")
+    def _two_regions(self):  # (a link from a region to itself was ignored: traffic inside a region is local)
+        if self.src == self.dst:
+            raise ValueError(f"a link joins two regions; src and dst are both {self.src!r}")
+        return self
 
 
 class SingleSpec(_Model):

@@ -258,6 +258,14 @@ def select_window(w: Workload, rng: np.random.Generator, fit: TraceFit) -> tuple
         b = float(fit.block_s) if fit.block_s is not None else max(span / 20.0, 10.0 * gap)
         circ = span + gap  # the circle: the end wraps to the start one mean gap later
         target_s = float(fit.window_s) if fit.window_s is not None else span + gap
+        # the blocks the bootstrap will draw, known before it draws (a block_s of 1e-300 scanned the trace 100,000
+        # times, minutes, before it was refused): by duration, or by requests at the trace's requests per block
+        per_block = n * min(b, circ) / circ
+        blocks = (fit.num_requests / per_block if per_block > 0 else math.inf) if fit.num_requests is not None \
+            else target_s / b
+        if not blocks <= 100_000:
+            raise InputError(f"trace {w.name}: block_s {b:g} s would take about {blocks:.3g} blocks (at most "
+                             f"100,000); use a longer block_s")
         idxs, times = [], []
         total, k = 0, 0
         while True:

@@ -304,6 +304,12 @@ class DefaultWorkloadSpec(_Generated):
     kind: Literal["default"]
     rate_rps: float = Field(gt=0)
 
+    @model_validator(mode="after")
+    def _default_lengths(self):  # (its lengths are the Azure-fitted default: a lengths: given was ignored)
+        if self.lengths.kind != "default":
+            raise ValueError("kind: default draws the default lengths; for other lengths use kind: poisson")
+        return self
+
 
 class PoissonSpec(_Generated):
     kind: Literal["poisson"]
@@ -392,6 +398,15 @@ class TraceSpec(_Common):
             raise ValueError("give at most one of num_requests, window_s and duration_s")
         if self.tenants is not None and len({t.tenant for t in self.tenants}) != len(self.tenants):
             raise ValueError("tenant names must be unique")
+        # fields another setting makes moot were taken and ignored (found by fuzzing, 2026-12-06)
+        if self.block_s is not None and self.resample in ("window", "none"):
+            raise ValueError(f"block_s applies to resample: bootstrap (or auto), not {self.resample}")
+        given = [k for k, v in (("slo_class", self.slo_class != "standard"), ("model", self.model != "default"),
+                                ("origin", self.origin is not None)) if v]
+        if self.tenants is not None and given:
+            raise ValueError(f"give {given[0]} per tenant (tenants set each request's SLO class, model and origins)")
+        if not 1e-6 <= self.time_scale <= 1e6:  # (1e-320 printed a rate of inf with exit 0)
+            raise ValueError(f"time_scale {self.time_scale:g}: expected 1e-6 to 1e6")
         return self
 
     def fit(self) -> TraceFit:
@@ -603,11 +618,20 @@ def build_workload_report(spec, rng: np.random.Generator, capacity: CapacityFn |
             if spec.origin and any(o.utc_offset_h is not None for o in spec.origin):
                 # each origin follows its own local clock; its share of the mean rate is its weight
                 parts_t, parts_c = [], []
+                shares = None
+                if "num_requests" in count:  # exactly num_requests in all: largest remainders (rounding each
+                    # origin's share ran 4 requests for 3, and none for 1)
+                    want = np.asarray(weights, float) * count["num_requests"]
+                    shares = np.floor(want).astype(np.int64)
+                    extra = int(count["num_requests"] - shares.sum())
+                    shares[np.argsort(-(want - shares), kind="stable")[:extra]] += 1
                 for k, o in enumerate(spec.origin):
                     off = spec.utc_offset_h if o.utc_offset_h is None else o.utc_offset_h
                     sub = dict(count)
-                    if "num_requests" in sub:
-                        sub["num_requests"] = int(round(sub["num_requests"] * weights[k]))
+                    if shares is not None:
+                        if shares[k] == 0:
+                            continue
+                        sub["num_requests"] = int(shares[k])
                     tk = diurnal_arrivals(rng, spec.mean_rate_rps * weights[k], utc_offset_h=off, **kw, **sub)
                     parts_t.append(tk)
                     parts_c.append(np.full(len(tk), k, dtype=np.int16))
