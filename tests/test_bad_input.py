@@ -39,8 +39,8 @@ def _files(d: Path) -> None:
     w("block_window.yaml", DEP + tr % "resample: window, block_s: 5")
     w("tenants_and_class.yaml", DEP + tr % "slo_class: batch, tenants: [{tenant: t, share: 1}]")
     w("time_scale_tiny.yaml", DEP + tr % "time_scale: 1.0e-320")
-    w("default_lengths.yaml", DEP + "workload: {kind: default, rate_rps: 5, num_requests: 50, lengths: "
-                                    "{kind: lognormal, prompt_mu: 3, prompt_sigma: 0.1, output_mu: 3, output_sigma: 0.1}}\n")
+    w("default_lengths.yaml", DEP + "workload: {kind: default, rate_rps: 5, num_requests: 50, lengths: {kind: "
+                                    "lognormal, prompt_mu: 3, prompt_sigma: 0.1, output_mu: 3, output_sigma: 0.1}}\n")
     w("self_link.yaml", DEP + WL + "fleet: {topology: backbone, regions: [us-east-1, eu-central-1], links: "
                                    "[{src: us-east-1, dst: us-east-1, rtt_s: 60}]}\n")
     w("spot_offset_od.yaml", "deployments: [{model: llama-3-8b, gpu: a100-80gb, replicas: 2, spot_offset_s: 100}]\n"
