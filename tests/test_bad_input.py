@@ -47,6 +47,16 @@ def _files(d: Path) -> None:
       + WL)
     w("servegen_empty.yaml", DEP + "workload: {kind: servegen, servegen_model: m-large, end_s: 600, "
                                    "rate_scale: 1.0e-300}\n")
+    pl = DEP + WL + "scaler: hpa\nplatform: %s\n"
+    w("gpu_fault_duration.yaml", pl % "{faults: [{at_s: 5, kind: gpu, target: r0, duration_s: 10}]}")
+    w("gpu_fault_factor.yaml", pl % "{faults: [{at_s: 5, kind: gpu, target: r0, factor: 500}]}")
+    w("link_factor_huge.yaml", pl % "{faults: [{at_s: 5, kind: link, target: 'local,local', factor: 1000000}]}")
+    w("tenant_twice.yaml", pl % "{tenants: [{name: default, rate_limit_rps: 0.1}, {name: default}]}")
+    w("backoff_over_cap.yaml", pl % "{retry_backoff_s: 100, retry_backoff_max_s: 1}")
+    w("replicas_over_max.yaml", "deployments: [{model: llama-3-8b, gpu: a100-80gb, replicas: 5, max_replicas: 2}]\n"
+      + WL + "scaler: hpa\n")
+    w("tenant_unknown.yaml", pl % "{tenants: [{name: x, rate_limit_rps: 1}]}")
+    w("sweep_failing.yaml", "name: f\nscenarios: [tenant_unknown.yaml]\nseeds: 1\nrequests: 20\n")
     grid = "name: g\nscenarios: [default]\nseeds: 1\nrequests: 50\n"
     w("grid_dup.yaml", grid + "grid: {workload.rate_rps: [5, 5.0]}\n")
     w("baseline_none.yaml", grid + "baseline: {router: no_such_router}\n")
@@ -79,8 +89,9 @@ def _files(d: Path) -> None:
     w("fault_zone.yaml", plat % ("zone", "nowhere"))
     w("fault_region.yaml", plat % ("region", "nowhere"))
     w("fault_link.yaml", plat % ("link", "local,nowhere"))
-    w("fault_gpu.yaml", plat % ("gpu", "nowhere"))
-    w("fault_gpu_digit.yaml", plat % ("gpu", "g\u00b2"))  # '²': str.isdigit says yes, int() says no
+    w("fault_gpu.yaml", plat.replace(", duration_s: 60", "") % ("gpu", "nowhere"))
+    # '²': str.isdigit says yes, int() says no
+    w("fault_gpu_digit.yaml", plat.replace(", duration_s: 60", "") % ("gpu", "g\u00b2"))
     w("link_rtt.yaml", DEP + WL.replace("40}", "40, origin: [{region: us-west-2}]}") +
       "fleet: {topology: backbone, regions: [us-east-1, us-west-2], links: [{src: us-east-1, dst: us-west-2, "
       "rtt_s: 1.0e308}]}\n")
@@ -311,6 +322,18 @@ CASES = [
     ("sweep-grid-duplicate-value", "4", ["sweep", "grid_dup.yaml", "--db", "g.duckdb"], ["listed twice"]),
     ("sweep-baseline-no-run-uses", "4", ["sweep", "baseline_none.yaml", "--db", "g.duckdb"],
      ["baseline.router", "no_such_router"]),
+    # found by fuzzing the platform layer and the benchmarks, 2026-12-06
+    ("simulate-monitor-empty", "4", ["simulate", "--scaler", "hpa", "-n", "10", "--monitor", ""], ["--monitor ''"]),
+    ("gpu-fault-duration", "4", ["simulate", "-s", "gpu_fault_duration.yaml"], ["duration_s", "permanent"]),
+    ("gpu-fault-factor", "4", ["simulate", "-s", "gpu_fault_factor.yaml"], ["factor is for link faults"]),
+    ("link-factor-huge", "4", ["simulate", "-s", "link_factor_huge.yaml"], ["factor", "1000"]),
+    ("tenant-listed-twice", "4", ["simulate", "-s", "tenant_twice.yaml"], ["tenants", "'default' is listed twice"]),
+    ("backoff-over-cap", "4", ["simulate", "-s", "backoff_over_cap.yaml"], ["retry_backoff_s", "retry_backoff_max_s"]),
+    ("replicas-over-max", "4", ["simulate", "-s", "replicas_over_max.yaml"], ["replicas (5) > max_replicas (2)"]),
+    ("bench-sweep-failing-run", "4", ["bench", "sweep", "--spec", "sweep_failing.yaml", "--workers", "1"],
+     ["bench sweep", "runs failed", "tenant"]),
+    ("bench-sim-speed-platform", "4", ["bench", "sim-speed", "--sizes", "100", "--scenario", "platform"],
+     ["simulator alone", "platform"]),
     ("serve-token-file-a-pipe", "4", ["serve", "--port", "0", "--token-file", "pipe.json"],
      ["--token-file", "pipe.json", "not a regular file"]),
     ("serve-seed-negative", "4", ["serve", "--port", "0", "--seed", "-1"], ["--seed"]),

@@ -160,9 +160,14 @@ def sweep_throughput(spec: str = "default", workers: int | None = None) -> dict[
     out: dict[str, float] = {"runs": len(runs), "workers": workers}
     for label, w in (("sequential", 1), ("pool", workers)):
         t0 = time.perf_counter()
-        res = run_sweep(runs, Store(None), workers=w)
+        store = Store(None)
+        res = run_sweep(runs, store, workers=w)
         wall = time.perf_counter() - t0
-        assert res.ok == len(runs), f"{res.failed} runs failed"
+        if res.ok != len(runs):  # (an AssertionError traceback before): one line with the first run's error
+            from fleetwise.errors import InputError
+
+            f = store.runs(where="status = 'failed'")[0]
+            raise InputError(f"bench sweep: {res.failed} of {len(runs)} runs failed; the first: {f['error']}")
         out[f"{label}_wall_s"] = wall
         out[f"{label}_runs_per_min"] = len(runs) / wall * 60.0
     out["speedup"] = out["sequential_wall_s"] / out["pool_wall_s"]

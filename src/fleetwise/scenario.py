@@ -79,6 +79,8 @@ class Deployment(_Model):
     def _check_limits(self) -> "Deployment":
         if self.max_replicas is not None and self.max_replicas < self.min_replicas:
             raise ValueError(f"max_replicas ({self.max_replicas}) < min_replicas ({self.min_replicas})")
+        if self.max_replicas is not None and self.replicas > self.max_replicas:  # (5 ran and were billed)
+            raise ValueError(f"replicas ({self.replicas}) > max_replicas ({self.max_replicas})")
         if self.spot_trace is not None and self.pool != "spot":
             raise ValueError("spot_trace is only for pool: spot")
         if self.spot_offset_s and self.pool != "spot":  # (was taken and ignored)
@@ -119,7 +121,18 @@ class FaultSpec(_Model):
     kind: Literal["gpu", "node", "zone", "region", "link"]
     target: str = ""
     duration_s: float | None = Field(default=None, gt=0, le=MAX_SPAN_S)  # zone/region outage, link degradation
-    factor: float = Field(default=10.0, ge=1, le=1e6)  # link degradation: round trip x factor, bandwidth / factor
+    # link degradation: round trip x factor, bandwidth / factor. At most 1,000: at 1e6 a request sent during the
+    # fault took longer in transit than the drain and was lost (transit is fixed when it is sent)
+    factor: float = Field(default=10.0, ge=1, le=1000)
+
+    @model_validator(mode="after")
+    def _fields_of_its_kind(self) -> "FaultSpec":  # (a gpu fault's duration_s and factor were taken and ignored)
+        if self.kind in ("gpu", "node") and self.duration_s is not None:
+            raise ValueError(f"duration_s: a {self.kind} fault is permanent (the platform replaces the replica); "
+                             "duration_s is for zone, region and link faults")
+        if self.kind != "link" and self.factor != 10.0:
+            raise ValueError("factor is for link faults")
+        return self
 
 
 class PlatformSpec(_Model):
@@ -141,6 +154,17 @@ class PlatformSpec(_Model):
     tenants: list[TenantSpec] = Field(default_factory=list)
     admission: AdmissionSpec = Field(default_factory=AdmissionSpec)
     faults: list[FaultSpec] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "PlatformSpec":
+        names = [t.name for t in self.tenants]  # (a second entry of one name silently replaced the first)
+        dup = next((n for n in names if names.count(n) > 1), None)
+        if dup is not None:
+            raise ValueError(f"tenants: {dup!r} is listed twice")
+        if self.retry_backoff_s > self.retry_backoff_max_s:  # (the cap won: the first backoff was ignored)
+            raise ValueError(f"retry_backoff_s ({self.retry_backoff_s:g}) > retry_backoff_max_s "
+                             f"({self.retry_backoff_max_s:g})")
+        return self
 
 
 def _check_models(d: Any, where: str) -> None:

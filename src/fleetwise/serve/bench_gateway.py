@@ -73,6 +73,14 @@ def gateway_overhead(backends: list[str] | None = None, servers: int = 3, reques
             res["backend"] = f"{servers} x llama-cpp-python server, tiny random Llama GGUF (1 thread each)"
         else:
             res["backend"] = ", ".join(backends)
+            for b in backends:  # each must answer now (an unreachable one waited 60 s for a gateway that could
+                # never be ready, then raised a TimeoutError)
+                try:
+                    httpx.get(f"{b.rstrip('/')}/v1/models", timeout=5.0)
+                except httpx.HTTPError as e:
+                    from fleetwise.errors import InputError
+
+                    raise InputError(f"--backend {b}: does not answer ({type(e).__name__}: {e})") from None
         gw_port = free_port()
         gw = _start_gateway(backends, policy, gw_port, tmp / "gateway.log")
         stack.callback(lambda: (gw.terminate(), gw.wait(10)))

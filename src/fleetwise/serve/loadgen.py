@@ -280,7 +280,9 @@ def run(rate: float = 1000.0, duration_s: float = 10.0, connections: int = 8, re
     cpus = sorted(os.sched_getaffinity(0))
     pre = (lambda: os.sched_setaffinity(0, {cpus[0]})) if pinned else None
     cmd = ([sys.executable, "-m", "fleetwise.serve.loadgen", "--floor-server", str(port)] if floor else
-           [sys.executable, "-m", "fleetwise", "serve", "--host", "127.0.0.1", "--port", str(port), "--router", router])
+           [sys.executable, "-m", "fleetwise", "serve", "--host", "127.0.0.1", "--port", str(port), "--router", router,
+            # room for every connection of the generator: at the default 500, 1,000 connections waited 60 s
+            "--max-concurrency", str(max(500, 2 * connections + 64))])
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             preexec_fn=pre)
     old_aff = os.sched_getaffinity(0)
