@@ -234,9 +234,19 @@ def test_fixed_rule_fit_and_registry(env):
 
     assert {"fixed", "constant", "oracle", "random", "q_learning", "sarsa", "dqn"} <= set(names("allocator"))
     f = make("allocator", "fixed", {"thresholds": [0.3, 0.6, 0.9], "parallelism": "data"})
-    assert [f.allocate([u]) for u in (0.1, 0.5, 0.7, 0.95)] == [ACTIONS.index((n, "data")) for n in (1, 2, 4, 8)]
+    assert [f.allocate(np.r_[u, np.zeros(17)]) for u in (0.1, 0.5, 0.7, 0.95)] == \
+        [ACTIONS.index((n, "data")) for n in (1, 2, 4, 8)]
     with pytest.raises(InputError):
         make("allocator", "fixed", {"thresholds": [0.5, 0.2, 0.9]})
+    # an observation that is not the env's was taken (found by fuzzing, 2026-12-06): a NaN CPU reading chose 8
+    # GPUs in fixed, 5 was an IndexError in oracle, -0.5 wrapped to another state's row of a Q table
+    from fleetwise.policies.allocators import Oracle
+
+    for pol in (f, Oracle(env.cfg)):
+        for bad in (np.r_[np.nan, np.zeros(17)], np.zeros(3), None):
+            with pytest.raises(ValueError, match="observation"):
+                pol.allocate(bad)
+    assert Oracle(env.cfg).allocate(np.r_[5.0, np.zeros(17)]) == Oracle(env.cfg).allocate(np.r_[1.0, np.zeros(17)])
 
 
 def test_dqn_trains_and_beats_random(env, tmp_path, monkeypatch):

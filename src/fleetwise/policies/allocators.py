@@ -25,11 +25,28 @@ from fleetwise.policies.allocation_model import (
     PARALLELISMS,
     AllocationConfig,
     AllocationCore,
+    N_OBS,
     Discretizer,
 )
 
 
 MAX_TABLE_BYTES = 64 << 20  # a saved Q table (20 x 3 x 12 states x 12 actions is 23 KB)
+
+
+def checked_obs(obs, batch: bool = False) -> np.ndarray:
+    """An observation of ``fleetwise/Allocation-v0`` (``batch``: a stack of them) as the allocators read it, or a
+    ValueError: finite values of the env's shape (a NaN CPU reading chose 8 GPUs in ``fixed`` and action 0 in
+    ``dqn``, -0.5 wrapped to another state's Q row, 5 was an IndexError in ``oracle``; found by fuzzing,
+    2026-12-06). Readings are fractions: the allocators clip them to [0, 1]."""
+    try:
+        a = np.asarray(obs, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"observation {obs!r:.60}: expected {N_OBS} numbers") from None
+    want = (a.shape[0], N_OBS) if batch and a.ndim == 2 else (N_OBS,)
+    if a.shape != want or not np.isfinite(a).all():
+        raise ValueError(f"observation of shape {a.shape}{' with NaN or infinity' if a.shape == want else ''}: "
+                         f"expected {'a stack of ' if batch else ''}{N_OBS} finite numbers")
+    return np.clip(a, 0.0, 1.0)
 
 
 def action_of(num_gpus: int, parallelism: str) -> int:
@@ -56,10 +73,10 @@ class FixedThreshold:
         self._acts = np.array([action_of(n, parallelism) for n in self.gpu_counts])
 
     def allocate(self, obs) -> int:
-        return int(self._acts[int(np.searchsorted(self.thresholds, float(obs[0]), side="right"))])
+        return int(self._acts[int(np.searchsorted(self.thresholds, float(checked_obs(obs)[0]), side="right"))])
 
     def allocate_batch(self, obs: np.ndarray) -> np.ndarray:
-        return self._acts[np.searchsorted(self.thresholds, np.asarray(obs)[:, 0], side="right")]
+        return self._acts[np.searchsorted(self.thresholds, checked_obs(obs, True)[:, 0], side="right")]
 
     @classmethod
     def fit(cls, core: AllocationCore, series: Sequence[np.ndarray], rng: np.random.Generator,
@@ -130,10 +147,10 @@ class Oracle:
         self.core = AllocationCore(config)
 
     def allocate(self, obs) -> int:
-        return int(self.allocate_batch(np.asarray(obs)[None])[0])
+        return int(self.allocate_batch(checked_obs(obs)[None])[0])
 
     def allocate_batch(self, obs: np.ndarray) -> np.ndarray:
-        obs = np.asarray(obs, float)
+        obs = checked_obs(obs, True)
         core, tab, cfg = self.core, self.core.table, self.core.cfg
         nl, nb = len(tab.load_grid), len(tab.bw_grid)
         li = np.rint(obs[:, 0] * (nl - 1)).astype(np.int64)
@@ -158,10 +175,10 @@ class TabularPolicy:
     curve: list[tuple[int, float]] = field(default_factory=list)
 
     def allocate(self, obs) -> int:
-        return int(np.argmax(self.q[self.disc(obs)]))
+        return int(np.argmax(self.q[self.disc(checked_obs(obs))]))
 
     def allocate_batch(self, obs: np.ndarray) -> np.ndarray:
-        idx = [self.disc(o) for o in obs]
+        idx = [self.disc(o) for o in checked_obs(obs, True)]
         return self.q[idx].argmax(axis=1)
 
     def save(self, path: str | Path) -> Path:
@@ -219,11 +236,11 @@ class DQNPolicy:
     curve: list[tuple[int, float]] = field(default_factory=list)
 
     def allocate(self, obs) -> int:
-        a, _ = self.model.predict(np.asarray(obs, np.float32), deterministic=True)
+        a, _ = self.model.predict(checked_obs(obs).astype(np.float32), deterministic=True)
         return int(a)
 
     def allocate_batch(self, obs: np.ndarray) -> np.ndarray:
-        a, _ = self.model.predict(np.asarray(obs, np.float32), deterministic=True)
+        a, _ = self.model.predict(checked_obs(obs, True).astype(np.float32), deterministic=True)
         return np.asarray(a, np.int64)
 
     @classmethod

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fleetwise.control.registry import register_planner
+from fleetwise.errors import InputError
 from fleetwise.control.views import LONG_TOKENS, PlanView, SlotObs
 from fleetwise.policies.transport import transport_plan
 
@@ -259,6 +260,13 @@ class OTPlanner:
         return cfg.w_latency * rtt + cfg.w_migration * eg + cfg.w_congestion * np.broadcast_to(cong, rtt.shape)
 
     def plan(self, obs: SlotObs) -> None:
+        cap, dem = np.asarray(obs.capacity_rps, float), np.asarray(obs.demand, float)
+        # (zero, NaN or negative capacity gave an all-NaN plan, an empty demand history an IndexError; found by
+        # fuzzing, 2026-12-06: the service's schema bounds both, this is for code that builds a SlotObs)
+        if not (len(cap) and np.isfinite(cap).all() and (cap > 0).all()):
+            raise InputError(f"planner {type(self).__name__}: every region's capacity_rps must be finite and > 0")
+        if dem.ndim != 2 or len(dem) == 0 or not np.isfinite(dem).all() or (dem < 0).any():
+            raise InputError("planner: demand must hold at least the last slot's finite demand per origin")
         d = obs.demand[0] + 1.0  # forecast of the origin marginal: last slot's demand (+1: no empty row)
         a = d / d.sum()
         b = self.target(obs)
