@@ -57,6 +57,10 @@ def _files(d: Path) -> None:
       + WL + "scaler: hpa\n")
     w("tenant_unknown.yaml", pl % "{tenants: [{name: x, rate_limit_rps: 1}]}")
     w("sweep_failing.yaml", "name: f\nscenarios: [tenant_unknown.yaml]\nseeds: 1\nrequests: 20\n")
+    w("requests_bool.yaml", "name: r\nscenarios: [default]\nseeds: 1\nrequests: true\n")
+    w("seeds_bools.yaml", "name: r\nscenarios: [default]\nseeds: [true, false]\nrequests: 20\n")
+    w("model_not_deployed.yaml", DEP + "workload: {kind: poisson, rate_rps: 5, num_requests: 20, "
+                                       "model: codellama-34b}\n")
     grid = "name: g\nscenarios: [default]\nseeds: 1\nrequests: 50\n"
     w("grid_dup.yaml", grid + "grid: {workload.rate_rps: [5, 5.0]}\n")
     w("baseline_none.yaml", grid + "baseline: {router: no_such_router}\n")
@@ -334,6 +338,12 @@ CASES = [
      ["bench sweep", "runs failed", "tenant"]),
     ("bench-sim-speed-platform", "4", ["bench", "sim-speed", "--sizes", "100", "--scenario", "platform"],
      ["simulator alone", "platform"]),
+    # the regression pass, 2026-12-06: booleans were read as counts; a catalog model no deployment serves ran
+    # with every request rejected (no_replica), exit 0
+    ("sweep-requests-bool", "4", ["sweep", "requests_bool.yaml", "--db", "g.duckdb"], ["requests", "True"]),
+    ("sweep-seeds-bools", "4", ["sweep", "seeds_bools.yaml", "--db", "g.duckdb"], ["seeds"]),
+    ("workload-model-not-deployed", "4", ["simulate", "-s", "model_not_deployed.yaml"],
+     ["CodeLlama-34B", "served by no deployment"]),
     ("serve-token-file-a-pipe", "4", ["serve", "--port", "0", "--token-file", "pipe.json"],
      ["--token-file", "pipe.json", "not a regular file"]),
     ("serve-seed-negative", "4", ["serve", "--port", "0", "--seed", "-1"], ["--seed"]),

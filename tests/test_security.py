@@ -494,6 +494,21 @@ def _scaler_checkpoint(folder, name: str, validation):
                        layers=[(np.zeros((g * n, d)), np.tile(np.eye(n)[n // 2], g))], activation="tanh", card=card)
 
 
+def test_an_rl_scaler_card_for_another_policy_is_refused(ckpt_dir):
+    """A scaler checkpoint whose card says it is for another policy (``torta``) loaded (found by the regression
+    pass, 2026-12-06)."""
+    import json
+
+    from fleetwise.errors import InputError
+    from fleetwise.policies import make
+
+    _scaler_checkpoint(ckpt_dir, "other", {"passed": True, "change": -0.12, "ci95": [-0.15, -0.09]})
+    card = ckpt_dir / "other.card.json"
+    card.write_text(json.dumps(json.loads(card.read_text()) | {"policy": "torta"}))
+    with pytest.raises(InputError, match="model card is for scaler 'torta', not the rl scaler"):
+        make("scaler", "rl", {"checkpoint": str(ckpt_dir / "other.npz")})
+
+
 def test_serve_refuses_a_checkpoint_that_did_not_pass_the_gate_unless_forced(ckpt_dir):
     from fleetwise.errors import InputError
 

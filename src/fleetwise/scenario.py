@@ -187,6 +187,22 @@ def _check_models(d: Any, where: str) -> None:
             _check_models(v, f"{where}[{i}]")
 
 
+def _named_models(d: Any) -> set[str]:
+    """The models a workload names other than ``default`` (its own, a mix part's, a trace tenant's)."""
+    out: set[str] = set()
+    if isinstance(d, dict):
+        for k, v in d.items():
+            if k == "model" and isinstance(v, str):
+                if v != "default":
+                    out.add(v)
+            else:
+                out |= _named_models(v)
+    elif isinstance(d, list):
+        for v in d:
+            out |= _named_models(v)
+    return out
+
+
 class Scenario(_Model):
     name: str = "scenario"
     description: str = ""
@@ -215,6 +231,15 @@ class Scenario(_Model):
             raise ValueError(format_validation_error(e, "workload")) from None
         self._parsed = {"fleet": (self.fleet, fleet), "workload": (self.workload, workload)}
         _check_models(self.workload, "workload")
+        named = _named_models(self.workload)
+        if named:  # a catalog model that no deployment serves reached no replica either (exit 0, a warning)
+            from fleetwise.catalog import get_model
+
+            served = {get_model(d.model).name for d in self.deployments}
+            missing = sorted({get_model(m).name for m in named} - served)
+            if missing:
+                raise ValueError(f"workload: model {missing[0]} is served by no deployment (deployed: "
+                                 f"{', '.join(sorted(served))})")
         total = sum(d.replicas for d in self.deployments)
         if self.scaler is not None:  # the platform may scale every group up to its max_replicas
             total = max(total, sum(d.max_replicas if d.max_replicas is not None else max(d.replicas, 1) * 4

@@ -31,7 +31,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, StrictInt, field_validator
 
 from fleetwise.errors import InputError
 from fleetwise.limits import MAX_REQUESTS, MAX_RUNS, MAX_SEED, MAX_SEEDS, MAX_TIMELINE_BUCKETS, MIN_TIMELINE_BUCKET_S
@@ -56,8 +56,9 @@ class ExperimentSpec(BaseModel):
     scenarios: list[str] = Field(min_length=1)
     policies: dict[str, list[PolicyRef]] = Field(default_factory=dict)
     grid: dict[str, list[Any]] = Field(default_factory=dict)
-    seeds: int | list[int] = 3
-    requests: int | None = Field(default=None, gt=0, le=MAX_REQUESTS)
+    # strict: `requests: true` ran 1 request, `seeds: [true, false]` seeds 1 and 0, `requests: '50'` was taken
+    seeds: StrictInt | list[StrictInt] = 3
+    requests: StrictInt | None = Field(default=None, gt=0, le=MAX_REQUESTS)
     baseline: dict[str, str] = Field(default_factory=dict)
     records: bool = False
     timeline_bucket_s: float | None = Field(default=None, ge=MIN_TIMELINE_BUCKET_S)

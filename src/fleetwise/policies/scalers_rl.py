@@ -66,6 +66,10 @@ class RLScaler:
                              "--out PATH.npz)")
         self.model = load_policy(path, level="scaler")
         card = self.model.card
+        if card is not None and (card.level != "scaler" or card.policy != "rl"):  # (a card for another policy
+            # loaded: the gate's result was about something else)
+            raise CheckpointError(f"{str(path)!r}: its model card is for {card.level} {card.policy!r}, not the rl "
+                                  "scaler")
         training = card.training if card is not None else {}
         kind = training.get("action") if card is not None and card.rule == RULE else None
         if kind not in ("residual", CORRECTION):
