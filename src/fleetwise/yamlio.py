@@ -122,7 +122,8 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def _finite_float(text: str) -> float:
+def finite_float(text: str) -> float:
+    """``parse_float`` for ``json.loads``: a number beyond a double (``1e999``, read as infinity) is a ValueError."""
     x = float(text)
     if x != x or x in (float("inf"), float("-inf")):
         raise ValueError(f"{text[:40]} is beyond a double")
@@ -132,7 +133,7 @@ def _finite_float(text: str) -> float:
 def loads_strict(data: str | bytes) -> Any:
     """``json.loads`` that refuses what is not JSON but Python's parser takes: ``NaN``, ``Infinity`` and a
     number beyond a double (``1e999``, read as infinity); ValueError (RecursionError when nested too deep)."""
-    return json.loads(data, parse_constant=_no_constant, parse_float=_finite_float)
+    return json.loads(data, parse_constant=_no_constant, parse_float=finite_float)
 
 
 def non_finite(v: Any) -> bool:

@@ -38,7 +38,7 @@ import numpy as np
 from numpy.lib import format as npy_format
 
 from fleetwise.errors import InputError, check_replaceable, nonblocking_opener
-from fleetwise.yamlio import json_safe
+from fleetwise.yamlio import finite_float, json_safe
 
 FORMAT = "fleetwise-policy"
 VERSION = 1
@@ -168,13 +168,6 @@ def _parse_int(s: str) -> int:
     return int(s)
 
 
-def _parse_float(text: str) -> float:
-    x = float(text)
-    if not math.isfinite(x):
-        raise ValueError(f"the number {text[:40]} is beyond a double")
-    return x
-
-
 def read_card(path: str | os.PathLike) -> ModelCard:
     p = Path(path)
     try:
@@ -192,7 +185,7 @@ def read_card(path: str | os.PathLike) -> ModelCard:
     try:
         # (a float beyond a double, 1e999, was read as infinity and printed as -inf% by the gate)
         d = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant, parse_int=_parse_int,
-                       parse_float=_parse_float)
+                       parse_float=finite_float)
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
         raise CheckpointError(f"model card {p}: not UTF-8 JSON ({str(e).splitlines()[0][:200]})") from None
     return ModelCard.from_json(d, f"model card {p}")
@@ -477,7 +470,7 @@ def load_policy(path: str | os.PathLike, *, level: str | None = None, card: bool
                 raise CheckpointError(f"{where}: __meta__ must be uint8 (UTF-8 JSON bytes)")
             try:
                 meta = json.loads(raw.tobytes().decode("utf-8"), parse_constant=_reject_constant, parse_int=_parse_int,
-                                  parse_float=_parse_float)
+                                  parse_float=finite_float)
             except (UnicodeDecodeError, ValueError, RecursionError) as e:
                 raise CheckpointError(f"{where}: __meta__ is not UTF-8 JSON ({str(e)[:200]})") from None
             shapes = expected_arrays(meta, where)
