@@ -216,6 +216,34 @@ def test_a_head_over_the_limit_that_arrives_in_one_read_gets_431():
             s.close()
 
 
+def test_a_multi_megabyte_head_sent_at_once_reads_its_431_and_an_endless_one_is_closed():
+    """Closed at once with the rest of a head unread, the connection was reset: a client sending a 4 MB head in one
+    call saw "connection reset" instead of the 431 (fuzzing, 2026-12-06). The server now shuts its write side and
+    drops what still comes, up to LINGER_BYTES; a head that never ends is closed after that."""
+    from fleetwise.serve.edge import LINGER_BYTES
+
+    start = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: "
+    with serving(create_app(token=TOKEN)) as url:
+        s = _raw(url)
+        s.sendall(start + b"a" * 4_000_000 + b"\r\n\r\n")
+        data = b""
+        while chunk := s.recv(65536):  # the 431, then the end of the stream (the server's half-close)
+            data += chunk
+        assert data.startswith(b"HTTP/1.1 431 ") and b"request head larger than" in data
+        s.close()
+        endless = _raw(url)
+        sent = 0
+        with contextlib.suppress(OSError):  # a broken pipe or a reset once the server has closed
+            endless.sendall(start)
+            while sent <= 4 * LINGER_BYTES:
+                endless.sendall(b"a" * (1 << 20))
+                sent += 1 << 20
+        assert sent <= 4 * LINGER_BYTES  # the server closed the connection rather than read without end
+        endless.close()
+        with httpx.Client(base_url=url, timeout=30) as h:  # and goes on serving
+            assert h.get("/healthz").status_code == 200
+
+
 def test_a_body_that_never_comes_gets_408():
     with serving(create_app(token=TOKEN)) as url:
         s = _raw(url)

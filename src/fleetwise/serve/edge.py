@@ -362,13 +362,18 @@ class _CoalescingTransport:
 
 _HEAD_TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
                    b"connection: close\r\ncontent-length: %d\r\n\r\n%s")
+# after a 431, the bytes of the rest of the head read and dropped before the connection closes (a staged close,
+# RFC 9112 section 9.6): closed at once with unread bytes, the kernel resets the connection and a client still
+# sending its head (measured: a 4 MB head sent in one call) saw "connection reset" instead of the 431
+LINGER_BYTES = 16 << 20
 
 
 def http_protocol(limits: Limits | None = None) -> type:
     """uvicorn's HTTP/1.1 protocol (httptools, else h11) with coalesced writes and the request-head rules: closed
     when a whole head has not arrived ``header_timeout_s`` after the connection opened or after bytes of a new
-    request began (an idle kept-alive connection: uvicorn's ``timeout_keep_alive``); 431 and closed when a head
-    grows past ``max_header_bytes``."""
+    request began (an idle kept-alive connection: uvicorn's ``timeout_keep_alive``); 431 when a head grows past
+    ``max_header_bytes``, then a staged close: the write side shut, what the client still sends read and dropped
+    (up to ``LINGER_BYTES``, within the head's timeout), then closed."""
     lim = limits or Limits()
     try:
         import httptools  # noqa: F401
@@ -381,6 +386,7 @@ def http_protocol(limits: Limits | None = None) -> type:
             self._fw_timer: Any = None
             self._fw_head = 0
             self._fw_tail = b""  # the last 3 bytes of the head so far (its blank line may span two reads)
+            self._fw_linger = -1  # after a 431: bytes the client may still send before the close (-1: not yet)
             super().connection_made(_CoalescingTransport(transport, asyncio.get_running_loop()))
             self._fw_arm()
 
@@ -398,10 +404,15 @@ def http_protocol(limits: Limits | None = None) -> type:
 
         def _fw_expire(self) -> None:
             self._fw_timer = None
-            if self._fw_waiting() and not self.transport.is_closing():
+            if (self._fw_linger >= 0 or self._fw_waiting()) and not self.transport.is_closing():
                 self.transport.close()
 
         def data_received(self, data: bytes) -> None:
+            if self._fw_linger >= 0:  # a 431 went out: drop the rest of the head, close when it is over-long
+                self._fw_linger -= len(data)
+                if self._fw_linger < 0 and not self.transport.is_closing():
+                    self.transport.close()
+                return
             before = self.cycle
             waiting = self._fw_waiting()
             if waiting:
@@ -414,7 +425,12 @@ def http_protocol(limits: Limits | None = None) -> type:
                     if not self.transport.is_closing():
                         body = json.dumps({"detail": f"request head larger than {lim.max_header_bytes} bytes"})
                         self.transport.write(_HEAD_TOO_LARGE % (len(body), body.encode()))
-                        self.transport.close()
+                        try:  # half-close: the 431 and then EOF go out; the head timer (armed) ends the linger
+                            self.transport.write_eof()
+                            self._fw_linger = LINGER_BYTES
+                            self._fw_arm()
+                        except (NotImplementedError, OSError, RuntimeError):
+                            self.transport.close()
                     return
                 self._fw_head += len(data)
                 self._fw_tail = buf[-3:]
