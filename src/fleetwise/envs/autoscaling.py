@@ -379,7 +379,9 @@ class AutoscalingEnv(gym.Env):
                 "ended": int(self._ended), "met": int(self._met),
                 "slo_attainment": float(self._met / self._ended) if self._ended else 1.0,
                 "missed_fraction": float(missed), "backlog": float(backlog), "lost_requests": 0,
-                "targets": dict(targets), "episode_seed": int(self.episode_seed), "lam": float(self.lam)}
+                "targets": dict(targets), "episode_seed": int(self.episode_seed), "lam": float(self.lam),
+                # direction reversals of a model's total target so far (the platform's, as results count them)
+                "oscillations": int(self.platform.flaps) if self.platform is not None else 0}
 
     @property
     def scale_obs(self):

@@ -152,11 +152,14 @@ class Validator:
     ``score(model) -> float`` evaluates the current policy on validation windows (higher is better, e.g. minus
     the mean paired change against the rule, with the constraint's violation subtracted). ``check(model, step)``
     runs it, keeps a copy of the best parameters, and returns False once ``patience`` checks in a row brought no
-    improvement (stop training). ``restore(model)`` puts the best parameters back."""
+    improvement (stop training), but never within the first ``min_checks`` checks (SB3's
+    ``StopTrainingOnNoModelImprovement(min_evals=...)``: a policy warm-started at the rule scores as the rule until
+    training has moved its deterministic action). ``restore(model)`` puts the best parameters back."""
 
     score: Callable[[Any], float]
     patience: int = 4
     min_delta: float = 0.0
+    min_checks: int = 0
     best: float = -math.inf
     best_step: int = -1
     curve: list[tuple[int, float]] = field(default_factory=list)
@@ -173,7 +176,7 @@ class Validator:
             self.best_state = copy.deepcopy(model.policy.state_dict())
         else:
             self.bad_checks += 1
-        return self.bad_checks < self.patience
+        return self.bad_checks < self.patience or len(self.curve) <= self.min_checks
 
     def restore(self, model) -> None:
         if self.best_state is not None:
