@@ -1,6 +1,6 @@
 """RL scaler checkpoints against slo_aware on one whole ServeGen day (default: day 1, the test day of ``reproduce
 platform``) over more seeds than ``reproduce platform``'s 5, paired by seed: the same runs (seeds 0, 1, ... of
-that day; the first 5 are reproduce platform's), to narrow the intervals. docs/autoscaling.md ("On more seeds").
+that day; the first 5 are reproduce platform's), to narrow the intervals. docs/autoscaling-log.md ("On more seeds").
 
     PYTHONPATH=src python benchmarks/rl-scaler-test-day.py --seeds 20 \\
         --checkpoint default=results/platform-rl-calm_price_hold/platform/rl_scaler.npz \\

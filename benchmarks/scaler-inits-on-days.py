@@ -1,12 +1,12 @@
 """The RL scaler's hand-written starts (scaler_cem.INITS) against slo_aware on whole ServeGen days, paired by day:
 how a start's thresholds are chosen without the validation days (7-10), the test day (1) or the held-out days (11-14).
-The default days are the training days 2-6. (docs/autoscaling.md, "The hold".)
+The default days are the training days 2-6. (docs/autoscaling.md, "The hold" in "What limits it".)
 
     PYTHONPATH=src python benchmarks/scaler-inits-on-days.py [--inits calm_lift,calm_hold] [--days 2-6] [--seeds 0] \\
         [--variant NAME=INIT:OUT:FEATURE=VALUE[,OUT:FEATURE=VALUE...]] [--rule-params JSON] ...
 
 ``--rule-params '{"upscale_window_s": 60}'``: the candidates correct slo_aware with those parameters, and that
-slo_aware is a candidate too ("rule+params"); the baseline is always slo_aware's defaults (docs/autoscaling.md,
+slo_aware is a candidate too ("rule+params"); the baseline is always slo_aware's defaults (docs/autoscaling-log.md,
 "The rule's one-epoch spikes"). A variant is an init with the named parameters set (e.g.
 ``share10=calm_hold:4:10=0,4:8=20,4:b=-2``: the hold's gate open while the last hour was more than 10% calm). Prints, per candidate, the mean cost change, attainment
 difference and oscillations added against slo_aware with 95% intervals over the runs (paired by day and seed), and

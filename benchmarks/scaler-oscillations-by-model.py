@@ -1,6 +1,6 @@
 """Where a scaler's oscillations (reversals of a model's total target) and cost come from, per model: slo_aware and
 the RL scaler's hand-written starts (scaler_cem.INITS) on whole ServeGen days or on a real trace over reproduce
-platform --quick's window (09:30-11:30, the zone outage), one run each. (docs/autoscaling.md, "Where the
+platform --quick's window (09:30-11:30, the zone outage), one run each. (docs/autoscaling-log.md, "Where the
 oscillation clause stands".)
 
     PYTHONPATH=src python benchmarks/scaler-oscillations-by-model.py [--where 1,7,azure-code@0.7] \\
@@ -56,7 +56,7 @@ def one(item: tuple) -> dict:
         Platform.set_targets = set_targets
     s = p.summary
     # a rise undone one scale-down window later (the next change of the model's target, a fall, 300-330 s on):
-    # a one-epoch need kept for the window (docs/autoscaling.md, "The rule's one-epoch spikes")
+    # a one-epoch need kept for the window (docs/autoscaling-log.md, "The rule's one-epoch spikes")
     window = float(rule.get("downscale_window_s", 300.0))
     rises, undone = {}, {}
     for k, (t, m, b, a) in enumerate(changes):

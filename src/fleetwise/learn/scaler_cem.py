@@ -85,7 +85,7 @@ INIT_FREE = {"calm_lift": [*CALM_LIFT, "0:b", "1:8"],
              "calm_hour_price_hold": _HOLD_FREE, "calm_hour_need_restore": _HOLD_FREE,
              # ... and the lift's need weight. (Its search moves the lift's margin too, and with it the need threshold:
              # in the budgets' checkpoint to a need of 1 replica. Left at the start's, the search saved 5.5% on the
-             # test day, not 13.1%: docs/autoscaling.md, "A lift on a low need")
+             # test day, not 13.1%: docs/autoscaling-log.md, "A lift on a low need")
              "calm_hour_low_need": [*_HOLD_FREE, "1:1"]}
 
 
@@ -97,7 +97,7 @@ TRAIN_DAYS = range(1, 6)  # ServeGen days 2-6 (0-based 1-5): training windows
 # ServeGen days 7-10: validation windows (the choice and the gate), the days in turn; day 1 (0) is reproduce
 # platform's test day, days 11-14 are held out from everything (benchmarks/rl-scaler-heldout-days.py). Until
 # 2026-12-06 validation was day 7 alone: a gate on several seeds of one day judges that day's character, not a
-# new day's (docs/autoscaling.md, "Validation on four days")
+# new day's (docs/autoscaling.md, "Result of the default checkpoint")
 VAL_DAYS = range(6, 10)
 SERVEGEN_DAYS = 14  # the days of ServeGen's language traces (../shared/data/servegen-alibaba-modelstudio)
 # reproduce platform's budgets (ScalerCEMConfig fields). From calm_lift the spread is 0.15, not 0.5: with 0.5 on
@@ -109,13 +109,13 @@ SERVEGEN_DAYS = 14  # the days of ServeGen's language traces (../shared/data/ser
 # is calm_price_hold since 2026-12-04 (calm_lift before): the same lifts, its hold outside a lift for cheap replicas
 # only, which gave the same test-day saving without the hold's cost on busy traffic (docs/autoscaling.md). The full
 # budget runs 3 searches (seeds 0-2) and keeps the best on validation: from this start one search of those three
-# found parameters that beat the rule on validation (docs/autoscaling.md, "Three searches"). Since 2026-12-05 the
+# found parameters that beat the rule on validation (docs/autoscaling-log.md, "Three searches"). Since 2026-12-05 the
 # start is calm_hour_need_restore (calm_price_hold whose lift waits for a calm hour and whose restore answers the
 # need and the SLO ratio rather than a short queue): its lifts and restores cost fewer reversals, and its checkpoint
-# was the first to pass the gate (docs/autoscaling.md, "A restore on the need"). Since 2026-12-06 it is
+# was the first to pass the gate (docs/autoscaling-log.md, "A restore on the need"). Since 2026-12-06 it is
 # calm_hour_low_need (the same, its lift also waiting for a need under 0.35 replica): the previous start's
 # checkpoint passed the gate on its mean attainment loss, 0.19 point, whose interval crossed the 0.2-point bar
-# (docs/autoscaling.md, "A lift on a low need")
+# (docs/autoscaling-log.md, "A lift on a low need")
 CEM_BUDGETS = {
     "quick": {"window_s": 3600.0, "train_windows": 3, "val_windows": 2, "gate_windows": 3, "iterations": 3,
               "population": 6, "elite": 2, "init": "calm_hour_low_need", "sigma": 0.15,
@@ -361,7 +361,7 @@ def gate_constraint(runs: list[dict], rule: list[dict], gate_slack: float) -> tu
     """Whether the gate's constraints held on its windows (``window_run`` figures, paired with the rule's): no
     request lost, no oscillation added, and SLO attainment at most ``gate_slack`` below the rule's, judged as the
     issue's bar is: the 95% interval's lower bound of the paired difference (its mean with one window). The mean
-    alone let a checkpoint at the bar pass (docs/autoscaling.md, "A lift on a low need"). Returns (held,
+    alone let a checkpoint at the bar pass (docs/autoscaling-log.md, "A lift on a low need"). Returns (held,
     the attainment difference's CI)."""
     from fleetwise.metrics.stats import bootstrap_ci
 

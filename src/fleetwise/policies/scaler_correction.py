@@ -90,7 +90,7 @@ def price_feature(prices: np.ndarray) -> float:
     """12. What one replica of the model costs: the highest price per replica-hour among its groups (the on-demand
     one; spot is cheaper), / ``PRICE_SCALE``, in [0, 2] (0 when no group has a price). A hold keeps replicas that
     a reversal would have released: what it costs is this price, while what it saves, a reversal, is worth the
-    same for every model (docs/autoscaling.md, "A hold priced by the replica")."""
+    same for every model (docs/autoscaling-log.md, "A hold priced by the replica")."""
     p = np.asarray(prices, np.float64)
     p = p[np.isfinite(p) & (p > 0.0)]
     return min(float(p.max()) / PRICE_SCALE, 2.0) if len(p) else 0.0
@@ -168,31 +168,32 @@ CALM_LIFT_ONLY = {("3:11" if k == "0:11" else k): v for k, v in CALM_LIFT.items(
 # whole training days 2-6 and the Azure code trace at load 0.7 (benchmarks/scaler-inits-on-days.py) over gates on
 # the last hour's calm share, which open on that trace too: CodeLlama is calm there in 57% of the epochs, in lulls
 # between bursts, and is never lifted. Without the hold on busy models the lifts' reversals stay, so searches from
-# it kept the rule (docs/autoscaling.md, "A gated hold"); calm_lift stays the budgets' start.
+# it kept the rule (docs/autoscaling-log.md, "A gated hold"); calm_lift stays the budgets' start.
 CALM_HOLD = CALM_LIFT | {"3:11": 1.0, "4:10": -20.0, "4:b": 19.0}
 # ... whose hold also acts for a model whose need is above one replica (``init="calm_hold_multi"``; row 4:
 # 40 x_need - 40 x_since_restore + 30 > 0: never restored, the need above 1 replica): meant to keep the hold's
 # saved reversals on multi-replica models and hold none for a model of one replica or less (Azure code's CodeLlama).
 # It does not keep them (test day: +24.8 oscillations a run): a hold acts as the need falls back below a replica
-# boundary, where a gate on the current need shuts (docs/autoscaling.md, "Where the oscillation clause stands").
+# boundary, where a gate on the current need shuts (docs/autoscaling-log.md, "Where the oscillation clause stands").
 CALM_HOLD_MULTI = CALM_HOLD | {"4:1": 40.0, "4:10": -40.0, "4:b": 30.0}
 # ... whose hold outside a lift acts for a model whose replica is cheap (``init="calm_price_hold"``; row 4:
 # 12 - 20 x_price > 0, a replica below $12 an hour): a hold keeps replicas to save reversals, and a reversal is worth
 # the same to the bar for every model while a held replica costs its price. In reproduce platform's fleet the chat
 # model's replica (1 x A100, $5.12/h) is held and CodeLlama-34B's (2 x H100, $24.58/h) only while lifted: there the
-# gate is the model's identity, by its price (docs/autoscaling.md, "A hold priced by the replica").
+# gate is the model's identity, by its price (docs/autoscaling-log.md, "A hold priced by the replica").
 CALM_PRICE_HOLD = {k: v for k, v in CALM_HOLD.items() if k != "4:10"} | {"4:12": -20.0, "4:b": 12.0}
 # ... whose lift also needs a calm last hour (``init="calm_hour_price_hold"``; row 1: 20 x_calm15 + 20 x_calm60 +
 # 20 x_since_restore > 59.6, i.e. every epoch of the last hour calm, not only of the last 15 minutes): a lift that is
 # restored costs two reversals and the code tenant's bursts that arrive while it lasts, and a calm hour predicts a
 # calm next one better than a calm quarter-hour. Chosen on whole training and validation days 2-7 (seed 0; an
-# hour at least 90% calm instead gave about calm_price_hold's figures): docs/autoscaling.md, "A lift after a calm hour".
+# hour at least 90% calm instead gave about calm_price_hold's figures): docs/autoscaling-log.md, "A lift after a
+# calm hour".
 CALM_HOUR_PRICE_HOLD = CALM_PRICE_HOLD | {"1:8": 20.0, "1:b": -59.6}
 # ... whose restore answers the need and the SLO ratio, not a short queue (``init="calm_hour_need_restore"``; row 2's
 # weight on the backlog -0.6 instead of -2.5: two or three requests waiting on the one replica left no longer restore
 # the spread; the need at 1 replica, a high p90 / SLO ratio or a long queue still do). Every restore is a reversal and
 # the next lift often another; a replica ordered for a few queued requests is ready after they are served. Chosen
-# on the training days 2-6 (seed 0) among backlog weights -2.5, -1.25 and -0.6: docs/autoscaling.md, "A restore on
+# on the training days 2-6 (seed 0) among backlog weights -2.5, -1.25 and -0.6: docs/autoscaling-log.md, "A restore on
 # the need".
 CALM_HOUR_NEED_RESTORE = CALM_HOUR_PRICE_HOLD | {"2:3": -0.6}
 # ... whose lift also needs a low need now (``init="calm_hour_low_need"``; row 1's weight on the need -4.57: the
@@ -201,7 +202,7 @@ CALM_HOUR_NEED_RESTORE = CALM_HOUR_PRICE_HOLD | {"2:3": -0.6}
 # 0.2-0.4% on the rule's two, and the more traffic the lifted hours carry, the more misses each saved replica-hour
 # costs. Chosen on the training days 2-6 (seed 0) among need thresholds 0.15, 0.2,
 # 0.25 and 0.35 replica: the largest saving whose attainment loss stays within the training's slack, 0.1 point
-# (docs/autoscaling.md, "A lift on a low need").
+# (docs/autoscaling-log.md, "A lift on a low need").
 CALM_HOUR_LOW_NEED = CALM_HOUR_NEED_RESTORE | {"1:1": -4.57}
 
 
