@@ -1,6 +1,6 @@
 """What TORTA's residual action can buy over least_loaded, without learning: fixed actions of ResidualPlanner
-(docs/torta.md, "what limits it") on held-out days 1000-1002, paired by day against the zero action (= least_loaded
-+ affinity_greedy). About 1 min of one core.
+(docs/torta-log.md, "What limits it (then)") on held-out days 1000-1002, paired by day against the zero action
+(= least_loaded + affinity_greedy). About 1 min of one core.
 
 Usage: PYTHONPATH=src python benchmarks/torta-residual-probe.py [TOPOLOGY ...]   (default: all four)
 """

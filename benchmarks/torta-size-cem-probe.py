@@ -1,4 +1,4 @@
-"""TORTA's CEM learner with one more parameter (docs/torta.md, "a lever found, not yet learned"): the util weight's
+"""TORTA's CEM learner with one more parameter (docs/torta-log.md, "a lever found, not yet learned"): the util weight's
 multiplier for requests over 1,500 prompt + output tokens (1 + p: 0 = today's policy, -1 = long requests by
 least_loaded alone), searched with the others at the full budget (8 iterations x 12 candidates x 4 days, the
 same objective, constraint, validation and seeds as ``fleetwise.learn.torta_cem``) for 3 training seeds of the

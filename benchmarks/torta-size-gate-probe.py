@@ -1,4 +1,4 @@
-"""Size-aware packing, without learning (docs/torta.md, "a lever found, not yet learned"): ResidualPlanner's fixed
+"""Size-aware packing, without learning (docs/torta-log.md, "a lever found, not yet learned"): ResidualPlanner's fixed
 util weight (packing requests onto the regions that were busy over the last slot, as TORTA's CEM agent does),
 applied only to requests of at most ``T`` prompt + output tokens; longer ones get ``LONG`` x the weight (0: plain
 least_loaded). Against the zero action (least_loaded + affinity_greedy), paired by day, on 8 held-out days and

@@ -1,4 +1,4 @@
-"""What tells a real trace's day from the synthetic days TORTA trained on (docs/torta.md, "a monitor on request
+"""What tells a real trace's day from the synthetic days TORTA trained on (docs/torta-log.md, "a monitor on request
 lengths, not kept"): per workload, the requests' mean prompt and output tokens, the spread of arrivals over the
 day's slots, whether a run-time monitor on the running means of prompt and output tokens since the day's start
 (the band: their range over 30 training days at loads 0.45/0.55/0.7, from the 300th request on) would hand the

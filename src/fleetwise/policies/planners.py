@@ -200,7 +200,7 @@ def card_long_share_max(policy) -> float | None:
 
 @register_planner("least_loaded_pack_short")
 class PackShortPlanner(ResidualPlanner):
-    """A size-aware rule, written by hand (docs/torta.md, "Size-aware packing"): ``least_loaded``, except that
+    """A size-aware rule, written by hand (docs/torta-log.md, "Size-aware packing"): ``least_loaded``, except that
     requests of at most ``LONG_TOKENS`` tokens lean to the regions that were busier than the mean over the last
     slot (``ResidualPlanner``'s fixed action: util weight ``util_action`` for short requests, 0 for long ones and
     every other entry). Short requests gather where servers are already at work, long prompts go to the least
