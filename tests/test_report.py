@@ -253,3 +253,47 @@ def test_report_reads_the_store_without_writing_it(tmp_path):
     assert not (tmp_path / "old.duckdb.wal").exists()
     with pytest.raises(InputError, match="not found"):
         Store(tmp_path / "nope.duckdb", read_only=True)
+
+
+def test_a_reproductions_report_pairs_with_its_rule_and_shows_its_metrics(tmp_path):
+    """A reproduction names its rule and headline metrics in the store (``store_meta``): the report's summary then
+    shows those metrics first (requests within deadline, not only the sweep's columns) and pairs every policy with
+    the rule, by segment; a learned policy's rows of several training seeds each pair with the rule's row of
+    their segment, whether the training seed is a metric column (graph-marl) or a grid parameter (torta)."""
+    from fleetwise.metrics.stats import aggregate
+    from fleetwise.reproduce.common import store_meta, store_rows
+
+    db = str(tmp_path / "r.duckdb")
+    rule = [{"seed": s, "deadline_rps": 1.0, "ttft_p99_s": 8.0} for s in range(3)]
+    learned = [{"seed": s, "train_seed": t, "deadline_rps": 1.0 + 0.1 * (t + 1), "ttft_p99_s": 8.0}
+               for t in range(2) for s in range(3)]
+    store_rows(db, "reproduce-x", "edge", "offload_greedy", rule, level="batcher")
+    store_rows(db, "reproduce-x", "edge", "disppo", learned, level="batcher")
+    store_meta(db, "reproduce-x", baseline="offload_greedy", level="batcher", metrics=("deadline_rps", "ttft_p99_s"))
+    store = Store(db)
+    assert store.meta()["reproduce-x"] == {"baseline": '{"batcher": "offload_greedy"}',
+                                           "metrics": '["deadline_rps", "ttft_p99_s"]'}
+    rows = {r["batcher"]: r for r in aggregate(store.runs(), ["deadline_rps"], {"batcher": "offload_greedy"})}
+    ch = rows["disppo"]["vs_baseline"]["deadline_rps"]
+    assert ch.n == 6 and ch.mean == pytest.approx(0.15)  # 3 segments x 2 training seeds: +10% and +20%
+    page = write_report(Store(db, read_only=True), tmp_path / "out").read_text(encoding="utf-8")
+    summary = page[page.index('id="summary"'):page.index('id="cdf"')]
+    head = re.search(r"<thead>(.*?)</thead>", summary).group(1)
+    assert head.index("Within deadline") < head.index("TTFT p99") and "TPOT p50" not in head
+    assert "offload_greedy <span class=\"pm\">(baseline)</span>" in summary
+    assert "+15.0" in summary  # disppo's paired change against the rule
+
+    # the training seed as a grid parameter (reproduce torta): each seed's rows pair with the rule's
+    db2 = str(tmp_path / "t.duckdb")
+    store_rows(db2, "reproduce-t", "ring", "least_loaded", [{"seed": s, "response_time_mean_s": 2.0} for s in range(3)],
+               level="planner", params={"topology": "ring"})
+    for t in range(2):
+        store_rows(db2, "reproduce-t", "ring", "torta", [{"seed": s, "train_seed": t, "response_time_mean_s": 1.8}
+                                                         for s in range(3)],
+                   level="planner", params={"topology": "ring", "train_seed": t})
+    rows = aggregate(Store(db2).runs(), ["response_time_mean_s"], {"router": "least_loaded"})
+    changes = [r["vs_baseline"]["response_time_mean_s"] for r in rows if r["router"] == "torta"]
+    assert len(changes) == 2 and all(c.n == 3 and c.mean == pytest.approx(-0.1) for c in changes)
+    # a store without meta (a sweep, or written before the table existed) keeps the usual columns
+    page = write_report(_tiny_sweep(tmp_path / "s.duckdb"), tmp_path / "out2").read_text(encoding="utf-8")
+    assert "TPOT p50" in page and "Within deadline" not in page

@@ -54,7 +54,22 @@ KEY_METRICS: list[tuple[str, str, str, float, int]] = [
     ("cost_per_mtok_usd", "Cost", "$/Mtok", 1.0, -1),
     ("slowdown_p50", "Slowdown p50", "×", 1.0, -1),
 ]
-METRIC_INFO = {k: (label, unit, scale, better) for k, label, unit, scale, better in KEY_METRICS}
+# the headline metrics a reproduction names for itself (the store's ``meta`` table, key ``metrics``); a key not
+# listed here is shown under its own name, with no direction
+REPRO_METRICS: list[tuple[str, str, str, float, int]] = [
+    ("deadline_rps", "Within deadline", "req/s", 1.0, +1),
+    ("ttft_attainment", "TTFT attainment", "%", 100.0, +1),
+    ("slo_attainment", "SLO attainment", "%", 100.0, +1),
+    ("response_time_mean_s", "Response mean", "s", 1.0, -1),
+    ("response_time_p99_s", "Response p99", "s", 1.0, -1),
+    ("latency_p99_s", "Latency p99", "s", 1.0, -1),
+    ("cost_usd", "Cost", "$", 1.0, -1),
+    ("oscillations", "Oscillations", "", 1.0, -1),
+    ("lost_requests", "Lost", "", 1.0, -1),
+    ("switches", "Switches", "", 1.0, 0),
+    ("rejected", "Rejected", "", 1.0, -1),
+]
+METRIC_INFO = {k: (label, unit, scale, better) for k, label, unit, scale, better in KEY_METRICS + REPRO_METRICS}
 LOAD_METRICS = ["ttft_p99_s", "e2e_p99_s", "goodput_rps", "gpu_util"]
 PARETO_LATENCIES = ["e2e_p99_s", "ttft_p99_s"]
 DEFAULT_BASELINE_ROUTER = "round_robin"
@@ -196,6 +211,8 @@ class _Experiment:
     ok: list[dict]
     failed: list[dict]
     baseline: dict | None = None
+    # the summary's columns: (key, label, unit, scale, direction); KEY_METRICS unless the experiment names its own
+    metrics: list[tuple[str, str, str, float, int]] = field(default_factory=lambda: list(KEY_METRICS))
     rows: list[dict] = field(default_factory=list)
     agg: dict[tuple, dict] = field(default_factory=dict)  # (scenario, pkey, batcher, router) -> aggregate row
     policies: list[tuple[str, str]] = field(default_factory=list)  # (router_label, batcher_label)
@@ -235,12 +252,40 @@ def _auto_baseline(runs: list[dict]) -> dict | None:
     return None
 
 
-def _build_experiment(name: str, runs: list[dict], baseline: dict | None) -> _Experiment:
+def _meta_metrics(meta: dict, ok: list[dict]) -> list[tuple[str, str, str, float, int]]:
+    """The summary's columns: the metrics the experiment names (a reproduction's headline metrics), then the
+    usual ones that its runs have; without names, the usual ones."""
+    try:
+        named = [str(k) for k in json.loads(meta.get("metrics", "[]"))]
+    except (ValueError, TypeError):
+        named = []
+    if not named:
+        return list(KEY_METRICS)
+    cols = [(k, *METRIC_INFO[k]) if k in METRIC_INFO else (k, k, "", 1.0, 0) for k in dict.fromkeys(named)]
+    cols += [m for m in KEY_METRICS if m[0] not in named and any(r.get(m[0]) is not None for r in ok)]
+    return cols
+
+
+def _meta_baseline(meta: dict, runs: list[dict]) -> dict | None:
+    """The baseline an experiment names (a reproduction's rule), if its runs have that policy."""
+    try:
+        b = json.loads(meta.get("baseline", "null"))
+        (level, name), = b.items()
+    except (ValueError, TypeError, AttributeError):
+        return None
+    if level not in ("router", "batcher") or not any(r.get(f"{level}_label") == name for r in runs):
+        return None
+    return {level: str(name)}
+
+
+def _build_experiment(name: str, runs: list[dict], baseline: dict | None, meta: dict | None = None) -> _Experiment:
     ok = [r for r in runs if r.get("status") == "ok"]
     failed = [r for r in runs if r.get("status") != "ok"]
     ex = _Experiment(name=name, ok=ok, failed=failed)
-    ex.baseline = baseline if baseline is not None else _auto_baseline(ok)
-    ex.rows = aggregate(ok, [k for k, *_ in KEY_METRICS], ex.baseline or None) if ok else []
+    meta = meta or {}
+    ex.metrics = _meta_metrics(meta, ok)
+    ex.baseline = baseline if baseline is not None else (_meta_baseline(meta, ok) or _auto_baseline(ok))
+    ex.rows = aggregate(ok, [k for k, *_ in ex.metrics], ex.baseline or None) if ok else []
     for row in ex.rows:
         ex.agg[(row["scenario"], _pkey(row["params"]), row["batcher"], row["router"])] = row
     pols = list(dict.fromkeys(ex.policy(r) for r in runs))
@@ -424,7 +469,7 @@ def _summary_html(ex: _Experiment) -> str:
         else:
             head = ""
         head += '<th class="l">policy</th><th title="ok runs (failed)">runs</th>'
-        head += "".join(f"<th>{_esc(label)}{_esc(_unit(unit))}</th>" for _, label, unit, _, _ in KEY_METRICS)
+        head += "".join(f"<th>{_esc(label)}{_esc(_unit(unit))}</th>" for _, label, unit, _, _ in ex.metrics)
         body = []
         for p in ex.points[s]:
             pols = [pol for pol in ex.policies if oks.get((s, _pkey(p), *pol)) or fails.get((s, _pkey(p), *pol))]
@@ -444,7 +489,7 @@ def _summary_html(ex: _Experiment) -> str:
                 cells.append(f'<td class="l">{name}</td>')
                 failed_note = f' <span class="bad">({n_f_g} failed)</span>' if n_f_g else ""
                 cells.append(f"<td>{n_ok_g}{failed_note}</td>")
-                for key, _, _, scale, better in KEY_METRICS:
+                for key, _, _, scale, better in ex.metrics:
                     ci = row["ci"].get(key) if row else None
                     if ci is None or _nan(ci.mean):
                         cells.append("<td>—</td>")
@@ -822,8 +867,10 @@ def write_report(store, out_dir: str | Path, experiment: str | None = None, base
     """Write ``out_dir/index.html`` (self-contained) and one PNG per plot; returns the path of index.html.
 
     ``experiment``: report only this experiment (default: every experiment in the store, one after another).
-    ``baseline``: e.g. ``{"router": "least_outstanding_requests"}`` for the paired changes (the baseline is not
-    stored with the runs); default: the router ``round_robin`` when every group of an experiment has it.
+    ``baseline``: e.g. ``{"router": "least_outstanding_requests"}`` for the paired changes; default: the baseline
+    the experiment names in the store (a reproduction's rule, ``Store.set_meta``), else the router ``round_robin``
+    when every group of an experiment has it. An experiment that names its headline metrics (a reproduction) shows
+    those first in its summary.
     """
     t0 = time.perf_counter()
     import matplotlib
@@ -848,7 +895,9 @@ def write_report(store, out_dir: str | Path, experiment: str | None = None, base
         if bname not in have:
             raise InputError(f"--baseline {level}={bname}: no run in the store has that {level} "
                              f"(it has: {', '.join(have) or 'none'})")
-    exps = [_build_experiment(n, [r for r in all_runs if str(r["experiment"]) == n], baseline) for n in names]
+    meta = store.meta()
+    exps = [_build_experiment(n, [r for r in all_runs if str(r["experiment"]) == n], baseline, meta.get(n))
+            for n in names]
     quant = _query_quantiles(store, names)
     tl = store.query("SELECT DISTINCT run_id FROM timeline")
     with_tl = set(tl["run_id"].tolist())

@@ -7,6 +7,8 @@ Tables
 - ``quantiles``: (run_id, metric, q, value) for the latency distributions (TTFT, TPOT, E2E), 0..100 percentiles.
 - ``timeline``: (run_id, replica, t_s, util) per-replica GPU-busy fraction over time.
 - ``learning``: (run_id, policy, step, metric, value) training curves of learned policies.
+- ``meta``: (experiment, key, value) what an experiment says about itself for the report: a reproduction's
+  ``baseline`` (its rule, JSON ``{level column: name}``) and ``metrics`` (its headline metrics, a JSON list).
 
 Writes open the file, insert in one transaction and close it again, retrying while another process holds
 the lock, so several sweeps may write to one file at once without losing or duplicating rows
@@ -48,6 +50,7 @@ SCHEMA = [
     "CREATE TABLE IF NOT EXISTS quantiles (run_id VARCHAR, metric VARCHAR, q DOUBLE, value DOUBLE)",
     "CREATE TABLE IF NOT EXISTS timeline (run_id VARCHAR, replica INTEGER, t_s DOUBLE, util DOUBLE)",
     "CREATE TABLE IF NOT EXISTS learning (run_id VARCHAR, policy VARCHAR, step BIGINT, metric VARCHAR, value DOUBLE)",
+    "CREATE TABLE IF NOT EXISTS meta (experiment VARCHAR, key VARCHAR, value VARCHAR)",
 ]
 
 
@@ -308,7 +311,33 @@ class Store:
         rows = [(run_id, policy, int(s), metric, float(v)) for s, v in zip(steps, values)]
         self._with(lambda c: c.executemany("INSERT INTO learning VALUES (?, ?, ?, ?, ?)", rows))
 
+    def set_meta(self, experiment: str, key: str, value: str) -> None:
+        """Set what ``experiment`` says about itself under ``key`` (one value per key; the last write wins)."""
+
+        def tx(con) -> None:
+            con.execute("BEGIN TRANSACTION")
+            try:
+                con.execute("DELETE FROM meta WHERE experiment = ? AND key = ?", [experiment, key])
+                con.execute("INSERT INTO meta VALUES (?, ?, ?)", [experiment, key, value])
+                con.execute("COMMIT")
+            except BaseException:
+                try:
+                    con.execute("ROLLBACK")
+                except Exception:  # noqa: BLE001 - a failed COMMIT has already ended the transaction
+                    pass
+                raise
+
+        self._with(tx)
+
     # ------------------------------------------------------------------ reading
+    def meta(self) -> dict[str, dict[str, str]]:
+        """``{experiment: {key: value}}`` (empty for a store written before the table existed)."""
+        out: dict[str, dict[str, str]] = {}
+        for e, k, v in self._with(lambda c: c.execute("SELECT experiment, key, value FROM meta").fetchall(),
+                                  read_only=True):
+            out.setdefault(str(e), {})[str(k)] = str(v)
+        return out
+
     def query(self, sql: str, params: list | None = None) -> dict[str, np.ndarray]:
         """Columns of a query result as numpy arrays."""
 
@@ -341,7 +370,7 @@ class Store:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         files = []
-        for t in ("runs", "quantiles", "timeline", "learning"):
+        for t in ("runs", "quantiles", "timeline", "learning", "meta"):
             f = out / f"{t}.parquet"
             self._with(lambda c, t=t, f=f: c.execute(f"COPY {t} TO '{f}' (FORMAT PARQUET)"))
             files.append(f)

@@ -7,6 +7,7 @@ the baseline run with the same seed, scenario and grid point (paired: the same a
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 from dataclasses import dataclass
@@ -57,8 +58,6 @@ def paired_change(base: dict, other: dict, **kw) -> CI:
 
 
 def group_key(run: dict) -> tuple:
-    import json
-
     return (run["scenario"], json.dumps(run["params"], sort_keys=True), run["batcher_label"], run["router_label"])
 
 
@@ -79,12 +78,19 @@ def aggregate(runs: Sequence[dict], metrics: Sequence[str], baseline: dict[str, 
             level, name = next(iter(baseline.items()))
             bkey = list(key)
             bkey[3 if level == "router" else 2] = name
+            if tuple(bkey) not in groups and "train_seed" in members[0]["params"]:
+                # a learned policy's rows of one training seed (a grid parameter of reproduce torta) pair with
+                # the rule's rows of the same grid point without it: the rule has no training seed
+                bkey[1] = json.dumps({k: v for k, v in members[0]["params"].items() if k != "train_seed"},
+                                     sort_keys=True)
             bkey = tuple(bkey)
             if bkey != key and bkey in groups:
                 base = {r["seed"]: r for r in groups[bkey]}
-                mine = {r["seed"]: r for r in members}
+                # paired by seed; a learned policy's rows of several training seeds each pair with the rule's row
+                # of their seed (the training seed a metric column, as reproduce graph-marl stores it)
+                mine = {(r["seed"], r.get("train_seed")): r for r in members if r["seed"] in base}
                 for m in metrics:
-                    row["vs_baseline"][m] = paired_change({s: r.get(m) for s, r in base.items()},
-                                                          {s: r.get(m) for s, r in mine.items()})
+                    row["vs_baseline"][m] = paired_change({k: base[k[0]].get(m) for k in mine},
+                                                          {k: r.get(m) for k, r in mine.items()})
         out.append(row)
     return out

@@ -163,7 +163,7 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
     from fleetwise.reproduce.common import fit_load as _fit_load
     from fleetwise.reproduce.common import out_dir as _out_dir
     from fleetwise.reproduce.common import progress as _progress
-    from fleetwise.reproduce.common import store_rows
+    from fleetwise.reproduce.common import store_meta, store_rows
     from fleetwise.worlds.edge import EdgeConfig, EdgePolicyBatcher, evaluate, with_batch_limit
 
     if learner not in LEARNERS:
@@ -264,6 +264,8 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
         for name, r in rows.items():
             result.setdefault(name, {}).update(_summ(r))
             store_rows(db, "reproduce-batching", scenario, name, r, level="batcher")
+        store_meta(db, "reproduce-batching", baseline=RULE, level="batcher",
+                   metrics=("deadline_rps", "goodput_rps", "ttft_p99_s", "e2e_p99_s"))
         # an overloaded run (> 1% of the requests dropped) is never called the best baseline
         overloaded = sorted(n for n, r in rows.items() if _dropped(r) > WARN_SHARE)
         fair = [n for n in BASELINES if n not in overloaded]

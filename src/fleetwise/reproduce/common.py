@@ -7,7 +7,7 @@ import hashlib
 import json
 import time
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Sequence
 
 
 def out_dir(db: str | None, name: str) -> Path:
@@ -115,6 +115,18 @@ def summarize_rows(rows: list[dict], metrics: Iterable[str]) -> dict:
         out[f"{k}_ci95"] = [ci.lo, ci.hi]
     out["seeds"] = len(rows)
     return out
+
+
+def store_meta(db: str | None, experiment: str, *, baseline: str, level: str, metrics: Sequence[str]) -> None:
+    """Name the reproduction's rule (``baseline``, a policy of ``level``) and its headline ``metrics`` in the store,
+    so that ``fleetwise report`` pairs every policy with that rule and shows those metrics first."""
+    if not db:
+        return
+    from fleetwise.experiments.store import Store
+
+    store = Store(db)
+    store.set_meta(experiment, "baseline", json.dumps({"batcher" if level == "batcher" else "router": baseline}))
+    store.set_meta(experiment, "metrics", json.dumps(list(metrics)))
 
 
 def store_rows(db: str | None, experiment: str, scenario: str, policy: str, rows: list[dict], *,

@@ -111,7 +111,7 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
     from fleetwise.metrics.stats import paired_change
     from fleetwise.reproduce.common import out_dir as _out_dir
     from fleetwise.reproduce.common import progress as _progress
-    from fleetwise.reproduce.common import store_rows, summarize_rows
+    from fleetwise.reproduce.common import store_meta, store_rows, summarize_rows
     from fleetwise.scenario import SCENARIO_DIR, read_yaml
 
     bud = _budget(quick)
@@ -172,6 +172,9 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
         result[name]["requests"] = int(np.mean([r["requests"] for r in rs]))
         store_rows(db, "reproduce-platform", scen_name, name, [{k: v for k, v in r.items() if not k.startswith("_")}
                                                               for r in rs], level="scaler")
+    if "slo_aware" in rows:  # the rule the RL scaler corrects
+        store_meta(db, "reproduce-platform", baseline="slo_aware", level="scaler",
+                   metrics=("slo_attainment", "cost_per_mtok_usd", "oscillations", "lost_requests"))
     ref = "hpa" if "hpa" in rows else None
     for name, rs in rows.items():
         if ref is None or name == ref:

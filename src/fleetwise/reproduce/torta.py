@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fleetwise.reproduce.common import store_rows
+from fleetwise.reproduce.common import store_meta, store_rows
 from fleetwise.workload.adapt import WARN_SHARE
 
 PAPER = {"response_time": "-15% (up to)", "load_balance": "+4-5%", "cost": "-10% to -20%"}
@@ -387,6 +387,9 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
                 store_rows(db, "reproduce-torta", f"torta-{topo}{tag}", name,
                            [{c: v for c, v in r.items() if c not in ("slots", "plans")} for r in rs
                             if r.get("train_seed") == k], level="planner", params=params)
+        store_meta(db, "reproduce-torta", baseline="least_loaded", level="planner",
+                   metrics=("response_time_mean_s", "response_time_p99_s", "load_cv", "cost_usd", "switches",
+                            "rejected"))
         for name in AGENTS:
             walls = list(info.get((topo, name), {}).values()) or [float("nan")]
             res[name].update({"train_wall_s": float(np.mean(walls)), "learner": learner,
