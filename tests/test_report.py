@@ -282,6 +282,7 @@ def test_a_reproductions_report_pairs_with_its_rule_and_shows_its_metrics(tmp_pa
     assert head.index("Within deadline") < head.index("TTFT p99") and "TPOT p50" not in head
     assert "offload_greedy <span class=\"pm\">(baseline)</span>" in summary
     assert "+15.0" in summary  # disppo's paired change against the rule
+    assert "a paper reproduction stores its runs' summaries, not their distributions" in page
 
     # the training seed as a grid parameter (reproduce torta): each seed's rows pair with the rule's
     db2 = str(tmp_path / "t.duckdb")
