@@ -73,7 +73,8 @@ def test_the_tutorial_runs_on_small_inputs(tmp_path, data_dir):
     card = json.loads((tmp_path / "checkpoints" / "my-router.card.json").read_text())
     assert card["rule"] == "least_outstanding_tokens" and isinstance(card["validation"]["passed"], bool)
     assert "learned(checkpoint=checkpoints/my-router.npz)" in outs[3]
-    assert (tmp_path / "results" / "tutorial-report" / "index.html").is_file()
+    page = (tmp_path / "results" / "tutorial-report" / "index.html").read_text(encoding="utf-8")
+    assert 'least_outstanding_tokens <span class="pm">(baseline)</span>' in page  # the spec's, kept in the store
 
     # 6: serve the learned router (loopback) and ask it for a decision
     port = _free_port()
