@@ -475,7 +475,7 @@ def sweep(
         _print_experiment_fit(spec, spec_file)
     store, runs, res = _execute(spec, db, backend, workers, address, spec_file)
     if spec.baseline:  # so that a later `fleetwise report` pairs with it too
-        store.set_meta(spec.name, "baseline", json.dumps(spec.baseline))
+        store.set_meta(spec.name, {"baseline": json.dumps(spec.baseline)})
     ids = {r.run_id for r in runs}  # (a set: a sweep may hold up to MAX_RUNS runs)
     stored = [r for r in store.runs() if r["run_id"] in ids]
     _warn_stored_overload(stored)

@@ -311,14 +311,16 @@ class Store:
         rows = [(run_id, policy, int(s), metric, float(v)) for s, v in zip(steps, values)]
         self._with(lambda c: c.executemany("INSERT INTO learning VALUES (?, ?, ?, ?, ?)", rows))
 
-    def set_meta(self, experiment: str, key: str, value: str) -> None:
-        """Set what ``experiment`` says about itself under ``key`` (one value per key; the last write wins)."""
+    def set_meta(self, experiment: str, values: dict[str, str]) -> None:
+        """Set what ``experiment`` says about itself, ``{key: value}`` in one transaction (one value per key; the
+        last write wins)."""
 
         def tx(con) -> None:
             con.execute("BEGIN TRANSACTION")
             try:
-                con.execute("DELETE FROM meta WHERE experiment = ? AND key = ?", [experiment, key])
-                con.execute("INSERT INTO meta VALUES (?, ?, ?)", [experiment, key, value])
+                for key, value in values.items():
+                    con.execute("DELETE FROM meta WHERE experiment = ? AND key = ?", [experiment, key])
+                    con.execute("INSERT INTO meta VALUES (?, ?, ?)", [experiment, key, value])
                 con.execute("COMMIT")
             except BaseException:
                 try:

@@ -124,9 +124,8 @@ def store_meta(db: str | None, experiment: str, *, baseline: str, level: str, me
         return
     from fleetwise.experiments.store import Store
 
-    store = Store(db)
-    store.set_meta(experiment, "baseline", json.dumps({"batcher" if level == "batcher" else "router": baseline}))
-    store.set_meta(experiment, "metrics", json.dumps(list(metrics)))
+    Store(db).set_meta(experiment, {"baseline": json.dumps({"batcher" if level == "batcher" else "router": baseline}),
+                                    "metrics": json.dumps(list(metrics))})
 
 
 def store_rows(db: str | None, experiment: str, scenario: str, policy: str, rows: list[dict], *,

@@ -387,9 +387,6 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
                 store_rows(db, "reproduce-torta", f"torta-{topo}{tag}", name,
                            [{c: v for c, v in r.items() if c not in ("slots", "plans")} for r in rs
                             if r.get("train_seed") == k], level="planner", params=params)
-        store_meta(db, "reproduce-torta", baseline="least_loaded", level="planner",
-                   metrics=("response_time_mean_s", "response_time_p99_s", "load_cv", "cost_usd", "switches",
-                            "rejected"))
         for name in AGENTS:
             walls = list(info.get((topo, name), {}).values()) or [float("nan")]
             res[name].update({"train_wall_s": float(np.mean(walls)), "learner": learner,
@@ -406,6 +403,8 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
         res["torta"]["changes"] = _changes(rs_t, n_train)
         result[topo] = res
         extras[topo] = {n: next(r for r in rs_t[n] if "slots" in r) for n in KEEP_DAY}
+    store_meta(db, "reproduce-torta", baseline="least_loaded", level="planner",
+               metrics=("response_time_mean_s", "response_time_p99_s", "load_cv", "cost_usd", "switches", "rejected"))
     _plots(result, extras, out_dir)
     learning_plot(result, out_dir)
     if eval_trace is not None:
