@@ -399,6 +399,9 @@ def test_reproduce_torta_reuses_the_agents_this_job_trained_and_trains_again_for
     ck = tmp_path / "torta" / "checkpoints" / "ring-torta-seed0.card.json"
     first = torta.run(cem=tiny, **kw)
     card = ck.read_text()
+    from fleetwise.experiments.store import Store  # the rule and metrics the report pairs with and shows
+
+    assert Store(kw["db"]).meta()["reproduce-torta"]["baseline"] == '{"router": "least_loaded"}'
     from dataclasses import replace
 
     from fleetwise.learn.torta_cem import TortaCEMConfig, job_key
