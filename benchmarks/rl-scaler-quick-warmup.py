@@ -1,8 +1,8 @@
-"""Does a warm-up change what ``reproduce platform --quick`` shows for the RL scaler (docs/autoscaling.md,
-"Validation on four days")? The quick window (09:30-11:30 of day 1, the zone outage) starts cold: no replica
-history, no scaler memory. Here each run starts at ``--starts`` hours instead and only the quick window is counted:
-the cost accrued from 09:30 (the monitor's cumulative cost per group) per million tokens of the requests that
-arrived from 09:30 and completed, and the scaling reversals from 09:30. slo_aware and the checkpoint, 5 seeds,
+"""Did a warm-up change what ``reproduce platform --quick`` showed for the RL scaler while it evaluated
+09:30-11:30 (docs/autoscaling-log.md, "A quick window with calm hours")? That window (day 1, the zone outage) starts
+cold: no replica history, no scaler memory. Here each run starts at ``--starts`` hours instead and only that window
+is counted: the cost accrued from 09:30 (the monitor's cumulative cost per group) per million tokens of the requests
+that arrived from 09:30 and completed, and the scaling reversals from 09:30. slo_aware and the checkpoint, 5 seeds,
 paired by seed.
 
     PYTHONPATH=src python benchmarks/rl-scaler-quick-warmup.py --checkpoint results/platform-rl/platform/rl_scaler.npz \\

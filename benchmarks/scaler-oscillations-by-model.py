@@ -1,7 +1,7 @@
 """Where a scaler's oscillations (reversals of a model's total target) and cost come from, per model: slo_aware and
-the RL scaler's hand-written starts (scaler_cem.INITS) on whole ServeGen days or on a real trace over reproduce
-platform --quick's window (09:30-11:30, the zone outage), one run each. (docs/autoscaling-log.md, "Where the
-oscillation clause stands".)
+the RL scaler's hand-written starts (scaler_cem.INITS) on whole ServeGen days or on a real trace over
+reproduce platform --quick --eval-trace's window (09:30-11:30, the zone outage), one run each.
+(docs/autoscaling-log.md, "Where the oscillation clause stands".)
 
     PYTHONPATH=src python benchmarks/scaler-oscillations-by-model.py [--where 1,7,azure-code@0.7] \\
         [--inits rule,calm_lift,calm_lift_only] [--seed 0]

@@ -344,6 +344,21 @@ def test_cli_simulate_runs_the_platform_and_writes_monitoring(tmp_path):
     assert p.returncode == 2 and "unknown scaler 'nope'" in p.stderr and len(p.stderr.strip().splitlines()) == 1
 
 
+def test_reproduce_platform_quick_holds_calm_hours_and_the_outage():
+    """--quick evaluates the first half of the test day (the calm night and the 10:00 zone outage) and chooses and
+    gates the RL scaler on half days: its lift waits for a calm hour and the 300-s scale-down window, which a
+    one-hour window never holds. With --eval-trace (a real trace is denser) it keeps the 2 hours around the outage."""
+    from fleetwise.learn.scaler_cem import CEM_BUDGETS, ScalerCEMConfig
+    from fleetwise.reproduce.platform import DAY, _budget
+
+    quick, full = _budget(True), _budget(False)
+    assert quick["window"] == (0.0, DAY / 2) and quick["window"][0] < 10 * 3600 < quick["window"][1]
+    assert quick["trace_window"] == (9.5 * 3600, 11.5 * 3600) and full["window"] == full["trace_window"] == (0.0, DAY)
+    cfg = ScalerCEMConfig(**CEM_BUDGETS["quick"])
+    assert cfg.window_s == 3600.0  # training stays on one-hour windows
+    assert min(CEM_BUDGETS["quick"]["val_window_s"], CEM_BUDGETS["quick"]["gate_window_s"]) >= 2 * 3600 + 300
+
+
 def test_reproduce_platform_windows_and_best():
     from fleetwise.reproduce.platform import _best, on_demand_only, windowed
     from fleetwise.scenario import SCENARIO_DIR, read_yaml

@@ -117,7 +117,9 @@ SERVEGEN_DAYS = 14  # the days of ServeGen's language traces (../shared/data/ser
 # checkpoint passed the gate on its mean attainment loss, 0.19 point, whose interval crossed the 0.2-point bar
 # (docs/autoscaling-log.md, "A lift on a low need")
 CEM_BUDGETS = {
-    "quick": {"window_s": 3600.0, "train_windows": 3, "val_windows": 2, "gate_windows": 3, "iterations": 3,
+    # quick: one-hour training windows; the choice and the gate on half days, long enough for an hour of calm
+    "quick": {"window_s": 3600.0, "train_windows": 3, "val_windows": 2, "val_window_s": DAY / 2, "gate_windows": 3,
+              "gate_window_s": DAY / 2, "iterations": 3,
               "population": 6, "elite": 2, "init": "calm_hour_low_need", "sigma": 0.15,
               "train_traces": ["azure-conv", "mooncake"], "trace_windows": 1},
     "full": {"window_s": 7200.0, "train_windows": 4, "val_windows": 2, "val_window_s": DAY, "gate_windows": 4,
