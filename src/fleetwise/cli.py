@@ -1149,9 +1149,10 @@ def train_router_cmd(
 @train_app.command("scaler")
 def train_scaler_cmd(
     out_path: Path = typer.Option(..., "--out", help="the checkpoint to write (NAME.npz, with NAME.card.json beside it)"),
-    quick: bool = typer.Option(False, "--quick", help="reproduce platform --quick's budget (1-hour windows, 3 "
-                               "iterations of 6) instead of the full one (2-hour training windows, 6 iterations of 8, "
-                               "validated and gated on whole days)"),
+    quick: bool = typer.Option(False, "--quick", help="reproduce platform --quick's budget (1-hour training "
+                               "windows, 3 iterations of 6, validated and gated on 12-hour windows) instead of the "
+                               "full one (2-hour training windows, 6 iterations of 8, validated and gated on whole "
+                               "days)"),
     seed: int = typer.Option(0, min=0, max=MAX_TRAIN_SEED, help="the search's seed"),
     searches: Optional[int] = typer.Option(None, min=1, max=64, help="independent searches (seeds SEED, SEED+1, ...; "
                                            "each its own training windows); validation keeps the best parameters "
