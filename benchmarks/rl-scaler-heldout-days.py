@@ -9,7 +9,8 @@ run per day and scaler, paired by day.
         [--days 11-14] [--seed 0] [--probe "NAME|NAME"]
 
 ``--probe`` adds variants of benchmarks/scaler-frontier-probe.py (e.g. a hand-set correction with memory) for
-comparison. About 40-70 s of one core per whole-day run."""
+comparison. ``rl_lifted_hours`` gives, per day, how many hours the checkpoint kept each model's N+1 zone spread
+lifted (where its saving comes from). About 40-70 s of one core per whole-day run."""
 
 import argparse
 import importlib.util
@@ -39,8 +40,28 @@ def one(args):
         spec.loader.exec_module(probe)
         scaler = probe.make_scaler(name)
     sc = parse_scenario(windowed(base, 0.0, DAY, day=day - 1), where=f"ServeGen day {day}")
-    s = run_platform(sc, seed, scaler=scaler, monitor=False).summary
-    return name, day, {k: float(s[k]) for k in KEYS}
+    p = run_platform(sc, seed, scaler=scaler, monitor=False)
+    row = {k: float(p.summary[k]) for k in KEYS}
+    log = getattr(getattr(p.scaler, "correction", None), "lift_log", None)  # the rl scaler's lifts and restores
+    if log is not None:
+        row["lifted_hours"] = lifted_hours(log, DAY)
+    return name, day, row
+
+
+def lifted_hours(log, end_s: float) -> dict[str, float]:
+    """Hours of the day each model's N+1 spread was lifted, from ``CorrectedSLOAware.lift_log`` ((time, model,
+    lifted) at each lift and each restore); a spread still lifted at the end counts to ``end_s``."""
+    since: dict[str, float] = {}
+    out: dict[str, float] = {}
+    for t, m, lifted in sorted(log, key=lambda e: e[0]):
+        out.setdefault(m, 0.0)
+        if lifted and m not in since:
+            since[m] = t
+        elif not lifted and m in since:
+            out[m] += (min(t, end_s) - since.pop(m)) / 3600.0
+    for m, t in since.items():
+        out[m] += max(end_s - t, 0.0) / 3600.0
+    return {m: round(h, 2) for m, h in out.items()}
 
 
 def main() -> None:
@@ -80,6 +101,8 @@ def main() -> None:
             "per_day": {d: [round(100 * (by[n][d]["cost_per_mtok_usd"] / by["slo_aware"][d]["cost_per_mtok_usd"] - 1), 2),
                             round(100 * (by[n][d]["slo_attainment"] - by["slo_aware"][d]["slo_attainment"]), 3),
                             by[n][d]["oscillations"] - by["slo_aware"][d]["oscillations"]] for d in days}}
+        if all("lifted_hours" in by[n][d] for d in days):  # how long each model's spread was lifted, per day
+            out[f"{n}_lifted_hours"] = {d: by[n][d]["lifted_hours"] for d in days}
     print(json.dumps(out, default=float, indent=1))
 
 
