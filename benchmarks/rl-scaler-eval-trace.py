@@ -1,7 +1,8 @@
 """The RL scaler against slo_aware on a real trace training never saw (issue 17: "on the other real traces at load
 0.7, neither learned policy worse than its rule"): the trace in place of the platform scenario's arrivals and
 lengths over reproduce platform --quick --eval-trace's window (09:30-11:30, with the zone outage), fitted to
-``--load`` of the fleet (fleetwise.workload.adapt), 5 seeds, paired by seed; ``per_seed`` in the JSON lists each seed's pair.
+``--load`` of the fleet (fleetwise.workload.adapt), 5 seeds, paired by seed; ``per_seed`` in the JSON lists each
+seed's pair.
 
     PYTHONPATH=src python benchmarks/rl-scaler-eval-trace.py --checkpoint results/platform-rl/platform/rl_scaler.npz \
         [--trace azure-code] [--load 0.7] [--seeds 5]

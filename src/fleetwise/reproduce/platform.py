@@ -47,7 +47,8 @@ def _budget(quick: bool) -> dict:
     # evaluated; trace_window: the same with --eval-trace, where a real trace fitted to a load of the fleet is far
     # denser than the scenario's arrivals (the whole day at load 0.7: 1.4 M requests a run). --quick evaluates the
     # first half of the day, from the calm night through the 10:00 zone outage: the RL scaler saves where a model
-    # stays calm for an hour, which two busy hours never show (docs/platform.md, "Quick")
+    # stays calm for an hour, which two busy hours never show (docs/autoscaling-log.md, "A quick window with calm
+    # hours")
     if quick:
         return {"seeds": 5, "window": (0.0, DAY / 2), "trace_window": (9.5 * 3600.0, 11.5 * 3600.0),
                 "rl": CEM_BUDGETS["quick"]}
