@@ -243,6 +243,30 @@ def test_disppo_on_the_recipe_starts_at_the_rule_and_gates():
     assert rows[0]["completed"] > 0
 
 
+def test_disppo_early_stopping_waits_for_half_the_budget():
+    """Behaviour cloning leaves PPO's greedy policy at the rule for the first 110,000-150,000 steps of the full
+    budget, so the validation score is the rule's at every early check; 6 checks without improvement stopped all
+    six full-budget jobs at 73,728 steps, still the rule (2026-12-06). Early stopping now waits for half the
+    budget's rollouts (``early_stop_after``), as the RL scaler's does."""
+    from fleetwise.learn.disppo import DISPPOArgs, train
+
+    class Flat:  # a validation whose score never improves
+        @staticmethod
+        def score(model):
+            return 0.0
+
+    tiny = replace(SMALL, segment_s=8.0)
+    args = DISPPOArgs(total_timesteps=8192, n_steps=256, n_envs=2, batch_size=256, n_epochs=1, bc_episodes=0,
+                      validate_every=1, patience=1)
+    steps = {}
+    for share in (0.0, 0.5):
+        model, curve, _ = train(lambda: EdgeBatchingEnv(tiny), replace(args, early_stop_after=share), validation=Flat)
+        steps[share] = model.num_timesteps
+    assert steps[0.0] <= 2 * 512 and 8 * 512 <= steps[0.5] < 8192
+    with pytest.raises(ValueError, match="early_stop_after"):
+        train(lambda: EdgeBatchingEnv(tiny), replace(args, early_stop_after=1.5), validation=Flat)
+
+
 def test_cem_policy_zero_parameters_are_offload_greedy_decision_for_decision():
     """DISPPO's linear policy (the CEM learner's) contains the rule: zero parameters give the rule's batch plan at
     every decision of a whole segment (offloads included), and so its records."""

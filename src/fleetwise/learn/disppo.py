@@ -26,6 +26,7 @@ is the deployment gate written into the checkpoint's model card.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -57,6 +58,11 @@ class DISPPOArgs:
     lagrange_lr: float = 2.0  # dual ascent step per rollout, on the attainment's shortfall
     validate_every: int = 6  # rollouts between validation checks (checkpoint choice)
     patience: int = 6  # validation checks without improvement before training stops
+    # the share of the budget's rollouts before early stopping may stop training (Validator.min_checks, as the RL
+    # scaler's): behaviour cloning leaves the greedy policy at the rule, and PPO moved it only after 110,592 and
+    # 147,456 steps of the 400,000-step budget (seeds 0 and 1, 2026-12-06), so 6 checks without improvement had
+    # stopped every full-budget job at 73,728 steps, still the rule (docs/batching.md)
+    early_stop_after: float = 0.5
 
 
 def _buffer_class():
@@ -162,7 +168,12 @@ def train(make_env: Callable[[], object], args: DISPPOArgs, progress: Callable[[
         else None
     attained: list[float] = []
     lagrange: list = []
-    validator = Validator(score=validation.score, patience=args.patience) if validation is not None else None
+    if not 0.0 <= args.early_stop_after <= 1.0:
+        raise ValueError(f"DISPPOArgs.early_stop_after {args.early_stop_after!r}: expected a share from 0 to 1")
+    rollouts = math.ceil(args.total_timesteps / (args.n_steps * args.n_envs))
+    validator = Validator(score=validation.score, patience=args.patience,
+                          min_checks=int(args.early_stop_after * rollouts / max(1, args.validate_every))) \
+        if validation is not None else None
     if validator is not None:
         validator.check(model, 0)  # the warm start is the first candidate
 
