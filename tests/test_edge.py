@@ -222,7 +222,7 @@ def test_training_mix_draws_loads_and_trace_shapes():
     assert len(names) >= 2 and len(set(rates)) > 1  # the paper's mix and fitted single traces, several sizes
 
 
-def test_disppo_on_the_recipe_starts_at_the_rule_and_gates():
+def test_disppo_on_the_recipe_starts_at_the_rule_and_gates(tmp_path):
     from fleetwise.learn.disppo import DISPPOArgs, EdgeValidation, NumpyPolicy, train
 
     tiny = replace(SMALL, segment_s=8.0)  # episodes of ~1,000 decisions: several end within the budget
@@ -241,6 +241,25 @@ def test_disppo_on_the_recipe_starts_at_the_rule_and_gates():
     assert g["rule"] == "offload_greedy" and g["windows"] == 2 and isinstance(g["passed"], bool)
     rows = evaluate(SMALL, lambda view: EdgePolicyBatcher(NumpyPolicy(model), view), [5])
     assert rows[0]["completed"] > 0
+    # the checkpoint it exports is reused by a job of the same key: the same decisions, gate and curve
+    from fleetwise.learn.export import export_sb3
+    from fleetwise.reproduce.batching import _reuse_ppo
+
+    ck = export_sb3(model, tmp_path / "disppo-seed0.npz", level="batcher", policy="disppo", rule="offload_greedy",
+                    training={"job_key": "k1", "curve": curve, "wall_s": wall}, validation=g)
+    job = {"name": "disppo", "seed": 0, "checkpoint": str(ck)}
+    assert _reuse_ppo(job, "k2", 0.99) is None  # another job's key: train
+    old = _reuse_ppo(job, "k1", 0.99)
+    assert old["reused"] and old["gate"] == g and old["curve"]["validation"] == [tuple(v) for v in curve["validation"]]
+    env = EdgeBatchingEnv(tiny)
+    obs, _ = env.reset(seed=3)
+    for _ in range(200):
+        m = env.action_masks()
+        a, _ = old["policy"].predict(obs, action_masks=m)
+        assert np.array_equal(a, NumpyPolicy(model).predict(obs, action_masks=m)[0])
+        obs, _, done, _, _ = env.step(a)
+        if done:
+            break
 
 
 def test_disppo_early_stopping_waits_for_half_the_budget():

@@ -289,6 +289,21 @@ class NumpyPolicy:
         self.head = (pol.action_net.weight.detach().cpu().numpy().astype(np.float64),
                      pol.action_net.bias.detach().cpu().numpy().astype(np.float64))
 
+    @classmethod
+    def from_checkpoint(cls, path) -> "NumpyPolicy":
+        """The same policy from a checkpoint that ``learn.export.export_sb3`` wrote of such a model (read with the
+        safe loader: arrays and JSON only; the float32 weights it stores are the model's own)."""
+        from fleetwise.control.checkpoint import CheckpointError, load_policy
+
+        p = load_policy(path, level="batcher")
+        if p.algorithm != "ppo" or p.norm is not None or p.activation not in ("tanh", "relu"):
+            raise CheckpointError(f"checkpoint {path}: not a DISPPO policy (PPO, tanh or ReLU, no normalisation)")
+        self = cls.__new__(cls)
+        *hidden, head = [(w.astype(np.float64), b.astype(np.float64)) for w, b in p.layers]
+        self.layers, self.head, self._relu = hidden, head, p.activation == "relu"
+        self.nvec = [int(x) for x in p.action.nvec] if p.action.kind == "multi_discrete" else None
+        return self
+
     def predict(self, obs, action_masks=None, deterministic=True):
         h = np.asarray(obs, dtype=np.float64)
         for w, b in self.layers:

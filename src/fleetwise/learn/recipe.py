@@ -323,10 +323,11 @@ def run_jobs(fn: Callable[[Any], Any], jobs: Sequence[Any], *, backend: str = "l
                      spawn=True)
 
 
-def trained_by(out, level: str, key: str, n_params: int):
+def trained_by(out, level: str, key: str, n_params: int | None):
     """The model card of the checkpoint at ``out`` if the same training job made it (its ``training.job_key`` is
-    ``key`` and it holds ``n_params`` parameters), read with the safe loader (arrays and JSON only); None otherwise.
-    Training is deterministic, so a learner can return such a checkpoint's result instead of training again."""
+    ``key`` and, unless ``n_params`` is None, its card holds ``n_params`` parameters), read with the safe loader
+    (arrays and JSON only); None otherwise. Training is deterministic, so a learner can return such a checkpoint's
+    result instead of training again."""
     from pathlib import Path
 
     from fleetwise.control.checkpoint import CheckpointError, load_policy
@@ -338,7 +339,8 @@ def trained_by(out, level: str, key: str, n_params: int):
     except CheckpointError:
         return None
     t = card.training or {}
-    return card if t.get("job_key") == key and len(t.get("params", [])) == n_params else None
+    ok = t.get("job_key") == key and (n_params is None or len(t.get("params", [])) == n_params)
+    return card if ok else None
 
 
 def mean_ci(values: Iterable[float]) -> tuple[float, float, float]:

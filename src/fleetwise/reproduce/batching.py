@@ -116,6 +116,9 @@ def train_job(job: dict) -> dict:
     args = DISPPOArgs(total_timesteps=job["timesteps"], time_aware=job["time_aware"], seed=job["seed"],
                       ttft_target=target)
     mix = TrainMix()
+    key = _ppo_job_key(tcfg, mix, args, val)
+    if job.get("checkpoint") and (old := _reuse_ppo(job, key, target)) is not None:
+        return old
     model, curve, wall = train(lambda: EdgeBatchingEnv(tcfg, mix=mix), args, validation=val)
     g = val.gate(model)
     ckpt = None
@@ -126,11 +129,43 @@ def train_job(job: dict) -> dict:
                             f"{mix.rate_range[0]:g}-{mix.rate_range[1]:g} req/s, and {', '.join(mix.traces)} fitted at "
                             f"load {mix.load_range[0]:g}-{mix.load_range[1]:g}", "timesteps": job["timesteps"],
                     "seed": job["seed"], "time_aware": job["time_aware"], "ttft_attainment_target": target,
-                    "best_step": curve["best_step"], "wall_s": wall}
+                    "best_step": curve["best_step"], "wall_s": wall, "job_key": key, "curve": curve}
         ckpt = str(export_sb3(model, job["checkpoint"], level="batcher", policy=job["name"], rule=RULE,
                               training=training, validation=g))
     return {"name": job["name"], "seed": job["seed"], "policy": NumpyPolicy(model), "curve": curve, "gate": g,
             "wall_s": wall, "checkpoint": ckpt, "ttft_target": target}
+
+
+def _ppo_job_key(tcfg, mix, args, val) -> str:
+    """What determines a PPO training job's result (as ``learn.batching_cem.job_key`` for CEM): the training
+    segments' edge scenario, the training mix, PPO's arguments (budget, seed, discount, the recipe's settings) and
+    the validation windows. A checkpoint whose model card carries the same key is reused instead of training."""
+    import hashlib
+    import json
+    from dataclasses import asdict
+
+    doc = {"edge": asdict(tcfg), "mix": asdict(mix), "ppo": asdict(args),
+           "validation": [[str(x) for x in w[:3]] + [str(w[4])] for w in val.windows], "version": 1}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _reuse_ppo(job: dict, key: str, target: float) -> dict | None:
+    """The result of an earlier PPO job with the same key, from its checkpoint and model card (the safe loader:
+    arrays and JSON only), or None: the policy, its gate and its learning curve, without training again."""
+    from fleetwise.learn.disppo import NumpyPolicy
+    from fleetwise.learn.recipe import trained_by
+
+    card = trained_by(job["checkpoint"], "batcher", key, None)
+    if card is None:
+        return None
+    t = card.training
+    c = t["curve"]
+    curve = {"episodes": [tuple(v) for v in c["episodes"]], "lagrange": [tuple(v) for v in c["lagrange"]],
+             "validation": [tuple(v) for v in c["validation"]], "bc_loss": list(c["bc_loss"]),
+             "best_step": c["best_step"]}
+    return {"name": job["name"], "seed": job["seed"], "policy": NumpyPolicy.from_checkpoint(job["checkpoint"]),
+            "curve": curve, "gate": dict(card.validation or {}), "wall_s": float(t["wall_s"]),
+            "checkpoint": job["checkpoint"], "ttft_target": target, "reused": True}
 
 
 def _train_cem(job: dict, cfg, val, target: float) -> dict:
