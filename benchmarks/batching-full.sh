@@ -5,7 +5,7 @@
 # Measured 2026-12-02 on the shared 2 cores (commit bd6b56d, beside the Graph-MARL full run for most of it):
 # 47 min 53 s wall, then 57 s for arXiv (the trained policies reused). `--learner ppo` trains the paper's SMDP PPO
 # instead (DISPPO and its ablation x 3 training seeds, 400,000 steps at most): 22 min 24 s wall for the first command
-# (2026-12-06, commit e2517fd); its arXiv command trains them again (PPO checkpoints are not reused).
+# (2026-12-06, commit e2517fd); from commit e08c6c8 on, its arXiv command reuses those checkpoints (same --db).
 # Usage: benchmarks/batching-full.sh [OUTDIR]
 set -euo pipefail
 out=${1:-results/batching-full}
