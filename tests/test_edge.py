@@ -249,6 +249,9 @@ def test_disppo_on_the_recipe_starts_at_the_rule_and_gates(tmp_path):
                     training={"job_key": "k1", "curve": curve, "wall_s": wall}, validation=g)
     job = {"name": "disppo", "seed": 0, "checkpoint": str(ck)}
     assert _reuse_ppo(job, "k2", 0.99) is None  # another job's key: train
+    bad = export_sb3(model, tmp_path / "bad.npz", level="batcher", policy="disppo", rule="offload_greedy",
+                     training={"job_key": "k1", "curve": {"validation": 3}, "wall_s": wall}, validation=g)
+    assert _reuse_ppo({**job, "checkpoint": str(bad)}, "k1", 0.99) is None  # a malformed curve: train
     old = _reuse_ppo(job, "k1", 0.99)
     assert old["reused"] and old["gate"] == g and old["curve"]["validation"] == [tuple(v) for v in curve["validation"]]
     env = EdgeBatchingEnv(tiny)

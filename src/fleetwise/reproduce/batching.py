@@ -158,13 +158,17 @@ def _reuse_ppo(job: dict, key: str, target: float) -> dict | None:
     card = trained_by(job["checkpoint"], "batcher", key, None)
     if card is None:
         return None
-    t = card.training
-    c = t["curve"]
-    curve = {"episodes": [tuple(v) for v in c["episodes"]], "lagrange": [tuple(v) for v in c["lagrange"]],
-             "validation": [tuple(v) for v in c["validation"]], "bc_loss": list(c["bc_loss"]),
-             "best_step": c["best_step"]}
+    try:
+        t = card.training
+        c = t["curve"]
+        curve = {"episodes": [tuple(v) for v in c["episodes"]], "lagrange": [tuple(v) for v in c["lagrange"]],
+                 "validation": [tuple(v) for v in c["validation"]], "bc_loss": list(c["bc_loss"]),
+                 "best_step": int(c["best_step"])}
+        wall = float(t["wall_s"])
+    except (KeyError, TypeError, ValueError):  # a card without a well-formed curve: train again
+        return None
     return {"name": job["name"], "seed": job["seed"], "policy": NumpyPolicy.from_checkpoint(job["checkpoint"]),
-            "curve": curve, "gate": dict(card.validation or {}), "wall_s": float(t["wall_s"]),
+            "curve": curve, "gate": dict(card.validation or {}), "wall_s": wall,
             "checkpoint": job["checkpoint"], "ttft_target": target, "reused": True}
 
 
