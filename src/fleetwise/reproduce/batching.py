@@ -44,11 +44,13 @@ CEM_BUDGET = {True: {"iterations": 8, "population": 16, "elite": 4, "segments": 
 
 def _budget(quick: bool, learner: str = "cem") -> dict:
     if quick:
+        # early stopping off: PPO's greedy policy first leaves the rule at 110,592 steps (seed 0, 2026-12-06), so
+        # within 150,000 steps an early stop could only ever stop at the rule (DISPPOArgs.early_stop_after)
         b = {"timesteps": 150_000, "seeds": 5, "sweep_seeds": 2, "train_segment_s": 120.0, "train_seeds": 1,
-             "variants": ("disppo",)}  # the ablation only at the full budget (2 shared cores)
+             "variants": ("disppo",), "early_stop_after": 1.0}  # the ablation only at the full budget (2 cores)
     else:
         b = {"timesteps": 400_000, "seeds": 10, "sweep_seeds": 3, "train_segment_s": 120.0, "train_seeds": 3,
-             "variants": tuple(VARIANTS)}
+             "variants": tuple(VARIANTS), "early_stop_after": 0.5}
     if learner == "cem":  # the ablation is about PPO's discount: PPO only
         b.update(variants=("disppo",), timesteps=None, cem=dict(CEM_BUDGET[quick]))
     return b
@@ -114,7 +116,7 @@ def train_job(job: dict) -> dict:
     if job.get("learner", "ppo") == "cem":
         return _train_cem(job, cfg, val, target)
     args = DISPPOArgs(total_timesteps=job["timesteps"], time_aware=job["time_aware"], seed=job["seed"],
-                      ttft_target=target)
+                      ttft_target=target, early_stop_after=job.get("early_stop_after", 0.5))
     mix = TrainMix()
     key = _ppo_job_key(tcfg, mix, args, val)
     if job.get("checkpoint") and (old := _reuse_ppo(job, key, target)) is not None:
@@ -235,6 +237,7 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
     result: dict = {}
     with bars as prog:
         jobs = [{"name": name, "time_aware": ta, "seed": s, "timesteps": bud["timesteps"], "quick": quick,
+                 "early_stop_after": bud["early_stop_after"],
                  "train_segment_s": bud["train_segment_s"], "learner": learner, "cem": bud.get("cem"),
                  "checkpoint": str(out_dir / f"{name}-seed{s}.npz") if db else None}
                 for name, ta in VARIANTS.items() if name in bud["variants"] for s in range(bud["train_seeds"])]
