@@ -5,8 +5,9 @@ chosen checkpoint on the 10 held-out test segments against `static` and on arXiv
 `least_loaded`, paired. Quoted in docs/graph-marl.md (how much the arXiv result depends on the training seed; those
 runs had 200 updates). About 10-12 minutes of one CPU per 200 updates.
 
-Usage: python benchmarks/graph-marl-seed-probe.py KIND SEED ['{GraphMARLConfig overrides as JSON}']
-(KIND: graph, flat or ippo; e.g. '{"train_prompt_range": [1, 4]}')
+Usage: python benchmarks/graph-marl-seed-probe.py KIND SEED ['{GraphMARLConfig overrides}' ['{MAPPOArgs overrides}']]
+(KIND: graph, flat or ippo; JSON, e.g. '{"train_prompt_range": [1, 4]}', or '{}' '{"rule_start_epochs": 1}'). Each
+case is printed bare and behind the run-time monitor (`recipe.RuleFallback`, "+monitor").
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import numpy as np
 
 from fleetwise.envs.graph_marl import evaluate
 from fleetwise.learn.graph_marl import MAPPOArgs, ValidationWindows, load_trained, train_job
+from fleetwise.learn.recipe import RuleFallback
 from fleetwise.metrics.stats import paired_change
 from fleetwise.reproduce.graph_marl import _budget, _train_args
 from fleetwise.workload.spec import load_trace
@@ -29,11 +31,14 @@ from fleetwise.worlds.multicloud import GraphMARLConfig
 def main() -> None:
     kind, seed = sys.argv[1], int(sys.argv[2])
     over = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
+    over_args = json.loads(sys.argv[4]) if len(sys.argv) > 4 else {}
     bud = _budget(False)
     cfg = replace(GraphMARLConfig(), **{k: tuple(v) if isinstance(v, list) else v for k, v in over.items()})
     val = ValidationWindows(cfg, range(500, 500 + bud["val_seeds"]), MAPPOArgs().train_segment_s)
-    args = _train_args(bud, kind, seed)
+    args = replace(_train_args(bud, kind, seed), **over_args)
     tag = "-" + hashlib.sha256(json.dumps(over, sort_keys=True).encode()).hexdigest()[:8] if over else ""
+    if over_args:
+        tag += "-args-" + hashlib.sha256(json.dumps(over_args, sort_keys=True).encode()).hexdigest()[:8]
     ckpt = f"/tmp/graph-marl-seed-probe-{kind}-s{seed}{tag}.pt"
     r = train_job({"name": kind, "cfg": cfg, "args": asdict(args), "ckpt": ckpt, "validation": val})
     info = r["info"]
@@ -45,13 +50,17 @@ def main() -> None:
                            ("arXiv@0.7 vs least_loaded", "least_loaded",
                             {"trace": load_trace("arxiv-summarization"), "load": 0.7})):
         base = {x["seed"]: x for x in evaluate(cfg, ref, seeds, **kw)}
-        rows = {x["seed"]: x for x in evaluate(cfg, pol, seeds, **kw)}
-        out = []
-        for k in ("latency_p99_s", "cost_usd"):
-            ch = paired_change({s: base[s][k] for s in base}, {s: rows[s][k] for s in rows})
-            out.append(f"{k} {np.mean([x[k] for x in rows.values()]):.3f} {ch.mean:+.1%} [{ch.lo:+.1%}, {ch.hi:+.1%}]")
-        att = np.mean([x["slo_attainment"] for x in rows.values()])
-        print(kind, "seed", seed, label, "|", " | ".join(out), f"| attainment {att:.3f}")
+        for monitor in (False, True):
+            pol.fallback = RuleFallback(cfg.slo_target) if monitor else None
+            rows = {x["seed"]: x for x in evaluate(cfg, pol, seeds, **kw)}
+            out = []
+            for k in ("latency_p99_s", "cost_usd"):
+                ch = paired_change({s: base[s][k] for s in base}, {s: rows[s][k] for s in rows})
+                out.append(f"{k} {np.mean([x[k] for x in rows.values()]):.3f} {ch.mean:+.1%} "
+                           f"[{ch.lo:+.1%}, {ch.hi:+.1%}]")
+            att = np.mean([x["slo_attainment"] for x in rows.values()])
+            print(kind, "seed", seed, label + (" +monitor" if monitor else ""), "|", " | ".join(out),
+                  f"| attainment {att:.3f}", flush=True)
 
 
 if __name__ == "__main__":

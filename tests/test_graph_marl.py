@@ -506,6 +506,39 @@ def test_trained_policy_with_a_tripped_fallback_takes_the_rules_decisions():
     assert pol.fallback.tripped_at >= 1  # some request missed its SLO (the target is 1.0): the rule took over
 
 
+@needs_data
+def test_rule_start_epochs_are_the_rules_in_training_and_in_evaluation(tmp_path):
+    """With ``rule_start_epochs`` k the first k epochs of every episode take the rule's decision: the trained
+    policy returns the zero correction there (and its networks decide after), training records only the epochs
+    after them, and a checkpoint reloads with the same k. k must leave the policy an epoch to decide."""
+    from fleetwise.learn.graph_marl import MAPPOArgs, TrainedPolicy, _sizes, build_networks, load_trained, train
+
+    env = make_env(SMALL, held_out=True)
+    obs, _ = env.reset(seed=3)
+    nets = build_networks("flat", env.layout, _sizes(env), env.state_dim)
+    with torch.no_grad():  # networks that never choose the rule's correction where another is allowed
+        for p in nets.parameters():
+            p.normal_(0.0, 1.0)
+    pol = TrainedPolicy(nets, rule_start=2)
+    pol.reset(3)
+    seen = []
+    while env.agents:
+        a = pol(env, obs, env.state())
+        seen.append(all((a[k] == 0).all() for k in a))
+        obs, *_ = env.step(a)
+    assert seen[:2] == [True, True] and not all(seen[2:])
+
+    cfg = replace(SMALL, segment_s=90.0, drain_s=30.0)
+    args = MAPPOArgs(kind="flat", updates=1, episodes_per_update=1, n_epochs=1, hidden=8, bc_episodes=0,
+                     rule_start_epochs=1)
+    ck = tmp_path / "f.pt"
+    _, curve, info = train(lambda: make_env(cfg, duration_s=90.0), args, ckpt_path=ck)
+    assert info["env_steps"] == 2  # 3 epochs of 30 s, the first the rule's
+    assert load_trained(ck, cfg).rule_start == 1
+    with pytest.raises(InputError, match="rule_start_epochs 3"):
+        train(lambda: make_env(cfg, duration_s=90.0), replace(args, rule_start_epochs=3))
+
+
 def test_paired_rows_by_training_seed_and_segment():
     from fleetwise.reproduce.graph_marl import _paired
 

@@ -63,6 +63,9 @@ class MAPPOArgs:
     lagrange_max: float = 20.0
     val_every: int = 5  # validation (checkpoint choice, early stopping) every this many updates (0: never)
     patience: int = 8  # 4 stopped graph_marl and ippo at update 20, where flat_marl first improved (docs)
+    # the first epochs of every episode are the rule's (in training, validation and evaluation): the policy first
+    # decides with that many epochs of the segment's traffic observed, not on a cold fleet (docs/graph-marl.md)
+    rule_start_epochs: int = 0
     seed: int = 0
 
 
@@ -270,12 +273,15 @@ class TrainedPolicy:
     actions.
 
     ``fallback`` (a ``recipe.RuleFallback``, or None): once the SLO attainment of all requests that ended in the
-    episode so far falls below the target, every later epoch takes the rule's decision (no correction)."""
+    episode so far falls below the target, every later epoch takes the rule's decision (no correction).
+    ``rule_start``: the first epochs of an episode that take the rule's decision (``MAPPOArgs.rule_start_epochs``,
+    as the policy was trained)."""
 
-    def __init__(self, nets, deterministic: bool = True, fallback=None):
+    def __init__(self, nets, deterministic: bool = True, fallback=None, rule_start: int = 0):
         self.nets = nets
         self.deterministic = deterministic
         self.fallback = fallback
+        self.rule_start = int(rule_start)
         self.gen = None
 
     def reset(self, seed: int) -> None:
@@ -285,6 +291,8 @@ class TrainedPolicy:
 
     def __call__(self, env, obs, state):
         if self.fallback is not None and self.fallback.step(env.mc.cls_ok, env.mc.cls_ended):
+            return env.rule_action()
+        if env.mc.epoch < self.rule_start:
             return env.rule_action()
         torch = _torch()
         o = next(iter(obs.values()))
@@ -456,6 +464,9 @@ def train(make_env: Callable[[], object], args: MAPPOArgs, ckpt_path: str | Path
 
     torch = _torch()
     env = make_env()
+    if not 0 <= args.rule_start_epochs < env.n_epochs:
+        raise InputError(f"rule_start_epochs {args.rule_start_epochs}: expected 0 to {env.n_epochs - 1} (the "
+                         "episode's epochs)")
     sizes = _sizes(env)
     nets = build_networks(args.kind, env.layout, sizes, env.state_dim, args.hidden, args.gnn_layers)
     opt = torch.optim.Adam(nets.parameters(), lr=args.learning_rate, eps=1e-5)
@@ -471,7 +482,7 @@ def train(make_env: Callable[[], object], args: MAPPOArgs, ckpt_path: str | Path
     last_val: dict = {}
     if validation is not None:
         def _score(m) -> float:
-            last_val["d"] = validation.policy_result(TrainedPolicy(m.policy))
+            last_val["d"] = validation.policy_result(TrainedPolicy(m.policy, rule_start=args.rule_start_epochs))
             return last_val["d"]["score"]
 
         validator = Validator(score=_score, patience=args.patience)
@@ -529,6 +540,9 @@ def train(make_env: Callable[[], object], args: MAPPOArgs, ckpt_path: str | Path
         for ep in range(args.episodes_per_update):
             obs, _ = env.reset(seed=args.seed * 1_000_003 + update * args.episodes_per_update + ep)
             ret = 0.0
+            while env.agents and env.mc.epoch < args.rule_start_epochs:  # the rule's epochs: not the policy's
+                obs, rew, _, _, _ = env.step(env.rule_action())
+                ret += float(rew[AGENTS[0]])
             while env.agents:
                 o = obs[AGENTS[0]]
                 x = torch.as_tensor(o["x"]).unsqueeze(0)
@@ -614,7 +628,7 @@ def train(make_env: Callable[[], object], args: MAPPOArgs, ckpt_path: str | Path
             "best_step": validator.best_step if validator is not None else None, "early_stopped": stopped}
     if ckpt_path is not None and validator is not None:
         write_card(ckpt_path, args, info, cfg)
-    return TrainedPolicy(nets), curve, info
+    return TrainedPolicy(nets, rule_start=args.rule_start_epochs), curve, info
 
 
 def train_job(job: dict) -> dict:
@@ -644,7 +658,7 @@ def load_trained(ckpt_path: str | Path, cfg) -> TrainedPolicy:
     best = v.get("best_state", v.get("_best_state"))
     nets.load_state_dict(best if best is not None else ck["nets"])
     nets.eval()
-    return TrainedPolicy(nets)
+    return TrainedPolicy(nets, rule_start=a.get("rule_start_epochs", 0))
 
 
 def _save(path, nets, opt, gen, update, curve, env_steps, args, lags, validator, stopped, bc_hist, val_detail):
