@@ -31,6 +31,7 @@ from fleetwise.workload import (
     poisson_arrivals,
     read_azure,
     read_burstgpt,
+    read_plain,
     read_mooncake,
     read_servegen,
     read_vidur_lengths,
@@ -310,6 +311,51 @@ def test_burstgpt_missing_column(tmp_path):
     f.write_text("Timestamp,Model,Request tokens\n1,ChatGPT,4\n")
     with pytest.raises(InputError, match=r"b\.csv header: missing column\(s\) Response tokens"):
         read_burstgpt(f)
+
+
+def test_plain_trace_small_file_sorted_and_sniffed(tmp_path):
+    """A user's own trace in the workload's columns: times shifted to 0 and sorted (stable), optional model and
+    tenant names, other columns ignored; load_trace tells the layout from the header."""
+    f = tmp_path / "mine.csv"
+    f.write_text("arrival_s,prompt_tokens,output_tokens,model,note\n"
+                 "12.5,100,20,big,x\n10,50,0,small,y\n11,70,5,,z\n")
+    w = read_plain(f)
+    assert list(w.arrival_s) == [0.0, 1.0, 2.5]
+    assert list(w.prompt_tokens) == [50, 70, 100] and list(w.output_tokens) == [0, 5, 20]
+    assert [w.models[m] for m in w.model] == ["small", "default", "big"]
+    assert w.tenants == ["default"] and set(w.tenant.tolist()) == {0}
+    w2 = load_trace(str(f))
+    assert list(w2.prompt_tokens) == [50, 70, 100] and w2.name == "mine"
+    assert len(read_plain(f, limit=2)) == 2
+
+
+@pytest.mark.parametrize(
+    "row, pattern",
+    [
+        ("1,abc,5\n", r"p\.csv row 2: prompt_tokens 'abc' is not an integer"),
+        ("1,0,5\n", r"p\.csv row 2: prompt_tokens is 0"),
+        ("1,5,-1\n", r"p\.csv row 2: output_tokens '-1' is negative"),
+        ("-1,5,5\n", r"p\.csv row 2: arrival_s '-1' is negative"),
+        ("nan,5,5\n", r"p\.csv row 2: arrival_s 'nan' is not a finite number"),
+        ("1,5\n", r"p\.csv row 2: missing field output_tokens"),
+        ("1,1e30,5\n", r"p\.csv row 2: prompt_tokens 1e30 is above the limit"),
+    ],
+)
+def test_plain_trace_malformed(tmp_path, row, pattern):
+    f = tmp_path / "p.csv"
+    f.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,10\n" + row)
+    with pytest.raises(InputError, match=pattern):
+        read_plain(f)
+    with pytest.raises(InputError, match=pattern):
+        load_trace(str(f))
+
+
+def test_unknown_csv_header_names_the_plain_layout(tmp_path):
+    f = tmp_path / "q.csv"
+    f.write_text("t,prompt,output\n0,1,1\n")
+    with pytest.raises(InputError, match=r"q\.csv: cannot tell the trace format .*arrival_s, prompt_tokens, "
+                                         r"output_tokens"):
+        load_trace(str(f))
 
 
 def test_servegen_malformed(tmp_path):

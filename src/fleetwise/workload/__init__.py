@@ -6,6 +6,7 @@ from fleetwise.workload.readers import (
     ServeGenRates,
     read_azure,
     read_burstgpt,
+    read_plain,
     read_mooncake,
     read_servegen,
     read_vidur_lengths,
@@ -37,7 +38,7 @@ from fleetwise.workload.spec import (
 
 __all__ = [
     "Request", "Workload",
-    "read_azure", "read_mooncake", "read_vidur_lengths", "read_burstgpt", "read_servegen", "ServeGenRates",
+    "read_azure", "read_mooncake", "read_vidur_lengths", "read_burstgpt", "read_plain", "read_servegen", "ServeGenRates",
     "servegen_arrivals", "servegen_workload",
     "poisson_arrivals", "gamma_arrivals", "mmpp_arrivals", "diurnal_arrivals", "diurnal_rate", "replay",
     "EmpiricalLengths", "LognormalLengths", "clip_total_tokens", "make_workload",

@@ -439,6 +439,45 @@ def read_burstgpt(
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# plain CSV (a user's own trace)
+
+
+PLAIN_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")
+
+
+def read_plain(path: str | Path, limit: int | None = None, name: str | None = None) -> Workload:
+    """A trace in the workload's own columns (``PLAIN_COLUMNS``): ``arrival_s`` (seconds, a number >= 0),
+    ``prompt_tokens`` (>= 1) and ``output_tokens`` (>= 0); optional ``model`` and ``tenant`` (names, as
+    BurstGPT's: into the workload's ``models`` / ``tenants``; blank is ``default``); other columns ignored.
+    Times are shifted to start at 0; rows out of time order are sorted (stable)."""
+    _check_limit(limit)
+    p = _check_file(path)
+    cols, rows = _read_csv(p, PLAIN_COLUMNS, limit)
+    t = _float_column(p, _column(p, rows, cols["arrival_s"], "arrival_s"), "arrival_s")
+    neg = t < 0
+    if neg.any():
+        i = int(np.argmax(neg))
+        raise InputError(f"{p.name} row {i + 1}: arrival_s {rows[i][cols['arrival_s']]!r} is negative")
+    prompt = _int_column(p, _column(p, rows, cols["prompt_tokens"], "prompt_tokens"), "prompt_tokens",
+                         allow_zero=False)
+    output = _int_column(p, _column(p, rows, cols["output_tokens"], "output_tokens"), "output_tokens")
+    names = {}
+    for c in ("model", "tenant"):
+        raw = [x.strip() or "default" for x in _column(p, rows, cols[c], c)] if c in cols else ["default"] * len(rows)
+        names[c] = np.unique(np.asarray(raw, dtype=object), return_inverse=True) if rows else ([], np.zeros(0, int))
+    (models, mcode), (tenants, tcode) = names["model"], names["tenant"]
+    mcode, tcode = np.asarray(mcode, dtype=np.int64), np.asarray(tcode, dtype=np.int64)
+    t, order = _relative_sorted(p, t, require_sorted=False)
+    if order is not None:
+        prompt, output, mcode, tcode = prompt[order], output[order], mcode[order], tcode[order]
+    return Workload(
+        arrival_s=t, prompt_tokens=prompt, output_tokens=output, model=mcode, tenant=tcode,
+        models=[str(m) for m in models] or ["default"], tenants=[str(x) for x in tenants] or ["default"],
+        name=name or p.stem,
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # ServeGen
 
 

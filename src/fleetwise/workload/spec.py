@@ -72,7 +72,7 @@ __all__ = [
     "trace_in_place_of",
 ]
 
-Format = Literal["azure", "mooncake", "vidur", "burstgpt"]
+Format = Literal["azure", "mooncake", "vidur", "burstgpt", "plain"]
 
 # alias -> (path parts inside the data folder, format)
 TRACE_ALIASES: dict[str, tuple[tuple[str, ...], str]] = {
@@ -91,6 +91,7 @@ _READERS = {
     "mooncake": readers.read_mooncake,
     "vidur": readers.read_vidur_lengths,
     "burstgpt": readers.read_burstgpt,
+    "plain": readers.read_plain,
 }
 
 
@@ -130,9 +131,11 @@ def _sniff_format(p: Path) -> str:
         return "vidur"
     if "Request tokens" in h and "Response tokens" in h:
         return "burstgpt"
+    if set(readers.PLAIN_COLUMNS) <= h:
+        return "plain"
     raise InputError(
         f"{p.name}: cannot tell the trace format from the name or header {sorted(h)}; "
-        "pass format= azure | mooncake | vidur | burstgpt"
+        f"pass format= {' | '.join(_READERS)} (plain: a CSV with columns {', '.join(readers.PLAIN_COLUMNS)})"
     )
 
 
