@@ -210,6 +210,26 @@ def _relative_sorted(
     return t - t[0], order
 
 
+def _seconds_column(p: Path, rows: list[list[str]], cols: dict[str, int], name: str) -> np.ndarray:
+    """Times in seconds: finite numbers >= 0 (the first bad row named)."""
+    t = _float_column(p, _column(p, rows, cols[name], name), name)
+    neg = t < 0
+    if neg.any():
+        i = int(np.argmax(neg))
+        raise InputError(f"{p.name} row {i + 1}: {name} {rows[i][cols[name]]!r} is negative")
+    return t
+
+
+def _names_column(p: Path, rows: list[list[str]], cols: dict[str, int], name: str) -> tuple[list[str], np.ndarray]:
+    """(sorted distinct names, each row's code); a blank or missing column is ``default``."""
+    raw = [x.strip() or "default" for x in _column(p, rows, cols[name], name)] if name in cols else \
+        ["default"] * len(rows)
+    if not rows:
+        return ["default"], np.zeros(0, np.int64)
+    names, code = np.unique(np.asarray(raw, dtype=object), return_inverse=True)
+    return [str(x) for x in names], np.asarray(code, dtype=np.int64)
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Azure
 
@@ -401,19 +421,12 @@ def read_burstgpt(
     _check_limit(limit)
     p = _check_file(path)
     cols, rows = _read_csv(p, BURSTGPT_COLUMNS, limit)
-    t = _float_column(p, _column(p, rows, cols["Timestamp"], "Timestamp"), "Timestamp")
-    neg = t < 0
-    if neg.any():
-        i = int(np.argmax(neg))
-        raise InputError(f"{p.name} row {i + 1}: Timestamp {rows[i][cols['Timestamp']]!r} is negative")
+    t = _seconds_column(p, rows, cols, "Timestamp")
     prompt = _int_column(p, _column(p, rows, cols["Request tokens"], "Request tokens"), "Request tokens",
                          allow_zero=skip_failed)
     output = _int_column(p, _column(p, rows, cols["Response tokens"], "Response tokens"), "Response tokens")
-    models_raw = [m.strip() or "default" for m in _column(p, rows, cols["Model"], "Model")]
-    if "Log Type" in cols:
-        tenants_raw = [x.strip() or "default" for x in _column(p, rows, cols["Log Type"], "Log Type")]
-    else:
-        tenants_raw = ["default"] * len(rows)
+    models, mcode = _names_column(p, rows, cols, "Model")
+    tenants, tcode = _names_column(p, rows, cols, "Log Type")
     if "Total tokens" in cols:
         tot = _int_column(p, _column(p, rows, cols["Total tokens"], "Total tokens"), "Total tokens",
                           max_value=2 * MAX_TOKENS)
@@ -424,18 +437,16 @@ def read_burstgpt(
                 f"{p.name} row {i + 1}: Total tokens {tot[i]} != Request tokens {prompt[i]} + Response tokens {output[i]}"
             )
     keep = (output > 0) & (prompt > 0) if skip_failed else np.ones(len(output), dtype=bool)
-    models, mcode = np.unique(np.asarray(models_raw, dtype=object), return_inverse=True) if rows else ([], np.zeros(0, int))
-    tenants, tcode = np.unique(np.asarray(tenants_raw, dtype=object), return_inverse=True) if rows else ([], np.zeros(0, int))
-    t, prompt, output = t[keep], prompt[keep], output[keep]
-    mcode, tcode = np.asarray(mcode)[keep], np.asarray(tcode)[keep]
+    return _named_workload(p, t[keep], prompt[keep], output[keep], mcode[keep], tcode[keep], models, tenants, name)
+
+
+def _named_workload(p: Path, t, prompt, output, mcode, tcode, models, tenants, name) -> Workload:
+    """A workload with model and tenant names, times shifted to 0 and rows sorted by time (stable)."""
     t, order = _relative_sorted(p, t, require_sorted=False)
     if order is not None:
         prompt, output, mcode, tcode = prompt[order], output[order], mcode[order], tcode[order]
-    return Workload(
-        arrival_s=t, prompt_tokens=prompt, output_tokens=output, model=mcode, tenant=tcode,
-        models=[str(m) for m in models] or ["default"], tenants=[str(x) for x in tenants] or ["default"],
-        name=name or p.stem,
-    )
+    return Workload(arrival_s=t, prompt_tokens=prompt, output_tokens=output, model=mcode, tenant=tcode,
+                    models=models, tenants=tenants, name=name or p.stem)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -453,28 +464,13 @@ def read_plain(path: str | Path, limit: int | None = None, name: str | None = No
     _check_limit(limit)
     p = _check_file(path)
     cols, rows = _read_csv(p, PLAIN_COLUMNS, limit)
-    t = _float_column(p, _column(p, rows, cols["arrival_s"], "arrival_s"), "arrival_s")
-    neg = t < 0
-    if neg.any():
-        i = int(np.argmax(neg))
-        raise InputError(f"{p.name} row {i + 1}: arrival_s {rows[i][cols['arrival_s']]!r} is negative")
+    t = _seconds_column(p, rows, cols, "arrival_s")
     prompt = _int_column(p, _column(p, rows, cols["prompt_tokens"], "prompt_tokens"), "prompt_tokens",
                          allow_zero=False)
     output = _int_column(p, _column(p, rows, cols["output_tokens"], "output_tokens"), "output_tokens")
-    names = {}
-    for c in ("model", "tenant"):
-        raw = [x.strip() or "default" for x in _column(p, rows, cols[c], c)] if c in cols else ["default"] * len(rows)
-        names[c] = np.unique(np.asarray(raw, dtype=object), return_inverse=True) if rows else ([], np.zeros(0, int))
-    (models, mcode), (tenants, tcode) = names["model"], names["tenant"]
-    mcode, tcode = np.asarray(mcode, dtype=np.int64), np.asarray(tcode, dtype=np.int64)
-    t, order = _relative_sorted(p, t, require_sorted=False)
-    if order is not None:
-        prompt, output, mcode, tcode = prompt[order], output[order], mcode[order], tcode[order]
-    return Workload(
-        arrival_s=t, prompt_tokens=prompt, output_tokens=output, model=mcode, tenant=tcode,
-        models=[str(m) for m in models] or ["default"], tenants=[str(x) for x in tenants] or ["default"],
-        name=name or p.stem,
-    )
+    models, mcode = _names_column(p, rows, cols, "model")
+    tenants, tcode = _names_column(p, rows, cols, "tenant")
+    return _named_workload(p, t, prompt, output, mcode, tcode, models, tenants, name)
 
 
 # ----------------------------------------------------------------------------------------------------------------
