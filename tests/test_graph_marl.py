@@ -539,6 +539,20 @@ def test_rule_start_epochs_are_the_rules_in_training_and_in_evaluation(tmp_path)
         train(lambda: make_env(cfg, duration_s=90.0), replace(args, rule_start_epochs=3))
 
 
+def test_checkpoint_key_leaves_out_a_field_at_its_neutral_value():
+    """A MAPPOArgs field added later, at the value that trains as before, does not change the name under which
+    `reproduce graph-marl` finds (and resumes) a checkpoint; any other value does."""
+    from dataclasses import asdict
+
+    from fleetwise.learn.graph_marl import MAPPOArgs
+    from fleetwise.reproduce.graph_marl import _key_args
+
+    a = MAPPOArgs()
+    before = {k: v for k, v in asdict(a).items() if k != "rule_start_epochs"}  # the fields before it was added
+    assert _key_args(a) == before
+    assert _key_args(replace(a, rule_start_epochs=1)) == {**before, "rule_start_epochs": 1}
+
+
 def test_paired_rows_by_training_seed_and_segment():
     from fleetwise.reproduce.graph_marl import _paired
 

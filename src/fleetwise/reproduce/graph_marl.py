@@ -64,6 +64,16 @@ def _train_args(bud: dict, kind: str, seed: int):
                      **{"updates": bud["updates"], **bud["recipe"], **bud["by_kind"].get(kind, {})})
 
 
+# MAPPOArgs fields added after checkpoints were made, with the value at which training is what it was before: left
+# out of a checkpoint's key while they have that value, so that those checkpoints are still found and resumed
+_KEY_NEUTRAL = {"rule_start_epochs": 0}
+
+
+def _key_args(args) -> dict:
+    """``args`` as a checkpoint's key reads them (``_KEY_NEUTRAL`` fields at their neutral value left out)."""
+    return {k: v for k, v in asdict(args).items() if not (k in _KEY_NEUTRAL and v == _KEY_NEUTRAL[k])}
+
+
 def _default_budget(quick: bool) -> dict:
     if quick:
         return {"updates": 35, "episodes_per_update": 4, "seeds": 5, "val_seeds": 3, "train_seeds": 1, "recipe": {},
@@ -148,7 +158,7 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
             for ts in range(n_train):
                 args = _train_args(bud, kind, ts)
                 # the name says what trained it: a checkpoint of other arguments or an older world is never resumed
-                key = hashlib.sha256(json.dumps([asdict(args), WORLD_VERSION, bud["val_seeds"], repr(cfg)],
+                key = hashlib.sha256(json.dumps([_key_args(args), WORLD_VERSION, bud["val_seeds"], repr(cfg)],
                                                 sort_keys=True).encode()).hexdigest()[:10]
                 ckpt = out_dir / f"{kind}-recipe-u{args.updates}x{args.episodes_per_update}-s{args.seed}-{key}.pt"
                 jobs.append({"name": name, "train_seed": ts, "cfg": cfg, "args": asdict(args), "ckpt": str(ckpt),
