@@ -6,8 +6,11 @@ chosen checkpoint on the 10 held-out test segments against `static` and on arXiv
 runs had 200 updates). About 10-12 minutes of one CPU per 200 updates.
 
 Usage: python benchmarks/graph-marl-seed-probe.py KIND SEED ['{GraphMARLConfig overrides}' ['{MAPPOArgs overrides}']]
-(KIND: graph, flat or ippo; JSON, e.g. '{"train_prompt_range": [1, 4]}', or '{}' '{"rule_start_epochs": 1}'). Each
-case is printed bare and behind the run-time monitor (`recipe.RuleFallback`, "+monitor").
+(KIND: graph, flat or ippo; JSON, e.g. '{"train_prompt_range": [1, 4]}', '{"scale_down_after_s": 30}', or '{}'
+'{"rule_start_epochs": 1}'; "validation_s" among the second sets the validation segments' length, default the
+training segments' 300 s). The test segments and arXiv run in the default world but for the overrides that limit
+the actions (ACTION_LIMITS). Each case is printed bare and behind the run-time monitor (`recipe.RuleFallback`,
+"+monitor").
 """
 
 from __future__ import annotations
@@ -28,14 +31,18 @@ from fleetwise.workload.spec import load_trace
 from fleetwise.worlds.multicloud import GraphMARLConfig
 
 
+ACTION_LIMITS = ("guard_scale_ups", "scale_down_after_s")  # GraphMARLConfig fields that shape the action masks
+
+
 def main() -> None:
     kind, seed = sys.argv[1], int(sys.argv[2])
     over = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
     over_args = json.loads(sys.argv[4]) if len(sys.argv) > 4 else {}
     bud = _budget(False)
     cfg = replace(GraphMARLConfig(), **{k: tuple(v) if isinstance(v, list) else v for k, v in over.items()})
-    val = ValidationWindows(cfg, range(500, 500 + bud["val_seeds"]), MAPPOArgs().train_segment_s)
-    args = replace(_train_args(bud, kind, seed), **over_args)
+    val_s = over_args.get("validation_s", MAPPOArgs().train_segment_s)  # (not a MAPPOArgs field)
+    val = ValidationWindows(cfg, range(500, 500 + bud["val_seeds"]), val_s)
+    args = replace(_train_args(bud, kind, seed), **{k: v for k, v in over_args.items() if k != "validation_s"})
     tag = "-" + hashlib.sha256(json.dumps(over, sort_keys=True).encode()).hexdigest()[:8] if over else ""
     if over_args:
         tag += "-args-" + hashlib.sha256(json.dumps(over_args, sort_keys=True).encode()).hexdigest()[:8]
@@ -44,7 +51,8 @@ def main() -> None:
     info = r["info"]
     print(kind, "seed", seed, "best step", info["best_step"], "gate", (info["validation"] or {}).get("gate"))
     pol = load_trained(ckpt, cfg)
-    cfg = GraphMARLConfig()  # evaluated in the default world (test segments, arXiv) whatever it trained on
+    # evaluated in the default world (test segments, arXiv) whatever it trained on, but for what limits the actions
+    cfg = replace(GraphMARLConfig(), **{k: v for k, v in over.items() if k in ACTION_LIMITS})
     seeds = list(range(1000, 1010))
     for label, ref, kw in (("test vs static", "static", {}),
                            ("arXiv@0.7 vs least_loaded", "least_loaded",

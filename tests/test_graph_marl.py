@@ -361,6 +361,32 @@ def test_masks_never_leave_a_class_without_a_ready_replica():
     assert not env.mc.covered(env.mc.cloud_choice, env.mc.variant).all()
 
 
+@needs_data
+def test_no_correction_cuts_capacity_inside_the_scale_down_window():
+    """With ``scale_down_after_s`` no GPU correction that removes a replica is allowed before that time of the
+    segment (the other corrections are); after it, the same masks as without the window."""
+    from fleetwise.worlds.multicloud_rules import _gpu_code
+
+    def cuts(env):
+        mk, base = env.action_masks(), env._base["gpu"]
+        return sum(bool(mk["gpu"][pi, c]) for pi in range(len(base)) for c in (1, 2, 3)
+                   if _gpu_code(int(base[pi]), c) == 1 and int(base[pi]) != 1)
+
+    plain, windowed = make_env(SMALL), make_env(replace(SMALL, scale_down_after_s=60.0))
+    plain.reset(seed=3)
+    windowed.reset(seed=3)
+    assert cuts(plain) > 0 and cuts(windowed) == 0
+    assert windowed.action_masks()["gpu"][:, 2].any()  # adding is still allowed
+    for _ in range(2):  # 60 s of the rule's decisions
+        plain.step(plain.rule_action())
+        windowed.step(windowed.rule_action())
+    assert windowed.mc.sim.now >= 60.0
+    for a in AGENTS:
+        assert (windowed.action_masks()[a] == plain.action_masks()[a]).all()
+    with pytest.raises(InputError, match="scale_down_after_s"):
+        replace(SMALL, scale_down_after_s=-1.0)
+
+
 def test_tail_guard_no_correction_cancels_the_rules_reaction_to_a_backlog():
     """A pool backlogged by more than BACKLOG_S: the masks forbid "one fewer" (hold instead of the rule's scale-up,
     or a scale-down), and compose does not apply it; other pools are unaffected."""
@@ -545,12 +571,15 @@ def test_checkpoint_key_leaves_out_a_field_at_its_neutral_value():
     from dataclasses import asdict
 
     from fleetwise.learn.graph_marl import MAPPOArgs
-    from fleetwise.reproduce.graph_marl import _key_args
+    from fleetwise.reproduce.graph_marl import _key_args, _key_cfg
 
     a = MAPPOArgs()
     before = {k: v for k, v in asdict(a).items() if k != "rule_start_epochs"}  # the fields before it was added
     assert _key_args(a) == before
     assert _key_args(replace(a, rule_start_epochs=1)) == {**before, "rule_start_epochs": 1}
+    cfg = GraphMARLConfig()
+    assert _key_cfg(cfg) == repr(cfg).replace(", scale_down_after_s=0.0", "")  # the repr before the field
+    assert _key_cfg(replace(cfg, scale_down_after_s=30.0)) == repr(replace(cfg, scale_down_after_s=30.0))
 
 
 def test_paired_rows_by_training_seed_and_segment():

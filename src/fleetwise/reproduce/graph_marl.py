@@ -64,14 +64,28 @@ def _train_args(bud: dict, kind: str, seed: int):
                      **{"updates": bud["updates"], **bud["recipe"], **bud["by_kind"].get(kind, {})})
 
 
-# MAPPOArgs fields added after checkpoints were made, with the value at which training is what it was before: left
-# out of a checkpoint's key while they have that value, so that those checkpoints are still found and resumed
-_KEY_NEUTRAL = {"rule_start_epochs": 0}
+# fields added to MAPPOArgs and GraphMARLConfig after checkpoints were made, with the value at which training is
+# what it was before: left out of a checkpoint's key while they have that value, so that those checkpoints are
+# still found and resumed
+_KEY_NEUTRAL = {"rule_start_epochs": 0, "scale_down_after_s": 0.0}
+
+
+def _neutral(name: str, value) -> bool:
+    return name in _KEY_NEUTRAL and value == _KEY_NEUTRAL[name]
 
 
 def _key_args(args) -> dict:
     """``args`` as a checkpoint's key reads them (``_KEY_NEUTRAL`` fields at their neutral value left out)."""
-    return {k: v for k, v in asdict(args).items() if not (k in _KEY_NEUTRAL and v == _KEY_NEUTRAL[k])}
+    return {k: v for k, v in asdict(args).items() if not _neutral(k, v)}
+
+
+def _key_cfg(cfg) -> str:
+    """``repr(cfg)`` as the dataclass writes it, without the ``_KEY_NEUTRAL`` fields at their neutral value."""
+    from dataclasses import fields
+
+    parts = [f"{f.name}={getattr(cfg, f.name)!r}" for f in fields(cfg) if f.repr and not _neutral(f.name,
+                                                                                                  getattr(cfg, f.name))]
+    return f"{type(cfg).__qualname__}({', '.join(parts)})"
 
 
 def _default_budget(quick: bool) -> dict:
@@ -158,7 +172,7 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
             for ts in range(n_train):
                 args = _train_args(bud, kind, ts)
                 # the name says what trained it: a checkpoint of other arguments or an older world is never resumed
-                key = hashlib.sha256(json.dumps([_key_args(args), WORLD_VERSION, bud["val_seeds"], repr(cfg)],
+                key = hashlib.sha256(json.dumps([_key_args(args), WORLD_VERSION, bud["val_seeds"], _key_cfg(cfg)],
                                                 sort_keys=True).encode()).hexdigest()[:10]
                 ckpt = out_dir / f"{kind}-recipe-u{args.updates}x{args.episodes_per_update}-s{args.seed}-{key}.pt"
                 jobs.append({"name": name, "train_seed": ts, "cfg": cfg, "args": asdict(args), "ckpt": str(ckpt),

@@ -103,6 +103,9 @@ class GraphMARLConfig:
     # the tail guard (multicloud_rules): no correction shrinks a pool backlogged > 5 s; with guard_scale_ups also
     # none cancels the rule's scale-up of a busy pool (measured in docs/graph-marl.md: not kept as the default)
     guard_scale_ups: bool = False
+    # no correction removes capacity before this many seconds of a segment (as Kubernetes' HPA waits a scale-down
+    # stabilisation window): the first decisions, taken before any traffic is seen, may add but not cut
+    scale_down_after_s: float = 0.0
     slo_target: float = 0.94  # SLO attainment a policy must reach to "meet the SLO" (the best rule is chosen among those)
     cost_weight: float = 0.5
     late_penalty: float = 0.5  # a request that completed outside its SLO
@@ -128,7 +131,8 @@ class GraphMARLConfig:
         nums = {"epoch_s": (1.0, 3600.0), "segment_s": (1.0, 7 * 86_400.0), "drain_s": (0.0, 86_400.0),
                 "provision_s": (0.0, 86_400.0), "load_gb_per_s": (1e-3, 1e4), "slo_target": (0.0, 1.0),
                 "cost_weight": (0.0, 1e6), "late_penalty": (0.0, 1e6), "drop_penalty": (0.0, 1e6),
-                "train_fraction": (0.0, 1.0), "validation_fraction": (0.0, 1.0)}
+                "train_fraction": (0.0, 1.0), "validation_fraction": (0.0, 1.0),
+                "scale_down_after_s": (0.0, 7 * 86_400.0)}
         for k, (lo_, hi_) in nums.items():
             v = getattr(self, k)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo_ <= v <= hi_:

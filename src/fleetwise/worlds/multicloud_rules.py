@@ -179,6 +179,9 @@ def action_masks(mc: MultiCloud, rule: str = RULE, base: dict | None = None) -> 
             if _guarded(mc, pi, code, new):
                 m["gpu"][pi, corr] = False
             elif new == 1:
+                if mc.sim.now < mc.cfg.scale_down_after_s:  # (the scale-down window: no cut yet)
+                    m["gpu"][pi, corr] = False
+                    continue
                 v = _down_victim(mc, pi)
                 m["gpu"][pi, corr] = v is not None and bool(mc.covered(base["cloud"], base["model"], {v}).all())
             elif new in (2, 3):
