@@ -159,8 +159,8 @@ def action_masks(mc: MultiCloud, rule: str = RULE, base: dict | None = None) -> 
     allowed. Cloud / model: no shift to a (cloud, variant) without a ready replica for the class. GPU: no
     "one fewer" that switches off the last ready replica a class is served by, none on a pool with nothing on,
     none on a pool backlogged by more than ``BACKLOG_S`` (the tail guard, :func:`_guarded`; with
-    ``cfg.guard_scale_ups`` also none where the rule scales up); no "one more" on a full pool; no spot without spot
-    capacity."""
+    ``cfg.guard_scale_ups`` also none where the rule scales up), none before ``cfg.scale_down_after_s`` of the
+    segment; no "one more" on a full pool; no spot without spot capacity."""
     base = base or rule_decision(mc, rule)
     nclouds, nvar, nc = len(mc.clouds) + 1, len(mc.cfg.variants), len(mc.cfg.classes)
     m = {"cloud": np.ones((nc, nclouds), bool), "model": np.ones((nc, nvar), bool),
