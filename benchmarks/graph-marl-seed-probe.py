@@ -9,9 +9,10 @@ Usage: python benchmarks/graph-marl-seed-probe.py KIND SEED ['{GraphMARLConfig o
 (KIND: graph, flat or ippo; JSON, e.g. '{"train_prompt_range": [1, 4]}', '{"scale_down_after_s": 30}', or '{}'
 '{"rule_start_epochs": 1}'; "validation_s" among the second sets the validation segments' length, default the
 training segments' 300 s). The test segments and arXiv run in the default world but for the overrides that limit
-the actions (ACTION_LIMITS). Each case is printed bare and behind the run-time monitor (`recipe.RuleFallback`,
-"+monitor").
-"""
+the actions (ACTION_LIMITS). Each case is printed bare, behind the SLO fallback alone (`recipe.RuleFallback`,
+"+monitor", as measured before 2026-12-06) and behind the whole run-time monitor (`learn.graph_marl.monitored`:
+the fallback and the input guard, `recipe.InputGuard`; "+monitor+guard", what `reproduce graph-marl` calls
+"+fallback")."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from dataclasses import asdict, replace
 import numpy as np
 
 from fleetwise.envs.graph_marl import evaluate
-from fleetwise.learn.graph_marl import MAPPOArgs, ValidationWindows, load_trained, train_job
+from fleetwise.learn.graph_marl import MAPPOArgs, ValidationWindows, load_trained, monitored, train_job
 from fleetwise.learn.recipe import RuleFallback
 from fleetwise.metrics.stats import paired_change
 from fleetwise.reproduce.graph_marl import _budget, _train_args
@@ -58,8 +59,9 @@ def main() -> None:
                            ("arXiv@0.7 vs least_loaded", "least_loaded",
                             {"trace": load_trace("arxiv-summarization"), "load": 0.7})):
         base = {x["seed"]: x for x in evaluate(cfg, ref, seeds, **kw)}
-        for monitor in (False, True):
+        for monitor in ("", " +monitor", " +monitor+guard"):
             pol.fallback = RuleFallback(cfg.slo_target) if monitor else None
+            pol.guard = monitored(pol, ckpt, cfg).guard if monitor == " +monitor+guard" else None
             rows = {x["seed"]: x for x in evaluate(cfg, pol, seeds, **kw)}
             out = []
             for k in ("latency_p99_s", "cost_usd"):
@@ -67,7 +69,7 @@ def main() -> None:
                 out.append(f"{k} {np.mean([x[k] for x in rows.values()]):.3f} {ch.mean:+.1%} "
                            f"[{ch.lo:+.1%}, {ch.hi:+.1%}]")
             att = np.mean([x["slo_attainment"] for x in rows.values()])
-            print(kind, "seed", seed, label + (" +monitor" if monitor else ""), "|", " | ".join(out),
+            print(kind, "seed", seed, label + monitor, "|", " | ".join(out),
                   f"| attainment {att:.3f}", flush=True)
 
 

@@ -566,6 +566,117 @@ def test_rule_start_epochs_are_the_rules_in_training_and_in_evaluation(tmp_path)
         train(lambda: make_env(cfg, duration_s=90.0), replace(args, rule_start_epochs=3))
 
 
+def test_input_guard_gives_the_rule_unknown_and_longer_traffic():
+    from fleetwise.learn.recipe import InputGuard
+
+    g = InputGuard(share_max=0.5)
+    assert [g.step(s) for s in (None, 0.2, 0.5, 0.51, 1.0, 0.0)] == [True, False, False, True, True, False]
+    assert (g.steps, g.guarded) == (6, 3)
+    g.reset()
+    assert (g.steps, g.guarded) == (0, 0)
+    with pytest.raises(ValueError):
+        InputGuard(share_max=1.5)
+
+
+@needs_data
+def test_long_share_per_epoch_is_what_the_world_reports():
+    """``MultiCloud.long_share`` after each epoch is the share of long requests among that epoch's arrivals, as
+    ``epoch_long_share`` computes it from the workload alone (what the guard's threshold is computed from)."""
+    from fleetwise.worlds.multicloud import LONG_SHARE_MIN_ARRIVALS, epoch_long_share
+
+    env = make_env(SMALL, held_out=True)
+    env.reset(seed=5)
+    ref = epoch_long_share(env.mc.workload, SMALL.epoch_s)
+    got = []
+    while env.agents:
+        env.step(env.rule_action())
+        got.append(env.mc.long_share)
+    assert len(ref) >= 4 and np.isfinite(ref[:4]).all()
+    assert got[:len(ref)] == pytest.approx(list(ref))
+    assert all(s is None for s in got[len(ref):])  # the drain: nothing arrives
+    few = multicloud_workload(SMALL, np.random.default_rng(0), True).head(LONG_SHARE_MIN_ARRIVALS - 1)
+    assert np.isnan(epoch_long_share(few, 1e6)).all()  # too few arrivals to tell
+
+
+@needs_data
+def test_guarded_policy_takes_the_rules_decisions_on_long_traffic_and_at_the_start(tmp_path):
+    """Behind the input guard a trained policy decides as the rule does in the first epoch (nothing arrived yet)
+    and after every epoch whose share of long requests is above its threshold; at threshold 1 its networks
+    decide after the first. ``monitored`` reads the threshold from the card, or recomputes it from the
+    checkpoint's training segments (a card written before the field)."""
+    import json
+
+    from fleetwise.learn.graph_marl import (
+        MAPPOArgs,
+        TrainedPolicy,
+        _sizes,
+        build_networks,
+        card_file,
+        monitored,
+        train,
+        training_episode_seeds,
+        training_long_share_max,
+    )
+    from fleetwise.learn.recipe import InputGuard
+
+    env = make_env(SMALL, held_out=True)
+    nets = build_networks("flat", env.layout, _sizes(env), env.state_dim)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # random networks: they choose other corrections than the rule's
+        for p in nets.parameters():
+            p.normal_(0.0, 1.0, generator=g)
+    for share_max in (1.0, 0.0):
+        pol = TrainedPolicy(nets, guard=InputGuard(share_max))
+        obs, _ = env.reset(seed=3)
+        pol.reset(3)
+        seen, known = [], []
+        while env.agents:
+            known.append(env.mc.long_share is not None)  # what the guard reads before this decision
+            a = pol(env, obs, env.state())
+            seen.append(all((a[k] == 0).all() for k in a))
+            obs, *_ = env.step(a)
+        assert not known[0] and all(known[1:4])  # nothing arrived before the first decision
+        assert all(s for s, k in zip(seen, known) if not k)  # unknown: the rule's
+        if share_max == 1.0:  # never above: the networks decide wherever the share is known
+            assert not all(s for s, k in zip(seen, known) if k)
+        else:  # every share is above 0 here: the rule's throughout
+            assert all(seen)
+        assert (pol.guard.steps, pol.guard.guarded) == (len(seen), sum(seen) if share_max == 0.0 else
+                                                      sum(not k for k in known))
+
+    # the threshold: the highest epoch share of the segments training drew, recorded in the card
+    cfg = replace(SMALL, segment_s=90.0, drain_s=30.0)
+    args = MAPPOArgs(kind="flat", updates=1, episodes_per_update=2, n_epochs=1, hidden=8, bc_episodes=1)
+    drawn = []
+    real_reset = None
+
+    def env_fn():
+        nonlocal real_reset
+        e = make_env(cfg, duration_s=args.train_segment_s)
+        real_reset = e.reset
+
+        def reset(seed=None, options=None):
+            drawn.append(seed)
+            return real_reset(seed=seed, options=options)
+
+        e.reset = reset
+        return e
+
+    ck = tmp_path / "f.pt"
+    from fleetwise.learn.graph_marl import ValidationWindows
+
+    train(env_fn, args, ckpt_path=ck, validation=ValidationWindows(cfg, [500], 90.0))
+    assert [s for s in drawn if s is not None][:3] == training_episode_seeds(args, 1)
+    card = json.loads(card_file(ck).read_text())
+    thr = training_long_share_max(cfg, args, 1)
+    assert 0.0 < thr < 1.0 and card["training"]["long_share_max"] == thr
+    pol = monitored(TrainedPolicy(nets), ck, cfg)
+    assert pol.guard.share_max == thr and pol.fallback.target == cfg.slo_target
+    del card["training"]["long_share_max"]  # a card from before the field: recomputed from the checkpoint
+    card_file(ck).write_text(json.dumps(card))
+    assert monitored(TrainedPolicy(nets), ck, cfg).guard.share_max == thr
+
+
 def test_checkpoint_key_leaves_out_a_field_at_its_neutral_value():
     """A MAPPOArgs field added later, at the value that trains as before, does not change the name under which
     `reproduce graph-marl` finds (and resumes) a checkpoint; any other value does."""

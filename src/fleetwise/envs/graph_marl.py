@@ -280,7 +280,8 @@ def evaluate(cfg: GraphMARLConfig, policy, seeds: Sequence[int], held_out: bool 
 
     ``policy``: a heuristic name (its world decisions, ``step_raw``), or a callable ``(env, obs, state) ->
     actions`` (a trained policy: corrections of the rule). A policy with a run-time monitor (``fallback``) also
-    reports ``rule_epochs``: the epochs of the segment in which the rule decided."""
+    reports ``rule_epochs``: the epochs of the segment from which its SLO fallback handed decisions to the rule;
+    one with an input guard (``guard``) ``guarded_epochs`` of its ``epochs`` decisions."""
     out = []
     for seed in seeds:
         env = make_env(cfg, held_out=held_out, trace=trace, duration_s=duration_s, load=load, split=split)
@@ -294,6 +295,7 @@ def evaluate(cfg: GraphMARLConfig, policy, seeds: Sequence[int], held_out: bool 
             else:
                 obs, _, _, _, info = env.step(policy(env, obs, env.state()))
             m = next(iter(info.values())).get("metrics", m)
-        fb = getattr(policy, "fallback", None)
-        out.append({"seed": seed, **m, **({"rule_epochs": fb.rule_steps} if fb is not None else {})})
+        fb, gd = getattr(policy, "fallback", None), getattr(policy, "guard", None)
+        out.append({"seed": seed, **m, **({"rule_epochs": fb.rule_steps} if fb is not None else {}),
+                    **({"guarded_epochs": gd.guarded, "epochs": gd.steps} if gd is not None else {})})
     return out

@@ -274,23 +274,29 @@ class TrainedPolicy:
 
     ``fallback`` (a ``recipe.RuleFallback``, or None): once the SLO attainment of all requests that ended in the
     episode so far falls below the target, every later epoch takes the rule's decision (no correction).
+    ``guard`` (a ``recipe.InputGuard``, or None): an epoch after one whose share of long requests was above the
+    training data's highest, or unknown (the first), takes the rule's decision. :func:`monitored` sets both.
     ``rule_start``: the first epochs of an episode that take the rule's decision (``MAPPOArgs.rule_start_epochs``,
     as the policy was trained)."""
 
-    def __init__(self, nets, deterministic: bool = True, fallback=None, rule_start: int = 0):
+    def __init__(self, nets, deterministic: bool = True, fallback=None, rule_start: int = 0, guard=None):
         self.nets = nets
         self.deterministic = deterministic
         self.fallback = fallback
+        self.guard = guard
         self.rule_start = int(rule_start)
         self.gen = None
 
     def reset(self, seed: int) -> None:
         self.gen = _torch().Generator().manual_seed(int(seed))
-        if self.fallback is not None:
-            self.fallback.reset()
+        for m in (self.fallback, self.guard):
+            if m is not None:
+                m.reset()
 
     def __call__(self, env, obs, state):
-        if self.fallback is not None and self.fallback.step(env.mc.cls_ok, env.mc.cls_ended):
+        tripped = self.fallback is not None and self.fallback.step(env.mc.cls_ok, env.mc.cls_ended)
+        guarded = self.guard is not None and self.guard.step(env.mc.long_share)  # (both count every decision)
+        if tripped or guarded:
             return env.rule_action()
         if env.mc.epoch < self.rule_start:
             return env.rule_action()
@@ -661,6 +667,55 @@ def load_trained(ckpt_path: str | Path, cfg) -> TrainedPolicy:
     return TrainedPolicy(nets, rule_start=a.get("rule_start_epochs", 0))
 
 
+def training_episode_seeds(args: MAPPOArgs, updates: int) -> list[int]:
+    """The seeds of every training segment a run of ``args`` drew in ``updates`` updates: the rule's episodes of
+    the warm start, then ``episodes_per_update`` per update (as :func:`train` reseeds the environment)."""
+    base = args.seed * 1_000_003
+    return [base + 999_999 + ep for ep in range(max(args.bc_episodes, 1))] + \
+        [base + u * args.episodes_per_update + ep for u in range(updates) for ep in range(args.episodes_per_update)]
+
+
+def training_long_share_max(cfg, args: MAPPOArgs, updates: int) -> float:
+    """The input guard's threshold (``recipe.InputGuard``): the highest share of long requests that any epoch of
+    the training segments had (``worlds.multicloud.epoch_long_share``), recomputed from the segments' seeds
+    (their arrivals do not depend on the policy; about 10 ms per segment)."""
+    from fleetwise.worlds.multicloud import epoch_long_share, multicloud_workload
+
+    best = 0.0
+    for seed in training_episode_seeds(args, updates):
+        w = multicloud_workload(cfg, np.random.default_rng(seed), False, args.train_segment_s)
+        sh = epoch_long_share(w, cfg.epoch_s)
+        if np.isfinite(sh).any():
+            best = max(best, float(np.nanmax(sh)))
+    return best
+
+
+def checkpoint_long_share_max(ckpt_path: str | Path, cfg) -> float:
+    """A checkpoint's input-guard threshold: its model card's ``training.long_share_max``, or, for a card written
+    before the field existed, recomputed from the checkpoint's arguments and updates."""
+    import json
+
+    try:
+        v = (json.loads(card_file(ckpt_path).read_text()).get("training") or {}).get("long_share_max")
+    except (OSError, ValueError, AttributeError):
+        v = None
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and 0.0 <= v <= 1.0:
+        return float(v)
+    ck = load_checkpoint(ckpt_path)
+    return training_long_share_max(cfg, MAPPOArgs(**ck["args"]), int(ck["update"]))
+
+
+def monitored(policy: TrainedPolicy, ckpt_path: str | Path, cfg) -> TrainedPolicy:
+    """``policy`` behind the run-time monitor: the rule decides once the SLO attainment of the episode so far is
+    below the target (``recipe.RuleFallback``, for good) and while the traffic is unlike the training data's
+    (``recipe.InputGuard``, the checkpoint's threshold)."""
+    from fleetwise.learn.recipe import InputGuard, RuleFallback
+
+    policy.fallback = RuleFallback(cfg.slo_target)
+    policy.guard = InputGuard(checkpoint_long_share_max(ckpt_path, cfg))
+    return policy
+
+
 def _save(path, nets, opt, gen, update, curve, env_steps, args, lags, validator, stopped, bc_hist, val_detail):
     vs = {}
     if validator is not None:
@@ -692,6 +747,8 @@ def write_card(ckpt_path, args: MAPPOArgs, info: dict, cfg) -> Path:
                 "azure-code, servegen m-large)", "train_segment_s": args.train_segment_s, "updates": info["update"],
         "episodes_per_update": args.episodes_per_update, "env_steps": info["env_steps"], "seed": args.seed,
         "best_step": info["best_step"], "early_stopped": info["early_stopped"],
+        # the run-time monitor's input guard (recipe.InputGuard): the training segments' highest long-request share
+        "long_share_max": training_long_share_max(cfg, args, info["update"]),
         "lagrange": [{"target": g["target"], "lam": g["lam"]} for g in info["lagrange"]]},
         validation=info["validation"])
     out = card_file(ckpt_path)

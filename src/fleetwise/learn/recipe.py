@@ -14,7 +14,8 @@
 5. **The deployment gate**: :func:`gate` compares the policy with its rule on paired windows (mean change and
    its 95% CI); the result goes into the checkpoint's model card, and ``fleetwise serve`` refuses a checkpoint whose
    card does not say it passed (``--force`` overrides). At run time :class:`RuleFallback` hands decisions back to
-   the rule once the service level the policy is constrained by is violated.
+   the rule once the service level the policy is constrained by is violated, and :class:`InputGuard` while the
+   traffic is unlike the training data's.
    Learners judged only on whole runs search the policy directly instead: :class:`CEM`.
 6. **Training at scale**: :func:`run_jobs` runs training jobs (topologies x training seeds x variants) on the
    same backends as sweeps: local processes by default, Ray for a cluster.
@@ -310,6 +311,34 @@ class RuleFallback:
             self.tripped_at = self.steps
         self.steps += 1
         return self.tripped_at >= 0
+
+
+@dataclass
+class InputGuard:
+    """The other half of a run-time monitor: the rule decides while the traffic is unlike the training data's,
+    or not yet known. Before each decision, ``step(share)`` is given the share of long requests among those that
+    arrived since the previous one (None: too few arrived to tell, as at a cold start); the decision is the
+    rule's when that is unknown or above ``share_max``, the highest share any epoch of the training data had (a
+    fact of the training data, not a value fitted to a trace). Fewer long requests than in training are not
+    guarded. TORTA's planner has the same guard per slot (``ResidualPlanner.long_share_max``); measured for
+    Graph-MARL in docs/graph-marl.md."""
+
+    share_max: float
+    steps: int = 0  # decisions since reset
+    guarded: int = 0  # ... of which the rule's
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.share_max <= 1.0:
+            raise ValueError("InputGuard: 0 <= share_max <= 1")
+
+    def reset(self) -> None:
+        self.steps = self.guarded = 0
+
+    def step(self, share: float | None) -> bool:
+        self.steps += 1
+        out = share is None or share > self.share_max
+        self.guarded += out
+        return out
 
 
 # --------------------------------------------------------------------------------------------- 6. at scale

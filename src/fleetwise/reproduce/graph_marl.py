@@ -27,8 +27,10 @@ from fleetwise.workload.adapt import WARN_SHARE
 PAPER = {"latency_p99_s": (0.271, 0.194), "cost_change": -0.177, "gpu_util": 0.869}
 PAPER_NOTE = "paper (vs MARL baseline): P99 271 -> 194 ms, cost -17.7%, GPU utilization 86.9%"
 LEARNED = {"graph_marl": "graph", "flat_marl": "flat", "ippo": "ippo"}
-# each learned variant is also evaluated behind the run-time monitor (``recipe.RuleFallback``: once the segment's SLO
-# attainment so far is below the target, the rule decides for the rest of it), as ``<name>+fallback``
+# each learned variant is also evaluated behind the run-time monitor (``learn.graph_marl.monitored``: once the
+# segment's SLO attainment so far is below the target, the rule decides for the rest of it, ``recipe.RuleFallback``;
+# and while the last epoch's share of long requests is above the training data's highest or unknown,
+# ``recipe.InputGuard``), as ``<name>+fallback``
 FALLBACK = "+fallback"
 METRICS = ("latency_p50_s", "latency_p99_s", "e2e_p99_s", "throughput_rps", "gpu_util", "cost_usd",
            "cost_per_mtok_usd", "slo_attainment", "quality")
@@ -113,6 +115,9 @@ def _summ(rows: list[dict]) -> dict:
     if rows and "rule_epochs" in rows[0]:  # behind the run-time monitor: epochs per segment the rule decided
         out["rule_epochs_per_segment"] = float(np.mean([r["rule_epochs"] for r in rows]))
         out["segments_handed_to_rule"] = int(sum(r["rule_epochs"] > 0 for r in rows))
+    if rows and "guarded_epochs" in rows[0]:  # ... and the share of decisions its input guard gave the rule
+        out["guarded_epoch_share"] = float(sum(r["guarded_epochs"] for r in rows) / max(1, sum(r["epochs"]
+                                                                                              for r in rows)))
     return out
 
 
@@ -263,8 +268,7 @@ def _eval_job(job: dict) -> list[dict]:
     """One evaluation job (``recipe.run_jobs``): a rule (``ckpt`` None) or a checkpoint, bare or behind the
     run-time monitor, on the evaluation segments; its rows (with ``train_seed`` for a checkpoint)."""
     from fleetwise.envs.graph_marl import evaluate
-    from fleetwise.learn.graph_marl import load_trained
-    from fleetwise.learn.recipe import RuleFallback
+    from fleetwise.learn.graph_marl import load_trained, monitored
 
     cfg = job["cfg"]
     trace = None
@@ -277,7 +281,7 @@ def _eval_job(job: dict) -> list[dict]:
         return evaluate(cfg, job["name"], job["seeds"], **kw)
     pol = load_trained(job["ckpt"], cfg)
     if job["fallback"]:
-        pol.fallback = RuleFallback(cfg.slo_target)
+        pol = monitored(pol, job["ckpt"], cfg)
     return [{**r, "train_seed": job["train_seed"]} for r in evaluate(cfg, pol, job["seeds"], **kw)]
 
 

@@ -273,6 +273,24 @@ def _window(t: np.ndarray, lo: float, hi: float, start: float, seg: float) -> tu
     return np.concatenate(idx), np.concatenate(rel)
 
 
+# the fewest arrivals in an epoch from which its share of long requests counts (MultiCloud.long_share; fewer: unknown)
+LONG_SHARE_MIN_ARRIVALS = 20
+
+
+def epoch_long_share(w: Workload, epoch_s: float) -> np.ndarray:
+    """Per control epoch of ``w`` (``[k epoch_s, (k+1) epoch_s)``, to its last arrival): the share of the requests
+    arriving in it that are long (more than ``LONG_TOKENS`` prompt + output tokens), NaN where fewer than
+    ``LONG_SHARE_MIN_ARRIVALS`` arrived -- what ``MultiCloud.long_share`` reports after each epoch."""
+    from fleetwise.control.views import LONG_TOKENS
+
+    if not len(w):
+        return np.zeros(0)
+    ep = (np.asarray(w.arrival_s) // epoch_s).astype(np.int64)
+    n = np.bincount(ep)
+    k = np.bincount(ep, weights=(np.asarray(w.prompt_tokens) + np.asarray(w.output_tokens)) > LONG_TOKENS)
+    return np.where(n >= LONG_SHARE_MIN_ARRIVALS, k / np.maximum(n, 1), np.nan)
+
+
 def multicloud_workload(cfg: GraphMARLConfig, rng: np.random.Generator, held_out: bool,
                         duration_s: float | None = None, trace: Workload | None = None,
                         load: float | None = None, split: str | None = None) -> Workload:
@@ -430,6 +448,14 @@ class MultiCloud:
         self.variant = np.array([0] * ncls, np.int64)
         self.rule = np.zeros(ncls, np.int64)
         self.cls = workload.slo_class.astype(np.int64)
+        from fleetwise.control.views import LONG_TOKENS
+
+        self._is_long = ((np.asarray(workload.prompt_tokens) + np.asarray(workload.output_tokens))
+                         > LONG_TOKENS).tolist()
+        self._long = 0  # long requests (over LONG_TOKENS prompt + output tokens) that arrived this epoch
+        # after each epoch: the share of long requests among those that arrived in it (None: fewer than
+        # LONG_SHARE_MIN_ARRIVALS arrived; read by a trained policy's input guard, recipe.InputGuard)
+        self.long_share: float | None = None
         self.ttft_slo = np.array([c.ttft_s for c in cfg.classes])[self.cls]
         self.tpot_slo = np.array([c.tpot_s for c in cfg.classes])[self.cls]
         self.quality = np.array([v.quality for v in cfg.variants])
@@ -528,6 +554,7 @@ class MultiCloud:
         """The world's router (the simulator asks it through ``run_until``): the class's rule picks the replica."""
         rid = view.request
         self._arrivals[self.cls[rid]] += 1
+        self._long += self._is_long[rid]
         ri = self.pick(rid)
         self._routed[self.pool_of[ri]] += 1
         return ri
@@ -570,6 +597,7 @@ class MultiCloud:
         cfg, sim = self.cfg, self.sim
         t_end = math.inf if final else self.t_epoch + cfg.epoch_s
         self._arrivals = arrivals = np.zeros(len(cfg.classes))
+        self._long = 0
         if sim.run_until(t_end, self._ctl) is None:
             self.done = True
         t1 = sim.now if final or self.done else t_end
@@ -632,6 +660,8 @@ class MultiCloud:
         self.gpu_usd += usd
         self.egress_usd += egress
         self.cls_arrivals = arrivals / max(dt, 1e-9)
+        n_arr = int(arrivals.sum())
+        self.long_share = self._long / n_arr if n_arr >= LONG_SHARE_MIN_ARRIVALS else None
         self.pool_routed, self._routed = self._routed, np.zeros(len(self.pools), np.int64)
         reward = (ok + qsum - cfg.late_penalty * late - cfg.drop_penalty * dropped) / self.expected_per_epoch \
             - cfg.cost_weight * (usd + egress) / max(self.base_cost * dt / cfg.epoch_s, 1e-9) * (dt / cfg.epoch_s)
