@@ -251,7 +251,8 @@ CASES = [
     # §4: output paths that cannot be written (checked before any work)
     ("sweep-db-under-a-file", "4", ["sweep", "default", "--db", "afile/x.duckdb"], ["afile", "is a file"]),
     ("sweep-db-is-a-folder", "4", ["sweep", "default", "--db", "folder.yaml"], ["folder.yaml", "folder"]),
-    ("sweep-db-not-duckdb", "4", ["sweep", "exp_seeds.yaml", "--db", "notduckdb.duckdb"], ["seeds"]),
+    ("sweep-db-not-duckdb", "4", ["sweep", "exp_seeds.yaml", "--db", "notduckdb.duckdb"],
+     ["notduckdb.duckdb", "not a valid DuckDB database"]),
     ("sweep-db-unwritable", "4", ["sweep", "default", "--db", "/proc/fleetwise-test/x.duckdb"], ["/proc"]),
     ("sweep-db-a-pipe", "4", ["sweep", "default", "--db", "pipe.json"], ["pipe.json", "not a regular file"]),
     ("reproduce-db-a-device", "4", ["reproduce", "platform", "--quick", "--db", "/dev/null"],
@@ -363,7 +364,7 @@ CASES = [
      ["--address", "ray"]),
     ("serve-log-level", "4", ["serve", "--log-level", "bogus", "--port", "0"], ["--log-level", "bogus"]),
     ("bench-serve-calls", "6", ["bench", "serve", "--rate", "1000000", "--duration", "86400"], ["--rate x --duration"]),
-    ("bench-serve-rate-nan", "5", ["bench", "serve", "--rate", "nan"], ["--rate"]),
+    ("bench-serve-rate-nan", "5", ["bench", "serve", "--rate", "nan"], ["--rate", "'nan' is not a number from 1"]),
     ("sweep-workers-huge", "6", ["sweep", "default", "--workers", "100000"], ["--workers"]),
     # §4: --eval-trace checked before any training, in every reproduction
     ("reproduce-platform-eval-trace", "4", ["reproduce", "platform", "--quick", "--eval-trace", "zero.csv"],
@@ -477,7 +478,7 @@ CASES = [
                                               "12"], ["--val-seeds 1", "at least 2 validation runs"]),
     ("train-card-path-a-folder", "5", ["train", "router", "--out", "ckdir.npz"], ["ckdir.card.json", "folder"]),
     ("train-scaler-val-days-huge", "6", ["train", "scaler", "--out", "x.npz", "--val-days", "7-99999999999"],
-     ["--val-days", "15 is not one"]),
+     ["--val-days", "99999999999 is not one"]),
     ("scaler-param-400-digits", "6", ["simulate", "-s", "scaler_big.yaml"], ["min_zones", "2^53"]),
     ("static-replicas-bound", "6", ["simulate", "-s", "static_big.yaml"], ["replicas must be 0 to 10,000"]),
     # a third fuzzing pass (2026-12-06)
@@ -488,6 +489,30 @@ CASES = [
     ("gateway-backend-unclosed-ipv6", "5", ["bench", "gateway", "--backend", "http://[::1"], ["Invalid IPv6 URL"]),
     ("gateway-backend-port-range", "5", ["serve", "--gateway", "--backend", "http://127.0.0.1:99999"],
      ["Port out of range"]),
+    # a fourth fuzzing pass (2026-12-07)
+    ("export-out-under-a-file", "5", ["export-checkpoint", "ok.yaml", "afile/x", "--level", "router", "--policy", "rl"],
+     ["afile", "is a file"]),  # (was a FileExistsError traceback, after the .zip was unpickled)
+    ("export-out-unwritable", "5", ["export-checkpoint", "ok.yaml", "/proc/fleetwise-x", "--level", "router",
+                                    "--policy", "rl"], ["/proc"]),
+    ("export-policy-empty", "6", ["export-checkpoint", "ok.yaml", "x", "--level", "router", "--policy", ""],
+     ["--policy ''", "a name"]),  # (named the temporary file)
+    ("export-zip-a-folder", "4", ["export-checkpoint", "folder.yaml", "x", "--level", "router", "--policy", "rl"],
+     ["folder.yaml", "a folder"]),  # ("no such file")
+    ("reproduce-db-not-duckdb", "4", ["reproduce", "allocation", "--quick", "--db", "notduckdb.duckdb"],
+     ["notduckdb.duckdb", "not a valid DuckDB database"]),  # (found after the training, 15 s to minutes later)
+    ("report-db-a-folder", "4", ["report", "--db", "folder.yaml"], ["folder.yaml", "a folder"]),
+    ("bench-replicas-empty", "6", ["bench", "sim-speed", "--replicas", ""], ["--replicas", "at least one"]),  # (rc 0)
+    ("bench-replicas-empty-item", "6", ["bench", "sim-speed", "--replicas", "4,,10"], ["an empty item"]),
+    ("compare-routers-empty-item", "6", ["compare", "--routers", "round_robin,,random"], ["an empty item"]),
+    ("serve-header-timeout-inf", "6", ["serve", "--header-timeout", "inf"], ["--header-timeout", "from 0.1 to 3600"]),
+    ("load-above-100", "6", ["simulate", "--trace", "one.csv", "--load", "1000"], ["at most 100"]),
+    ("train-router-rates-1e300", "6", ["train", "router", "--out", "r.npz", "--rates", "1e300"], ["at most 1e+06"]),
+    ("calibrate-out-under-a-file", "5", ["perf", "calibrate", "--profile", "ok.yaml", "--out", "afile/c.json"],
+     ["afile is a file"]),  # ("folder afile does not exist")
+    ("predict-does-not-fit", "6", ["perf", "predict", "--gpu", "t4", "--model", "llama-2-70b", "--decode-seqs", "8",
+                                   "--decode-context", "512"], ["Llama-2-70B", "does not fit"]),  # (printed a time)
+    ("predict-kv-beyond-capacity", "6", ["perf", "predict", "--gpu", "h100", "--model", "llama-3-8b", "--decode-seqs",
+                                         "2000", "--decode-context", "100000"], ["tokens of KV cache", "that fit"]),
 ]
 
 
@@ -822,7 +847,7 @@ def test_report_on_a_damaged_store_is_one_line_and_writes_nothing(work, capsys):
         con.close()
         rc, out, err = run_cli(["report", "--db", str(db), "--out", str(work / f"rep_{name}")], capsys)
         assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err, err
-        assert "not a results store this version can report on" in err
+        assert "not a results store this version can" in err  # (read: a column dropped; report on: bad JSON)
         assert not (work / f"rep_{name}").exists()
 
 
@@ -954,3 +979,59 @@ def test_a_db_that_is_not_a_fleetwise_store_is_left_as_it_is(tmp_path):
     for name in ("garbled.duckdb", "lite.duckdb"):
         with pytest.raises(InputError, match="cannot open results store"):
             Store(tmp_path / name)
+
+
+def test_a_foreign_database_is_refused_before_any_work_and_left_as_it_is(work, capsys):
+    """Found by fuzzing, 2026-12-07: `report` on a DuckDB file of another program wrote an empty report (rc 0), and
+    `reproduce` found it only after training (15 s to minutes later); each is one line now, before any work."""
+    import hashlib
+
+    import duckdb
+
+    foreign = work / "other.duckdb"
+    con = duckdb.connect(str(foreign))
+    con.execute("CREATE TABLE foo (a INTEGER)")
+    con.close()
+    before = hashlib.sha256(foreign.read_bytes()).hexdigest()
+    for argv in (["report", "--db", "other.duckdb", "--out", "rep"],
+                 ["reproduce", "allocation", "--quick", "--db", "other.duckdb"]):
+        rc, out, err = run_cli(argv, capsys)
+        assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+        assert "not a fleetwise results store (tables: foo)" in err, err
+    assert not (work / "rep").exists() and not (work / "results").exists()
+    assert hashlib.sha256(foreign.read_bytes()).hexdigest() == before
+
+
+def test_a_sweep_that_stores_nothing_leaves_no_store_it_made(work, capsys):
+    """Found by fuzzing, 2026-12-07: a sweep whose Ray cluster could not be reached said so in one line and left a
+    new, empty store behind. (No cluster is started: port 1 on loopback refuses the connection.)"""
+    pytest.importorskip("ray")
+    (work / "exp.yaml").write_text("name: t\nscenarios: [default]\nseeds: 1\nrequests: 20\n")
+    rc, out, err = run_cli(["sweep", "exp.yaml", "--backend", "ray", "--address", "127.0.0.1:1", "--db", "n.duckdb"],
+                           capsys)
+    assert rc == 2 and "cannot reach a Ray cluster" in err, err
+    assert not list(work.glob("n.duckdb*"))
+
+
+def test_errors_name_their_file_once(tmp_path, capsys):
+    """A profile that cannot be fitted names its file (it said "the profile needs at least 5 gemm rows"); a
+    policy's own message is not prefixed with its name twice ("router 'learned': router 'learned': ...")."""
+    import json
+
+    from fleetwise.data import data_dir
+    from fleetwise.policies import make
+
+    root = data_dir(required=False)
+    h200 = root / "h200-operator-timings" / "h200-ops-2026-11-30.json" if root else None
+    if h200 is not None and h200.is_file():  # (without the data, the file-naming half is not checked)
+        src = json.loads(h200.read_text())
+        few = tmp_path / "few.json"
+        few.write_text(json.dumps(dict(src, gemm=src["gemm"][:3])))
+        for argv in (["perf", "validate", "--profile", str(few)],
+                     ["perf", "calibrate", "--profile", str(few), "--out", str(tmp_path / "c.json")]):
+            rc, out, err = run_cli(argv, capsys)
+            assert rc == 2 and f"{few}: the profile needs at least 5 gemm rows" in err, err
+        assert not (tmp_path / "c.json").exists()
+    with pytest.raises(InputError) as e:
+        make("router", "learned", {"checkpoint": str(tmp_path / "none.npz")}, where="route policy: ")
+    assert str(e.value).count("router 'learned'") == 1, e.value

@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from fleetwise.errors import InputError, check_replaceable
+from fleetwise.errors import InputError, check_replaceable, not_a_file
 from fleetwise.limits import MAX_REPLICAS, MAX_REQUESTS, MAX_SEED, MAX_SEEDS, MAX_TRAIN_SEED, MAX_WORKERS
 
 app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,
@@ -170,6 +170,33 @@ def _jsonable(v: Any) -> Any:
     from fleetwise.yamlio import json_safe
 
     return json_safe(v)
+
+
+def _finite(lo: float, hi: float):
+    """A float option's parser: a finite number from ``lo`` to ``hi`` (click's range said 'nan' should be at most the
+    maximum, and let infinity through where there was no maximum)."""
+
+    def parse(value) -> float:
+        try:
+            x = float(value)
+        except (TypeError, ValueError):
+            raise typer.BadParameter(f"{value!r} is not a number") from None
+        if not math.isfinite(x) or not lo <= x <= hi:
+            raise typer.BadParameter(f"{value!r} is not a number from {lo:g} to {hi:g}")
+        return x
+
+    return parse
+
+
+def _items(value: str, opt: str) -> list[str]:
+    """The items of a comma-separated option, stripped. An empty item ('a,,b', a trailing comma) is an error, not
+    dropped: a list a user typed is used as typed or refused."""
+    items = [x.strip() for x in value.split(",")]
+    if items == [""]:
+        return []
+    if "" in items:
+        raise InputError(f"{opt} {value!r}: an empty item (two commas, or a comma at an end)")
+    return items
 
 
 @app.command()
@@ -427,11 +454,24 @@ def _execute(spec, db: Optional[str], backend: str, workers: Optional[int], addr
     from fleetwise.experiments.store import Store
 
     runs = expand(spec, where=label, records_dir=str(Path(db).parent / "records") if db else None)
+    created = db is not None and not Path(db).exists()
     store = Store(db)  # after the spec is expanded and validated: a bad spec writes nothing
-    with _progress() as prog:
-        task = prog.add_task(f"{spec.name}: {len(runs)} runs", total=len(runs))
-        res = run_sweep(runs, store, backend=backend, workers=workers, address=address,
-                        on_progress=lambda d, n: prog.update(task, completed=d + (len(runs) - n)))
+    try:
+        with _progress() as prog:
+            task = prog.add_task(f"{spec.name}: {len(runs)} runs", total=len(runs))
+            res = run_sweep(runs, store, backend=backend, workers=workers, address=address,
+                            on_progress=lambda d, n: prog.update(task, completed=d + (len(runs) - n)))
+    except BaseException:
+        # a sweep that stored nothing (a Ray cluster not reached, interrupted before its first run) leaves no
+        # store that it made behind it
+        try:
+            empty = created and store.count() == 0
+        except Exception:  # noqa: BLE001 - (the sweep's own error is the one to see)
+            empty = False
+        if empty:
+            for f in (Path(db), Path(str(db) + ".wal")):
+                f.unlink(missing_ok=True)
+        raise
     return store, runs, res
 
 
@@ -463,11 +503,11 @@ def sweep(
 ) -> None:
     """Run an experiment: every scenario x policy x grid point x seed not already in the store."""
     from fleetwise.experiments.spec import load_experiment
-    from fleetwise.experiments.store import check_writable_dir, check_writable_file
+    from fleetwise.experiments.store import check_store_file, check_writable_dir
     from fleetwise.metrics.stats import aggregate
 
     _check_backend(backend, address)
-    check_writable_file(db, "results store (--db)")  # before any work: nothing is run for a store we cannot write
+    check_store_file(db)  # before any work: nothing is run for a store we cannot write
     if report:
         check_writable_dir(Path(db).parent / "report", "report folder")
     spec = load_experiment(spec_file)
@@ -522,7 +562,7 @@ def compare(
     from fleetwise.metrics.stats import aggregate
     from fleetwise.scenario import load_scenario
 
-    names = [r.strip() for r in routers.split(",") if r.strip()]
+    names = _items(routers, "--routers")
     if not names:
         raise InputError("--routers: give at least one router name")
     sc = load_scenario(scenario)  # validates early, with the file name in the message
@@ -584,7 +624,8 @@ def _report(db: str, out_dir: str, experiment: Optional[str] = None, baseline: O
     from fleetwise.experiments.store import Store, check_writable_dir
 
     if not Path(db).is_file():
-        raise InputError(f"{db}: results store not found (run `fleetwise sweep` first)")
+        raise InputError(f"{db}: {not_a_file(db, 'results store')}"
+                         + (" (run `fleetwise sweep` first)" if not Path(db).exists() else ""))
     check_writable_dir(out_dir, "report folder (--out)")
     import duckdb
 
@@ -667,7 +708,11 @@ def _check_writable(target: Path) -> None:
 
     parent = target.parent
     if not parent.is_dir():
-        raise InputError(f"{target}: folder {parent} does not exist")
+        for q in parent.parents:  # (def.yaml/x.json: def.yaml is a file, not a folder that does not exist)
+            if q.exists() and not q.is_dir():
+                raise InputError(f"{target}: {q} is a file, not a folder")
+        raise InputError(f"{target}: {parent} is a file, not a folder" if parent.exists()
+                         else f"{target}: folder {parent} does not exist")
     if target.is_dir():
         raise InputError(f"{target}: is a directory")
     check_replaceable(target)
@@ -703,6 +748,17 @@ def _write_atomic(target: Path, data: bytes | None = None, write=None) -> None:
             os.unlink(tmp)
 
 
+def _of_profile(path: Path, fn, *args, **kw):
+    """``fn(*args, **kw)`` on the profile read from ``path``: what it finds wrong with the profile (too few rows, a
+    device that is not a catalog GPU) names the file."""
+    try:
+        return fn(*args, **kw)
+    except InputError as e:
+        if str(e).startswith(str(path)):
+            raise
+        raise InputError(f"{path}: {e}") from None
+
+
 @perf_app.command("validate")
 def perf_validate(
     as_json: bool = typer.Option(False, "--json"),
@@ -718,7 +774,7 @@ def perf_validate(
         from fleetwise.perf.profile_data import load_profile
         from fleetwise.perf.validate_profile import render_profile_table, validate_profile
 
-        res = validate_profile(load_profile(profile), gpu)
+        res = _of_profile(profile, validate_profile, load_profile(profile), gpu)
         if as_json:
             out.print_json(json.dumps(_jsonable(res)))
         else:
@@ -748,7 +804,7 @@ def perf_profile(
     from fleetwise.catalog import get_model
     from fleetwise.profiler import round_profile, run_profile
 
-    names = [m.strip() for m in models.split(",") if m.strip()] if models is not None else None
+    names = _items(models, "--models") if models is not None else None
     if names is not None and not names:  # ('' profiled the default models and replaced --out)
         raise InputError(f"--models {models!r}: expected comma-separated catalog model names")
     for n in names or []:
@@ -778,7 +834,7 @@ def perf_calibrate(
     from fleetwise.perf.validate_profile import gpu_calibration_from_profile
 
     _check_writable(out_file)  # (before any work)
-    gc = gpu_calibration_from_profile(load_profile(profile), gpu, source=profile.name)
+    gc = _of_profile(profile, gpu_calibration_from_profile, load_profile(profile), gpu, source=profile.name)
     write_calibration(gc, out_file)
     d = gc.default_backend
     console.print(f"{out_file}: {gc.gpu}, {len(gc.gemm_shapes)} GEMM shapes, attention backends "
@@ -811,8 +867,17 @@ def perf_predict(
         cal = load_calibration(calibration)
         if g.name not in cal.gpus:
             raise InputError(f"{calibration}: a calibration of {next(iter(cal.gpus))}, not of {g.name}")
-    b = PerfModel(g, m, tp=tp, pp=pp, calibration=cal).iteration_breakdown(
-        prefill_tokens, prefill_context, decode_seqs, decode_context)
+    pm = PerfModel(g, m, tp=tp, pp=pp, calibration=cal)
+    b = pm.iteration_breakdown(prefill_tokens, prefill_context, decode_seqs, decode_context)  # (checks each bound)
+    # an iteration no engine could run is refused, as a scenario's deployment is (not a time for it)
+    cap = pm.kv_capacity_tokens(0.9)
+    where = f"{m.name} on {tp * pp} x {g.name} (tp={tp}, pp={pp}) at gpu_memory_utilization 0.9"
+    if cap <= 0:
+        raise InputError(f"{where}: the model does not fit (no room left for the KV cache); more GPUs (--tp, --pp)")
+    kv = prefill_context + prefill_tokens + decode_seqs * (decode_context + 1)
+    if kv > cap:
+        raise InputError(f"{where}: the iteration needs {kv:,} tokens of KV cache (--prefill-context + "
+                         f"--prefill-tokens + --decode-seqs x (--decode-context + 1)), more than the {cap:,} that fit")
     if as_json:
         print(json.dumps(b))
         return
@@ -829,8 +894,9 @@ def bench_sim_speed(
     sizes: Optional[str] = typer.Option(None, help="comma-separated request counts [default: 10000,100000]"),
     scenario: str = typer.Option("vidur-parity", help="scenario to simulate"),
     router: str = typer.Option("round_robin"),
-    replicas: str = typer.Option("", help="comma-separated fleet sizes (e.g. 4,1024,10000): simulate --requests "
-                                 "requests at each size, the load per replica kept as in the scenario"),
+    replicas: Optional[str] = typer.Option(None, help="comma-separated fleet sizes (e.g. 4,1024,10000): simulate "
+                                           "--requests requests at each size, the load per replica kept as in the "
+                                           "scenario"),
     requests: Optional[int] = typer.Option(None, help="requests per fleet size (with --replicas) [default: 50000]"),
     repeat: Optional[int] = typer.Option(None, min=1, max=20, help="with --replicas: rounds of runs, every size once "
                                          "per round; each size's median run, and its rate over the first size's rate "
@@ -849,7 +915,7 @@ def bench_sim_speed(
         raise InputError(f"bench sim-speed times the simulator alone; {sc0.name} has a scaler or a platform: section "
                          "(time `fleetwise simulate -s ...` instead, or drop them)")
     # the two modes take different options: one given to the other mode is refused, not ignored
-    if replicas.strip():
+    if replicas is not None:
         if sizes is not None:
             raise InputError("--sizes does not go with --replicas: --requests gives the requests per fleet size")
         _bench_fleet_speed(replicas, 50_000 if requests is None else requests, scenario, router, as_json,
@@ -862,9 +928,7 @@ def bench_sim_speed(
         sizes = "10000,100000"
 
     ns = []
-    for x in sizes.split(","):
-        if not x.strip():
-            continue
+    for x in _items(sizes, "--sizes"):
         try:
             n = int(x)
         except ValueError:
@@ -894,9 +958,7 @@ def _bench_fleet_speed(replicas: str, requests: int, scenario: str, router: str,
     from fleetwise.policies import make
 
     sizes = []
-    for x in replicas.split(","):
-        if not x.strip():
-            continue
+    for x in _items(replicas, "--replicas"):
         try:
             r = int(x)
         except ValueError:
@@ -955,9 +1017,9 @@ def _reproduce(name: str, quick: bool, as_json: bool, eval_trace: Optional[str],
         if v is not None and not v.strip():
             raise InputError(f"{opt}: an empty path")
     if db:
-        from fleetwise.experiments.store import check_writable_file
+        from fleetwise.experiments.store import check_store_file
 
-        check_writable_file(db, "results store (--db)")  # before training, not after
+        check_store_file(db)  # before training, not after
     mod = _paper_module(name)
     kw = {"load": parse_load(load if load is not None else "0.7")} if eval_trace is not None else {}
     try:
@@ -1101,13 +1163,14 @@ def train_router_cmd(
     check_writable_file(card_path(out_path), "model card (beside --out)")
     rates = rates if rates is not None else ("0.5,0.7,0.9" if trace else "12,18,24")
     try:
-        rate_list = [float(x) for x in rates.split(",") if x.strip()]
+        rate_list = [float(x) for x in _items(rates, "--rates")]
     except ValueError:
         raise InputError(f"--rates {rates!r}: expected comma-separated numbers, e.g. 12,18,24") from None
     hi = 100.0 if trace else 1e6
     if not rate_list or not all(0 < r <= hi and math.isfinite(r) for r in rate_list):
-        raise InputError(f"--rates {rates!r}: expected positive " + ("loads, e.g. 0.5,0.7,0.9" if trace else
-                                                                     "request rates, e.g. 12,18,24"))
+        raise InputError(f"--rates {rates!r}: expected " + (f"loads above 0 and at most {hi:g}, e.g. 0.5,0.7,0.9"
+                                                            if trace else f"request rates above 0 and at most "
+                                                            f"{hi:g} per second, e.g. 12,18,24"))
     if trace is not None:
         from fleetwise.workload.spec import resolve_trace
 
@@ -1330,7 +1393,8 @@ def serve(
     log_level: str = typer.Option("warning", help="uvicorn log level"),
     max_body_bytes: int = typer.Option(8 << 20, min=1, help="largest request body, every path (413 beyond)"),
     max_concurrency: int = typer.Option(500, min=1, help="connections + requests in progress (503 beyond)"),
-    header_timeout: float = typer.Option(5.0, min=0.1, help="seconds to receive a whole request head"),
+    header_timeout: float = typer.Option(5.0, parser=_finite(0.1, 3600.0),
+                                         help="seconds to receive a whole request head (0.1-3600)"),
     gateway: bool = typer.Option(False, "--gateway", help="run the OpenAI-compatible gateway in front of --backend "
                                  "servers instead (docs/serve.md#gateway); --router picks the backend"),
     backend: Optional[list[str]] = typer.Option(None, "--backend", help="with --gateway: an OpenAI-compatible "
@@ -1384,10 +1448,19 @@ def export_checkpoint(
     """Export a Stable-Baselines3 .zip to a fleetwise policy checkpoint that loads without running code
     (docs/security.md). WARNING: reading the .zip unpickles objects from it, which can run code: use this only
     on files you trust, never on a file someone sent you."""
-    from fleetwise.control.checkpoint import LEVELS, card_path
+    from fleetwise.control.checkpoint import LEVELS, SUFFIX, card_path
+    from fleetwise.experiments.store import check_writable_file
 
     if level not in LEVELS:
         raise InputError(f"--level {level!r}: expected one of {', '.join(LEVELS)}")
+    for opt, v in (("--policy", policy), ("--rule", rule)):  # (the model card's names, checked before any work)
+        if v is not None and not (0 < len(v.strip()) == len(v) <= 256):
+            raise InputError(f"--{opt.lstrip('-')} {v!r}: expected a name (1-256 characters, no spaces around it)")
+    if not Path(sb3_zip).is_file():
+        raise InputError(f"{sb3_zip}: {not_a_file(sb3_zip, 'Stable-Baselines3 .zip')}")
+    target = Path(out_path) if out_path.endswith(SUFFIX) else Path(out_path + SUFFIX)
+    check_writable_file(target, "checkpoint (OUT)")  # before the .zip is read: nothing is unpickled for nothing
+    check_writable_file(card_path(target), "model card (beside OUT)")
     console.print("warning: export-checkpoint unpickles the .zip (runs code from it): only for files you trust",
                   markup=False, highlight=False, soft_wrap=True)
     try:
@@ -1402,8 +1475,9 @@ def export_checkpoint(
 
 @bench_app.command("serve")
 def bench_serve(
-    rate: float = typer.Option(1000.0, min=1.0, max=1e6, help="calls per second (open loop)"),
-    duration: float = typer.Option(10.0, min=0.1, max=86400.0, help="seconds; rate x duration calls in all"),
+    rate: float = typer.Option(1000.0, parser=_finite(1.0, 1e6), help="calls per second (open loop)"),
+    duration: float = typer.Option(10.0, parser=_finite(0.1, 86400.0),
+                                   help="seconds; rate x duration calls in all"),
     connections: int = typer.Option(8, min=1, max=1000, help="keep-alive client connections"),
     replicas: int = typer.Option(8, min=1, max=MAX_REPLICAS, help="replicas in each route snapshot"),
     router: str = typer.Option("least_outstanding_tokens"),
@@ -1454,7 +1528,7 @@ def bench_scale(
     mod = _serve_module("bench_scale")
     _serve_module()
     try:
-        sizes = [int(x) for x in groups.split(",") if x.strip()]
+        sizes = [int(x) for x in _items(groups, "--groups")]
     except ValueError:
         raise InputError(f"--groups {groups!r}: expected comma-separated positive integers") from None
     if not sizes or any(n < 1 or n > 10_000 for n in sizes):

@@ -5,6 +5,22 @@ class InputError(ValueError):
     """Bad input (config, trace, request). The message names the file, field or row and what was expected."""
 
 
+def with_article(what: str) -> str:
+    """``what`` with its indefinite article: "an experiment", "a scenario"."""
+    return f"{'an' if what[:1].lower() in 'aeiou' else 'a'} {what}"
+
+
+def not_a_file(path, what: str) -> str:
+    """Why ``path``, which is not a regular file, cannot be read as a ``what`` file: a folder is named as one (it was
+    "not found"), anything else as not found."""
+    from pathlib import Path
+
+    p = Path(path)
+    if p.is_dir():
+        return f"a folder, not {with_article(what)} file"
+    return f"{what} file not found" if not p.exists() else f"not a regular file, expected {with_article(what)} file"
+
+
 def check_replaceable(path) -> None:
     """``path`` may be written by renaming a temporary file over it: absent, a regular file, or a symbolic link (the
     link is replaced, not what it points to). A device, a pipe or a socket is refused: renaming a file over

@@ -19,7 +19,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
-from fleetwise.errors import InputError
+from fleetwise.errors import InputError, with_article
 from fleetwise.limits import MAX_BLOCK_TOKENS, MAX_REPLICAS, MAX_REQUESTS, MAX_SEED, MAX_SPAN_S, MIN_PERIOD_S
 
 # The built-in scenarios ship inside the package (package data; the repository's scenarios/ links here) and are
@@ -329,7 +329,7 @@ def read_yaml(path_or_name: str | Path, builtin_dir, what: str) -> tuple[Path, A
     if not p.is_file() and str(path_or_name) in builtin:  # (a folder of that name in the working directory, e.g.
         p = builtin[str(path_or_name)]  # reproduce platform's checkpoints, is not a scenario and hides nothing)
     if not p.is_file():
-        problem = f"a directory, not a {what} file" if p.is_dir() else f"{what} file not found"
+        problem = f"a directory, not {with_article(what)} file" if p.is_dir() else f"{what} file not found"
         raise InputError(f"{path_or_name}: {problem} (built-in: {', '.join(sorted(builtin))})")
     return p, load_file(p, what)
 

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 from yaml.constructor import ConstructorError
 
-from fleetwise.errors import InputError, nonblocking_opener
+from fleetwise.errors import InputError, nonblocking_opener, with_article
 from fleetwise.limits import MAX_ALIAS_VALUES, MAX_FILE_BYTES
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
@@ -52,16 +52,17 @@ def read_text(path: str | Path, what: str = "file") -> str:
     unreadable file or bytes that are not UTF-8."""
     p = Path(path)
     if p.is_dir():
-        raise InputError(f"{p}: is a folder, expected a {what} file")
+        raise InputError(f"{p}: is a folder, expected {with_article(what)} file")
     try:
         with open(p, "rb", opener=nonblocking_opener) as f:
             if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                raise InputError(f"{p}: not a regular file (a device, a pipe or a socket), expected a {what} file")
+                raise InputError(f"{p}: not a regular file (a device, a pipe or a socket), expected "
+                                 f"{with_article(what)} file")
             data = f.read(MAX_FILE_BYTES + 1)
     except OSError as e:
         raise InputError(f"{p}: cannot read {what} file ({e.strerror or e})") from None
     if len(data) > MAX_FILE_BYTES:
-        raise InputError(f"{p}: larger than {MAX_FILE_BYTES // 2**20} MiB, the limit for a {what} file "
+        raise InputError(f"{p}: larger than {MAX_FILE_BYTES // 2**20} MiB, the limit for {with_article(what)} file "
                          "(docs/limits.md)")
     try:
         return data.decode("utf-8")

@@ -163,4 +163,5 @@ def build(level: str, name: str, params: dict[str, Any] | None = None, where: st
     try:
         return factory(**params)
     except (TypeError, ValueError) as e:
-        raise InputError(f"{where}{level} {name!r}: {e}") from None
+        own = f"{level} {name!r}"  # (a constructor that names itself: not "router 'learned': router 'learned': ...")
+        raise InputError(f"{where}{e}" if str(e).startswith(own) else f"{where}{own}: {e}") from None

@@ -26,7 +26,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from fleetwise.errors import InputError
+from fleetwise.errors import InputError, not_a_file, with_article
 
 DEFAULT_DB = Path("results") / "fleetwise.duckdb"
 # no extension is installed or loaded behind the user's back (a SQLite file given as --db made DuckDB reach for
@@ -44,6 +44,7 @@ ID_COLUMNS = {
     "level": "VARCHAR", "policy": "VARCHAR", "scaler": "VARCHAR",
 }
 ADDED_COLUMNS = ("level", "policy", "scaler")  # a store written before these existed gets them (NULL) on open
+CORE_COLUMNS = {"run_id", "experiment", "scenario", "status", "seed"}  # what a store's runs table has had always
 SCHEMA = [
     "CREATE TABLE IF NOT EXISTS runs (" + ", ".join(f"{k} {t}" for k, t in ID_COLUMNS.items()) + ")",
     *(f"ALTER TABLE runs ADD COLUMN IF NOT EXISTS {c} {ID_COLUMNS[c]}" for c in ADDED_COLUMNS),
@@ -61,14 +62,25 @@ def check_writable_file(path: str | Path, what: str = "file") -> None:
 
     p = Path(path)
     if p.is_dir():
-        raise InputError(f"{p}: is a folder, expected a {what} file")
+        raise InputError(f"{p}: is a folder, expected {with_article(what)} file")
     if p.exists():
         if not p.is_file():  # (a database written into /dev/sda would be written into the disk)
-            raise InputError(f"{p}: not a regular file (a device, a pipe or a socket), expected a {what} file")
+            raise InputError(f"{p}: not a regular file (a device, a pipe or a socket), expected "
+                             f"{with_article(what)} file")
         if not os.access(p, os.W_OK):
             raise InputError(f"{p}: {what} is not writable")
         return
     check_writable_dir(p.parent, f"folder of the {what}")
+
+
+def check_store_file(path: str | Path, what: str = "results store (--db)") -> None:
+    """Before any work: ``path`` can be written (``check_writable_file``) and, if it exists, is a fleetwise
+    results store, or an empty database, that this version reads (not a file of another kind, found only when the
+    results are written at the end). Writes nothing."""
+    check_writable_file(path, what)
+    p = Path(path)
+    if p.is_file():
+        Store(p, read_only=True)
 
 
 def check_writable_dir(path: str | Path, what: str = "output folder") -> None:
@@ -117,7 +129,7 @@ class Store:
             self._mem = duckdb.connect(":memory:", config=OFFLINE)
         elif read_only:
             if not self.path.is_file():
-                raise InputError(f"{self.path}: results store not found")
+                raise InputError(f"{self.path}: {not_a_file(self.path, 'results store')}")
             self._with(lambda con: None)  # opens now: a file that is not a store fails here, in one line
             return
         else:
@@ -132,17 +144,22 @@ class Store:
                 self._with(self._check_foreign)
         self._with(lambda con: [con.execute(s) for s in SCHEMA])
 
-    def _check_foreign(self, con) -> None:
+    def _check_foreign(self, con, catalog: str | None = None) -> None:
         """An existing file must be a fleetwise store (or an empty database) before the schema's migrations touch
-        it: a DuckDB file with other tables had columns and tables added, then failed with a traceback."""
+        it: a DuckDB file with other tables had columns and tables added, then failed with a traceback. (Read
+        only, the file is attached as ``catalog``: a foreign database read as an empty store, and the report of
+        a database that was not a store was written as if it were.)"""
+        cat = "" if catalog is None else f" AND table_catalog = '{catalog}'"
         tables = {t for (t,) in con.execute("SELECT table_name FROM information_schema.tables "
-                                            "WHERE table_schema = 'main'").fetchall()}
+                                            f"WHERE table_schema = 'main'{cat}").fetchall()}
         if not tables:
             return
         cols = {c for (c,) in con.execute("SELECT column_name FROM information_schema.columns WHERE "
-                                          "table_schema = 'main' AND table_name = 'runs'").fetchall()}
-        core = {"run_id", "experiment", "scenario", "status", "seed"}
-        if not core <= cols:
+                                          f"table_schema = 'main' AND table_name = 'runs'{cat}").fetchall()}
+        if cols & CORE_COLUMNS and not CORE_COLUMNS <= cols:  # (a store with a column dropped)
+            raise InputError(f"{self.path}: not a results store this version can read (its runs table has no "
+                             f"{sorted(CORE_COLUMNS - cols)[0]!r} column); it was left as it is")
+        if not CORE_COLUMNS <= cols:
             shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
             raise InputError(f"{self.path}: a DuckDB database that is not a fleetwise results store (tables: "
                              f"{shown}); it was left as it is")
@@ -208,6 +225,7 @@ class Store:
         con = duckdb.connect(":memory:", config=OFFLINE)
         try:
             con.execute("ATTACH '" + str(self.path).replace("'", "''") + "' AS src (READ_ONLY)")
+            self._check_foreign(con, "src")
             have: dict[str, set[str]] = {}
             for t, c in con.execute("SELECT table_name, column_name FROM information_schema.columns "
                                     "WHERE table_catalog = 'src' AND table_schema = 'main'").fetchall():

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from fleetwise.control.checkpoint import ActionSpec, CheckpointError, ModelCard, save_policy
-from fleetwise.errors import InputError
+from fleetwise.errors import InputError, not_a_file
 
 _ACT = {"Tanh": "tanh", "ReLU": "relu", "LeakyReLU": "leaky_relu", "ELU": "elu", "Sigmoid": "sigmoid",
         "Identity": "identity"}
@@ -137,7 +137,7 @@ def export_file(sb3_zip: str | Path, out: str | Path, *, level: str, policy: str
     torch.set_num_threads(1)
     p = Path(sb3_zip)
     if not p.is_file():
-        raise InputError(f"{p}: no such file")
+        raise InputError(f"{p}: {not_a_file(p, 'Stable-Baselines3 .zip')}")
     algo = _algorithm_of(p)
     try:
         model = (DQN if algo == "dqn" else PPO).load(str(p), device="cpu")

@@ -225,8 +225,9 @@ def parse_days(text: str) -> list[int]:
             a, b = int(lo), int(hi)
             if b < a:
                 raise ValueError
-            # (clipped before the list is made: "7-99999999999" asked for 1e11 days)
-            days = list(range(a, min(b, SERVEGEN_DAYS + 1) + 1))
+            # (clipped before the list is made: "7-99999999999" asked for 1e11 days; an end beyond the last day
+            # is named as the day that is not one, not the first day past the last)
+            days = list(range(a, min(b, SERVEGEN_DAYS) + 1)) + ([b] if b > SERVEGEN_DAYS else [])
         else:
             days = [int(x) for x in s.split(",")]
     except ValueError:

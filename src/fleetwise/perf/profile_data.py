@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from fleetwise.catalog.specs import ModelSpec
-from fleetwise.errors import InputError
+from fleetwise.errors import InputError, not_a_file
 from fleetwise.perf.profile_format import FORMAT, per_gpu_heads  # noqa: F401 (re-exported)
 MAX_PROFILE_BYTES = 64 * 2**20  # a profile of every catalog model is a few MB
 
@@ -39,7 +39,7 @@ def read_json(path: str | Path, what: str) -> Any:
     """Parse a JSON file with one-line errors (missing, too large, not JSON)."""
     p = Path(path)
     if not p.is_file():
-        raise InputError(f"{p}: {what} file not found")
+        raise InputError(f"{p}: {not_a_file(p, what)}")
     if p.stat().st_size > MAX_PROFILE_BYTES:
         raise InputError(f"{p}: {what} file is larger than {MAX_PROFILE_BYTES // 2**20} MB")
     from fleetwise.yamlio import parse_json, read_text

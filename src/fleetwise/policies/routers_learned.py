@@ -84,6 +84,8 @@ class LearnedRouter:
         path = packaged_checkpoint() if checkpoint is None else Path(str(checkpoint)).expanduser()
         if not path.name.endswith(SUFFIX) and not path.exists():
             path = path.with_name(path.name + SUFFIX)
+        if path.is_dir():
+            raise InputError(f"router 'learned': checkpoint {str(path)!r}: a folder, not a checkpoint file (NAME.npz)")
         if not path.is_file():
             raise InputError(f"router 'learned': checkpoint {str(path)!r} not found (train one: fleetwise train "
                              "router --out PATH.npz)")

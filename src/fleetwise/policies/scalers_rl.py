@@ -61,6 +61,8 @@ class RLScaler:
                              "export-checkpoint`, only for files you trust)")
         if not path.name.endswith(SUFFIX) and not path.exists():
             path = path.with_name(path.name + SUFFIX)
+        if path.is_dir():
+            raise InputError(f"checkpoint {str(checkpoint)!r}: a folder, not a checkpoint file (NAME.npz)")
         if not path.is_file():
             raise InputError(f"checkpoint {str(checkpoint)!r} not found (train one: fleetwise train scaler "
                              "--out PATH.npz)")

@@ -683,7 +683,8 @@ def parse_load(value: str | float | None) -> float | str:
     except (TypeError, ValueError):
         raise InputError(f"--load {value!r}: expected a fraction of the fleet's capacity (e.g. 0.7) or 'real'") from None
     if not (0 < x <= 100):
-        raise InputError(f"--load {value!r}: expected a number > 0 (a fraction of the fleet's capacity) or 'real'")
+        raise InputError(f"--load {value!r}: expected a number above 0 and at most 100 (a fraction of the fleet's "
+                         "capacity) or 'real'")
     return x
 
 
