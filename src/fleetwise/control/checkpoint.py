@@ -169,6 +169,8 @@ def _parse_int(s: str) -> int:
 
 
 def read_card(path: str | os.PathLike) -> ModelCard:
+    if not isinstance(path, (str, os.PathLike)):
+        raise CheckpointError(f"model card {path!r:.60}: expected a path")
     p = Path(path)
     try:
         with open(p, "rb", opener=nonblocking_opener) as f:
@@ -256,10 +258,16 @@ class NumpyPolicy:
     def predict(self, observation: Any, state: Any = None, episode_start: Any = None,
                 deterministic: bool = True) -> tuple[np.ndarray, None]:
         """The deterministic action for one observation (``obs_shape``) or a batch (``(n, *obs_shape)``)."""
-        obs = np.asarray(observation, np.float64)
+        try:
+            obs = np.asarray(observation, np.float64)
+        except (TypeError, ValueError):
+            raise InputError(f"policy {self.name}: observation {observation!r:.60} is not numbers") from None
         single = obs.shape == self.obs_shape
-        if not single and obs.shape[1:] != self.obs_shape:
-            raise InputError(f"policy {self.name}: observation of shape {obs.shape}, expected {self.obs_shape}")
+        if not single and (obs.ndim != len(self.obs_shape) + 1 or obs.shape[1:] != self.obs_shape or not len(obs)):
+            raise InputError(f"policy {self.name}: observation of shape {obs.shape}, expected {self.obs_shape} or a "
+                             f"non-empty batch of them")
+        if not np.isfinite(obs).all():  # (NaN in, NaN actions out)
+            raise InputError(f"policy {self.name}: an observation with NaN or infinity")
         batch = obs.reshape(1, *self.obs_shape) if single else obs
         out = self.forward(batch)
         a = self.action
@@ -431,6 +439,8 @@ def load_policy(path: str | os.PathLike, *, level: str | None = None, card: bool
     """Load a checkpoint written by ``save_policy`` (``fleetwise.learn.export``) after the checks of the module
     docstring; ``level``: the decision level it must decide; ``card``: the model card must be there and agree.
     Anything else (an SB3 zip, a pickle, a zip bomb, arrays of objects) raises ``CheckpointError``, one line."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise CheckpointError(f"checkpoint {path!r:.60}: expected a path")
     p = Path(path)
     where = f"checkpoint {p}"
     with _open_regular(p, max_file_bytes, "checkpoint") as f:
@@ -578,7 +588,12 @@ def resolve_inside(folder: str | os.PathLike | None, name: str | os.PathLike, wh
     if not s or "\x00" in s:
         raise CheckpointError(f"{what}: expected a file name inside the checkpoint folder")
     root = os.path.realpath(folder)
-    real = os.path.realpath(os.path.join(root, s))
+    cand = os.path.join(root, s)
+    # the file the loaders will open: a name without the suffix that is not a file gets it, as the policies add it
+    # (checked before, the name was; then the policy added ".npz" and followed a link out of the folder)
+    if not s.endswith(SUFFIX) and not os.path.lexists(cand):
+        cand += SUFFIX
+    real = os.path.realpath(cand)
     if os.path.commonpath([root, real]) != root or real == root:
         raise CheckpointError(f"{what} {s!r}: outside the checkpoint folder {root} (symlinks followed)")
     card = os.path.realpath(card_path(real))  # (the card is read too: a link out of the folder was followed)
