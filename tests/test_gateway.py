@@ -443,3 +443,113 @@ def test_odd_bodies_and_backend_values_are_not_500s():
     snap = s.snapshot()  # (a ReplicaSnapshot refused it: every request after the scrape was a 500)
     assert snap.waiting == snap.outstanding_requests == 10**15
     assert _utf8({"id": "llama"}) and not _utf8({"id": "\ud800"})
+
+
+class _OddBackend:
+    """A fake OpenAI server on loopback whose POST answers misbehave as ``mode`` says (a fuzzing pass, 2026-12-07:
+    the gateway passed each on to its client as it came)."""
+
+    def __init__(self, mode: str):
+        import gzip
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        outer = self
+
+        class H(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):  # health probes
+                self.send_response(200)
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("content-length", 0)))
+                ok = json.dumps({"id": "x", "object": "text_completion", "choices": []}).encode()
+                if mode == "html-stream":  # a 200 to a streamed request that is no event stream
+                    body, ctype, extra = b"<html>oops</html>", "text/html", {}
+                elif mode == "redirect":
+                    self.send_response(302)
+                    self.send_header("location", "http://evil.example/")
+                    self.send_header("content-length", "0")
+                    self.end_headers()
+                    return
+                elif mode == "gzip":  # compressed although the gateway asked for identity
+                    body, ctype, extra = gzip.compress(ok), "application/json", {"content-encoding": "gzip"}
+                elif mode == "huge":
+                    body, ctype, extra = b'{"x": "' + b"a" * (2 << 20) + b'"}', "application/json", {}
+                elif mode == "slow":  # the answer's head, then a byte a second
+                    self.send_response(200)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(ok)))
+                    self.end_headers()
+                    for b in ok:
+                        if outer.stop.wait(0.5):
+                            return
+                        self.wfile.write(bytes([b]))
+                        self.wfile.flush()
+                    return
+                elif mode == "long-event":  # one SSE event with no end
+                    self.send_response(200)
+                    self.send_header("content-type", "text/event-stream")
+                    self.end_headers()
+                    for _ in range(64):
+                        self.wfile.write(b"data: " + b"a" * 65536)
+                    return
+                self.send_response(200)
+                self.send_header("content-type", ctype)
+                self.send_header("content-length", str(len(body)))
+                for k, v in extra.items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.stop = threading.Event()
+        self.srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.url = f"http://127.0.0.1:{self.srv.server_address[1]}"
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.stop.set()
+        self.srv.shutdown()
+        self.srv.server_close()
+
+
+@pytest.mark.parametrize("mode,stream,words", [
+    ("html-stream", True, "not an event stream"),
+    ("redirect", False, "a redirect"),
+    ("gzip", False, "content-encoding 'gzip'"),
+    ("huge", False, "larger than 1048576 bytes"),
+    ("slow", False, "no whole answer within 2 s"),
+])
+def test_a_backend_answer_the_gateway_cannot_vouch_for_is_a_failed_attempt(gateway, mode, stream, words):
+    """Each was passed on to the client as it came (HTML as a 200, a 302 to another host with its cookie, a gzip
+    bomb decoded to 200 MB, a 64 MB body buffered whole, a byte a second for as long as the backend liked)."""
+    b = _OddBackend(mode)
+    try:
+        url = gateway([b.url], max_attempts=1, attempt_timeout_s=2.0, max_response_bytes=1 << 20)
+        with httpx.Client(timeout=TIMEOUT) as c:
+            r = c.post(f"{url}/v1/completions", json={"prompt": "hi", "max_tokens": 4, "stream": stream})
+        assert r.status_code == 503, (r.status_code, r.text[:200])
+        assert words in r.json()["error"]["attempts"][0], r.json()
+    finally:
+        b.close()
+
+
+def test_an_sse_event_over_the_limit_ends_the_stream_with_an_error_event(gateway):
+    """One event of 4 MB with no end (64 KB chunks) was rescanned at every chunk (90 s of CPU for 32 MB) with no
+    limit on its size; now each byte is scanned once and the event is cut at ``max_response_bytes``."""
+    from fleetwise.serve.gateway_forward import SSEFramer
+
+    f = SSEFramer(max_event_bytes=10)
+    assert f.feed(b"data: 1\n") == b"" and f.feed(b"\ndata: 2") == b"data: 1\n\n"  # an end split over two chunks
+    b = _OddBackend("long-event")
+    try:
+        url = gateway([b.url], max_attempts=1, max_response_bytes=1 << 20)
+        with httpx.Client(timeout=TIMEOUT) as c:
+            r = c.post(f"{url}/v1/completions", json={"prompt": "hi", "max_tokens": 4, "stream": True})
+        assert r.status_code == 200
+        assert r.text.startswith("data: {") and "longer than 1048576 bytes" in r.text, r.text[:200]
+    finally:
+        b.close()

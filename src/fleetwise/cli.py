@@ -1401,6 +1401,10 @@ def serve(
                                                 "server's base URL, e.g. http://127.0.0.1:8001 (repeat the option)"),
     max_attempts: Optional[int] = typer.Option(None, min=1, max=100, help="with --gateway: distinct backends tried per "
                                                "request [default: 3]"),
+    backend_timeout: Optional[float] = typer.Option(None, parser=_finite(0.1, 86400.0),
+                                                    help="with --gateway: seconds a backend may take for a whole "
+                                                    "answer (a stream: for its first bytes), and its longest silence "
+                                                    "[default: 600]"),
 ) -> None:
     """The decision service: route, scale and plan over HTTP (docs/serve.md, docs/security.md). With --gateway: an
     OpenAI-compatible proxy that routes each request to one of the --backend servers."""
@@ -1417,13 +1421,17 @@ def serve(
         if scaler is not None or planner is not None or checkpoint is not None or checkpoint_dir is not None:
             raise InputError("--gateway routes only: --scaler, --planner, --checkpoint and --checkpoint-dir do not "
                              "apply")
+        timeouts = {} if backend_timeout is None else {"read_timeout_s": backend_timeout,
+                                                         "attempt_timeout_s": backend_timeout}
         _serve_module("gateway").serve_gateway(list(backend), host=host, port=port, route_policy=router,
                                                token_file=token_file, log_level=log_level, seed=seed,
                                                max_attempts=3 if max_attempts is None else max_attempts,
-                                               limits=limits, force=force)
+                                               limits=limits, force=force, **timeouts)
         return
     if backend:
         raise InputError("--backend needs --gateway")
+    if backend_timeout is not None:
+        raise InputError("--backend-timeout needs --gateway")
     if max_attempts is not None:
         raise InputError("--max-attempts needs --gateway (the backends a request may try)")
     if planner is not None and checkpoint is not None:

@@ -10,6 +10,10 @@ Failure semantics (the client always gets a whole response or a clear error, nev
   empty counts as a failed attempt and the next backend is tried;
 - every attempt failed: HTTP 503 with a JSON error listing each attempt;
 - other 4xx from a backend, with a JSON body: passed through unchanged (status and body), no retry;
+- a redirect (3xx; the gateway follows none), a body the gateway did not ask to be compressed, a body over
+  ``max_response_bytes``, an answer that takes longer than ``attempt_timeout_s`` (a streamed one: until its first
+  bytes) and a streamed 2xx that is not ``text/event-stream``: failed attempts (they were passed on as they came:
+  HTML as a 200, a 64 MB body, a gzip bomb decoded to 200 MB, a 302 to another host);
 - a streamed request is committed to a backend once its first chunk has arrived; a stream that breaks after bytes
   went to the client (backend killed, or it closed without ``data: [DONE]``) ends with whole SSE events only, then
   ``data: {"error": {...}}``; never a truncated event and never a ``[DONE]`` the backend did not send.
@@ -45,21 +49,33 @@ class Retry(Exception):
     """This attempt failed before anything went to the client: try another backend."""
 
 
-class SSEFramer:
-    """Cuts a byte stream into whole SSE events and notes whether ``data: [DONE]`` went by."""
+class EventTooLarge(Exception):
+    """An SSE event longer than the gateway takes (``max_response_bytes``)."""
 
-    def __init__(self) -> None:
+
+class SSEFramer:
+    """Cuts a byte stream into whole SSE events and notes whether ``data: [DONE]`` went by. Each byte is scanned
+    once (an event of 32 MB in 64 KB chunks was rescanned from its start at every chunk: 90 s of CPU), and an
+    event may not outgrow ``max_event_bytes``."""
+
+    def __init__(self, max_event_bytes: int = 64 << 20) -> None:
         self.buf = b""
         self.done = False
+        self.max_event_bytes = max_event_bytes
+        self._scanned = 0  # bytes of buf already searched for an event's end (less the 3 an end may span)
 
     def feed(self, chunk: bytes) -> bytes:
         self.buf += chunk
         end = 0
-        for m in _EVENT_END.finditer(self.buf):
+        for m in _EVENT_END.finditer(self.buf, max(0, self._scanned - 3)):
             end = m.end()
         if not end:
+            self._scanned = len(self.buf)
+            if len(self.buf) > self.max_event_bytes:
+                raise EventTooLarge(f"an SSE event longer than {self.max_event_bytes} bytes")
             return b""
         out, self.buf = self.buf[:end], self.buf[end:]
+        self._scanned = len(self.buf)
         if not self.done and _DONE_LINE.search(out):
             self.done = True
         return out
@@ -94,21 +110,60 @@ def _failed(pool: Pool, s: BackendState, e: httpx.RequestError) -> Retry:
     return Retry(reason)
 
 
+def _refused(pool: Pool, s: BackendState, resp: Any) -> str | None:
+    """Why a backend's response head is a failed attempt whatever its body: a redirect, or a compression the
+    gateway did not ask for (it asks for ``identity``; httpx would decode a gzip bomb)."""
+    if 300 <= resp.status_code < 400:
+        return f"HTTP {resp.status_code}: a redirect (the gateway follows none)"
+    enc = resp.headers.get("content-encoding", "identity").strip().lower()
+    if enc not in ("", "identity"):
+        return f"a body in content-encoding {enc[:40]!r}, not asked for"
+    return None
+
+
+async def _read_capped(pool: Pool, resp: Any) -> bytes:
+    """The response's body, raw (no decoding), up to ``max_response_bytes``; beyond: ``ValueError``."""
+    cap = pool.cfg.max_response_bytes
+    parts, n = [], 0
+    async for chunk in resp.aiter_raw():
+        n += len(chunk)
+        if n > cap:
+            raise ValueError(f"a body larger than {cap} bytes")
+        parts.append(chunk)
+    return b"".join(parts)
+
+
 async def attempt_plain(pool: Pool, s: BackendState, path: str, raw: bytes, attempts: int) -> Response:
     """One backend, not streamed: its whole response, checked (module docstring), or ``Retry``."""
     t0 = time.perf_counter()
+    client = pool.client
+    resp = None
     try:
-        r = await pool.client.post(f"{s.url}{path}", content=raw, headers=pool.up_headers)
+        async with asyncio.timeout(pool.cfg.attempt_timeout_s):
+            resp = await client.send(client.build_request("POST", f"{s.url}{path}", content=raw,
+                                                          headers=pool.up_headers), stream=True)
+            refused = _refused(pool, s, resp)
+            content = b"" if refused else await _read_capped(pool, resp)
     except httpx.RequestError as e:
         raise _failed(pool, s, e) from None
+    except (TimeoutError, ValueError) as e:
+        reason = f"{s.id}: " + (f"no whole answer within {pool.cfg.attempt_timeout_s:g} s"
+                                if isinstance(e, TimeoutError) else str(e))
+        pool.note_failure(s, reason, hard=False)
+        raise Retry(reason) from None
+    finally:
+        if resp is not None:
+            await resp.aclose()
     pool.metrics.latency.labels(s.id).observe(time.perf_counter() - t0)
-    problem = None if r.status_code >= 500 or r.status_code == 429 else body_problem(r.content, r.status_code)
-    if r.status_code >= 500 or r.status_code == 429 or problem is not None:
-        reason = f"{s.id}: HTTP {r.status_code}" + (f" with {problem}" if problem else f": {r.text[:300]}")
+    status = resp.status_code
+    problem = refused or (None if status >= 500 or status == 429 else body_problem(content, status))
+    if status >= 500 or status == 429 or problem is not None:
+        text = content[:300].decode("utf-8", "replace")
+        reason = f"{s.id}: HTTP {status}" + (f" with {problem}" if problem else f": {text}")
         pool.note_failure(s, reason, hard=False)
         raise Retry(reason)
-    pool.note_success(s, "ok" if r.status_code < 400 else "client_error")
-    return Response(content=r.content, status_code=r.status_code, headers=passthrough_headers(r.headers, s, attempts))
+    pool.note_success(s, "ok" if status < 400 else "client_error")
+    return Response(content=content, status_code=status, headers=passthrough_headers(resp.headers, s, attempts))
 
 
 async def _open_stream(pool: Pool, s: BackendState, path: str, raw: bytes) -> tuple[Any, Any, bytes]:
@@ -117,23 +172,40 @@ async def _open_stream(pool: Pool, s: BackendState, path: str, raw: bytes) -> tu
     client = pool.client
     resp = None
     try:
-        resp = await client.send(client.build_request("POST", f"{s.url}{path}", content=raw,
-                                                      headers=pool.up_headers), stream=True)
-        if resp.status_code >= 400:
-            data = await resp.aread()
+        async with asyncio.timeout(pool.cfg.attempt_timeout_s):
+            resp = await client.send(client.build_request("POST", f"{s.url}{path}", content=raw,
+                                                          headers=pool.up_headers), stream=True)
+            refused = _refused(pool, s, resp)
+            if refused is None and resp.status_code < 400 and \
+                    "text/event-stream" not in resp.headers.get("content-type", "").lower():
+                refused = (f"HTTP {resp.status_code} that is not an event stream (content-type "
+                           f"{resp.headers.get('content-type', 'none')[:60]!r})")
+            if refused is not None:
+                await resp.aclose()
+                pool.note_failure(s, f"{s.id}: {refused}", hard=False)
+                raise Retry(f"{s.id}: {refused}")
+            if resp.status_code >= 400:
+                data = await _read_capped(pool, resp)
+                await resp.aclose()
+                problem = None if resp.status_code >= 500 or resp.status_code == 429 else body_problem(
+                    data, resp.status_code)
+                if resp.status_code >= 500 or resp.status_code == 429 or problem is not None:
+                    reason = f"{s.id}: HTTP {resp.status_code}: " + (problem or data[:300].decode("utf-8", "replace"))
+                    pool.note_failure(s, reason, hard=False)
+                    raise Retry(reason)
+                return resp, None, data
+            it = resp.aiter_raw()
+            first = b""
+            while not first:  # commit to this backend only once its first bytes are here
+                first = await it.__anext__()
+            return resp, it, first
+    except (TimeoutError, ValueError) as e:
+        if resp is not None:
             await resp.aclose()
-            problem = None if resp.status_code >= 500 or resp.status_code == 429 else body_problem(
-                data, resp.status_code)
-            if resp.status_code >= 500 or resp.status_code == 429 or problem is not None:
-                reason = f"{s.id}: HTTP {resp.status_code}: " + (problem or data[:300].decode("utf-8", "replace"))
-                pool.note_failure(s, reason, hard=False)
-                raise Retry(reason)
-            return resp, None, data
-        it = resp.aiter_bytes()
-        first = b""
-        while not first:  # commit to this backend only once its first bytes are here
-            first = await it.__anext__()
-        return resp, it, first
+        reason = f"{s.id}: " + (f"no first bytes within {pool.cfg.attempt_timeout_s:g} s"
+                                if isinstance(e, TimeoutError) else str(e))
+        pool.note_failure(s, reason, hard=False)
+        raise Retry(reason) from None
     except StopAsyncIteration:
         await resp.aclose()
         reason = f"{s.id}: empty streamed response"
@@ -151,8 +223,8 @@ async def _open_stream(pool: Pool, s: BackendState, path: str, raw: bytes) -> tu
 
 async def _relay(pool: Pool, s: BackendState, resp: Any, it: Any, first: bytes) -> AsyncIterator[bytes]:
     """The backend's stream to the client: whole SSE events only; a break ends with an SSE error event."""
-    is_sse = "text/event-stream" in resp.headers.get("content-type", "")
-    framer = SSEFramer()
+    is_sse = "text/event-stream" in resp.headers.get("content-type", "").lower()  # (always: _open_stream)
+    framer = SSEFramer(pool.cfg.max_response_bytes)
     broken: str | None = None
     try:
         out = framer.feed(first) if is_sse else first
@@ -164,6 +236,9 @@ async def _relay(pool: Pool, s: BackendState, resp: Any, it: Any, first: bytes) 
                 yield out
         if is_sse and not framer.done:
             broken = "the backend closed the stream without data: [DONE]"
+    except EventTooLarge as e:
+        framer.buf = b""
+        broken = str(e)
     except httpx.RequestError as e:
         if not (is_sse and framer.done):
             broken = f"{type(e).__name__}: {e}".rstrip(": ")

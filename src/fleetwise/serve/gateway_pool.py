@@ -50,6 +50,10 @@ class GatewayConfig:
     retry_backoff_s: float = 0.05  # sleep before retry k: retry_backoff_s * 2**(k-1)
     connect_timeout_s: float = 2.0
     read_timeout_s: float = 600.0  # longest silence from a backend (a long generation, not streamed)
+    # the whole of an attempt that is not streamed, and a streamed one's wait for its first bytes (a backend that
+    # dripped a byte a second never hit the read timeout, and the client waited as long as it dripped)
+    attempt_timeout_s: float = 600.0
+    max_response_bytes: int = 64 << 20  # a backend's whole answer (not streamed), and one SSE event of a stream
     health_interval_s: float = 2.0  # probe period of a ready backend; first backoff of a down one
     health_max_backoff_s: float = 30.0
     metrics_interval_s: float = 1.0  # scrape period of backends' /metrics (0: never)
@@ -61,13 +65,16 @@ class GatewayConfig:
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
             raise InputError(f"gateway max_attempts {self.max_attempts}: expected at least 1")
-        for k in ("retry_backoff_s", "connect_timeout_s", "read_timeout_s", "health_interval_s",
+        for k in ("retry_backoff_s", "connect_timeout_s", "read_timeout_s", "attempt_timeout_s", "health_interval_s",
                   "health_max_backoff_s", "metrics_interval_s", "chars_per_token"):
             v = getattr(self, k)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
                 raise InputError(f"gateway {k} {v!r}: expected a finite number >= 0")
-        if self.connect_timeout_s <= 0 or self.read_timeout_s <= 0 or self.chars_per_token <= 0:
+        if (self.connect_timeout_s <= 0 or self.read_timeout_s <= 0 or self.attempt_timeout_s <= 0
+                or self.chars_per_token <= 0):
             raise InputError("gateway timeouts and chars_per_token must be > 0")
+        if not (isinstance(self.max_response_bytes, int) and 1024 <= self.max_response_bytes <= 1 << 32):
+            raise InputError(f"gateway max_response_bytes {self.max_response_bytes!r}: expected 1 KiB to 4 GiB")
 
 
 @dataclass
