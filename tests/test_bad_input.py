@@ -801,7 +801,7 @@ def test_a_folder_named_like_a_builtin_scenario_does_not_hide_it(tmp_path, monke
     monkeypatch.chdir(tmp_path)
     (tmp_path / "default").mkdir()
     assert load_scenario("default") == load_scenario(None)
-    with pytest.raises(InputError, match="a directory, not a scenario file"):
+    with pytest.raises(InputError, match="a folder, not a scenario file"):
         load_scenario(str(tmp_path / "default"))  # (a path to a folder, not a built-in's name, is still an error)
 
 
@@ -1035,3 +1035,104 @@ def test_errors_name_their_file_once(tmp_path, capsys):
     with pytest.raises(InputError) as e:
         make("router", "learned", {"checkpoint": str(tmp_path / "none.npz")}, where="route policy: ")
     assert str(e.value).count("router 'learned'") == 1, e.value
+
+
+# ------------------------------------------------------------------------------------------- the Python API, again
+def _api_cases():
+    """(case id, call, words of the one-line error): a fuzzing pass of the Python API, 2026-12-07. Each was a hang,
+    a silent wrong result or an error from deep inside (named in the comment)."""
+    import numpy as np
+
+    from fleetwise.control.checkpoint import load_policy, read_card
+    from fleetwise.perf.model import PerfModel
+    from fleetwise.workload import Workload, build_workload, diurnal_arrivals, poisson_arrivals
+    from fleetwise.workload.synthetic import LognormalLengths, clip_total_tokens
+
+    rng = np.random.default_rng(0)
+
+    def wl(**kw):
+        base = dict(arrival_s=[0.5, 1.0], prompt_tokens=[100, 100], output_tokens=[5, 5])
+        base.update(kw)
+        return Workload(**{k: np.asarray(v) for k, v in base.items()})
+
+    def run(w):
+        import fleetwise
+
+        fleetwise.simulate(fleetwise.load_scenario("default"), seed=1, workload=w)
+
+    return [
+        ("diurnal-nan-hour", lambda: diurnal_arrivals(rng, 5.0, peak_hour_local=float("nan"), num_requests=10),
+         ["peak_hour_local", "finite"]),  # (never returned)
+        ("workload-arrival-negative", lambda: run(wl(arrival_s=[-100.0, 1.0])), ["arrival_s[0]"]),  # (vanished)
+        ("workload-arrival-nan", lambda: run(wl(arrival_s=[float("nan"), 1.0])), ["arrival_s[0]"]),
+        ("workload-unsorted", lambda: run(wl(arrival_s=[2.0, 1.0])), ["sorted"]),
+        ("workload-output-negative", lambda: run(wl(output_tokens=[-50, 5])), ["output_tokens[0]"]),  # (-3,651 tok/s)
+        ("workload-prompt-zero", lambda: run(wl(prompt_tokens=[0, 5])), ["prompt_tokens[0]"]),
+        ("workload-model-code", lambda: run(wl(model=[7, 0])), ["model[0]", "models"]),  # (an IndexError)
+        ("workload-empty", lambda: run(wl(arrival_s=[], prompt_tokens=[], output_tokens=[])), ["no request"]),
+        ("poisson-span-huge", lambda: poisson_arrivals(rng, 5, duration_s=1e12), ["duration_s", "366 days"]),
+        ("poisson-count-huge", lambda: poisson_arrivals(rng, 5, num_requests=10**10), ["num_requests"]),  # (MemoryError)
+        ("poisson-rng-none", lambda: poisson_arrivals(None, 5, num_requests=10), ["rng", "Generator"]),
+        ("build-workload-missing-field", lambda: build_workload({"kind": "poisson"}, rng), ["rate_rps"]),  # (pydantic)
+        ("build-workload-a-string", lambda: build_workload("poisson", rng), ["expected a mapping"]),
+        ("lognormal-nan-mu", lambda: LognormalLengths(float("nan"), 1, 5, 1), ["prompt_mu"]),  # (prompts of -2^63)
+        ("lognormal-min-zero", lambda: LognormalLengths(1, 1, 5, 1, prompt_min=0), ["prompt_min"]),
+        ("clip-shapes", lambda: clip_total_tokens(np.array([5, 6]), np.array([5]), 4), ["2 prompts and 1 outputs"]),
+        ("perf-model-none", lambda: PerfModel(None, "llama-3-8b"), ["PerfModel gpu"]),  # (an AttributeError)
+        ("perf-breakdown-nan", lambda: PerfModel("a100-80gb", "llama-3-8b").iteration_breakdown(float("nan"), 0, 0, 0),
+         ["whole numbers"]),
+        ("load-policy-none", lambda: load_policy(None), ["expected a path"]),  # (a TypeError)
+        ("read-card-none", lambda: read_card(None), ["expected a path"]),
+    ]
+
+
+@pytest.mark.parametrize("case,call,needles", _api_cases(), ids=[c[0] for c in _api_cases()])
+def test_python_api_bad_input_is_one_input_error(case, call, needles):
+    with pytest.raises(InputError) as e:
+        call()
+    assert "\n" not in str(e.value)
+    for n in needles:
+        assert n in str(e.value), (n, str(e.value))
+
+
+def test_environments_refuse_what_they_cannot_take_and_go_on():
+    """Autoscaling-v0: a refused answer left the episode stuck ("no decision pending" at every later step); NaN and
+    out-of-range actions were cast and clamped with no flag; an infinite multiplier gave infinite rewards. The
+    other environments' configs and options, and a loaded policy's observations, named as well."""
+    import numpy as np
+
+    from fleetwise.control.checkpoint import load_policy
+    from fleetwise.envs.autoscaling import AutoscalingConfig, AutoscalingEnv
+    from fleetwise.envs.torta import TortaEnv
+    from fleetwise.policies.allocation_model import AllocationConfig
+    from fleetwise.policies.routers_learned import packaged_checkpoint
+    from fleetwise.worlds.edge import EdgeConfig
+
+    env = AutoscalingEnv()
+    env.reset(seed=0)
+    key = env.scale_obs.groups[0].key
+    for bad in ({key: -5}, {key: float("nan")}, {key: "x"}, [1]):
+        with pytest.raises(InputError, match="scaler answered"):
+            env.step_targets(bad)
+    assert np.isfinite(env.step(env.rule_action())[1])  # the episode goes on
+    for bad in (np.full(4, np.nan), np.full(4, 99), np.array([2, 2])):
+        with pytest.raises(ValueError, match="expected integers of shape"):
+            env.step(bad)
+    with pytest.raises(InputError, match="lambda"):
+        env.set_lambda(float("inf"))
+    for kw in ({"cost_scale_usd_per_hour": float("nan")}, {"deltas": (float("nan"),)}, {"on_demand_floor": -1},
+               {"max_groups": 2.5}):
+        with pytest.raises(InputError, match=f"AutoscalingConfig.{next(iter(kw))}"):
+            AutoscalingConfig(**kw)
+    with pytest.raises(InputError, match="expected an AutoscalingConfig"):
+        AutoscalingEnv(config={})
+    with pytest.raises(ValueError, match="expected a TortaConfig"):
+        TortaEnv(config={"load": 5})
+    for cs in ((), (0,), "512"):
+        with pytest.raises(ValueError, match="EdgeConfig.chunk_sizes"):
+            EdgeConfig(chunk_sizes=cs)
+    with pytest.raises(InputError, match="weights"):
+        AllocationConfig(weights=(float("nan"),) * 6)
+    pol = load_policy(packaged_checkpoint())
+    with pytest.raises(InputError, match="NaN or infinity"):
+        pol.predict(np.full(pol.obs_shape, np.nan))

@@ -198,3 +198,13 @@ def test_the_service_answers_a_columnar_body() -> None:
         assert r.status_code == 422 and "columns.ready has 1 values for 2 groups" in r.json()["detail"]
         assert "\n" not in r.json()["detail"]
         assert c.post("/v1/scale", json={"time_s": 1, "epoch_s": 60}, headers=h).status_code == 422
+
+
+def test_fractions_are_at_most_one_on_both_paths() -> None:
+    """busy and kv_used are fractions (a fuzzing pass, 2026-12-07: busy 1.5 or 1e15 was taken and moved the target)."""
+    for name in ("busy", "kv_used"):
+        for v, ok in ((1.0, True), (1.5, False), (1e15, False)):
+            body = copy.deepcopy(SCALE_EXAMPLE)
+            body["groups"][0][name] = v
+            raw = json.dumps(body).encode()
+            assert (decode_scale(raw) is not None) == ok and (_pydantic_groups(raw) is not None) == ok, (name, v)

@@ -5,6 +5,28 @@ class InputError(ValueError):
     """Bad input (config, trace, request). The message names the file, field or row and what was expected."""
 
 
+def _fmt_loc(loc: tuple) -> str:
+    return ".".join(str(p) for p in loc if not (isinstance(p, str) and ("[" in p or p.startswith("function-"))))
+
+
+def format_validation_error(e, where: str) -> str:
+    """A pydantic ``ValidationError`` as one line: ``where: field.path: what is wrong (got value)``."""
+    err = e.errors()[0]
+    loc = _fmt_loc(err["loc"])
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        msg = "unknown field"
+    more = f" (and {len(e.errors()) - 1} more)" if len(e.errors()) > 1 else ""
+    got = err.get("input")
+    r = repr(got)
+    r = r if len(r) <= 60 else r[:40] + f"... ({len(r)} characters)"
+    got_s = "" if err["type"] in ("missing", "extra_forbidden", "value_error") or isinstance(got, (dict, list)) \
+        else f" (got {r})"
+    if not loc and err["type"] == "value_error":  # a check of the whole model: its message names the fields
+        return f"{where}: {msg}{more}"
+    return f"{where}: {loc or '<top>'}: {msg}{got_s}{more}"
+
+
 def with_article(what: str) -> str:
     """``what`` with its indefinite article: "an experiment", "a scenario"."""
     return f"{'an' if what[:1].lower() in 'aeiou' else 'a'} {what}"

@@ -60,7 +60,10 @@ def _check_args(scenario, num_requests, workload, sim_overrides, progress, on_bu
     if not isinstance(scenario, Scenario):
         raise InputError(f"scenario {type(scenario).__name__}: expected a Scenario (fleetwise.load_scenario(...)) "
                          "or a built-in scenario's name or a scenario file's path")
-    if num_requests is not None and (isinstance(num_requests, bool) or not isinstance(num_requests, int)):
+    import numpy as np
+
+    if num_requests is not None and (isinstance(num_requests, bool)
+                                     or not isinstance(num_requests, (int, np.integer))):
         raise InputError(f"num_requests {num_requests!r}: expected an integer")
     if workload is not None:
         from fleetwise.workload.request import Workload
@@ -68,6 +71,9 @@ def _check_args(scenario, num_requests, workload, sim_overrides, progress, on_bu
         if not isinstance(workload, Workload):
             raise InputError(f"workload {type(workload).__name__}: expected a fleetwise.workload.Workload (a "
                              "scenario's workload spec goes in the scenario: scenario.model_copy(update=...))")
+        if len(workload) == 0:
+            raise InputError(f"workload {workload.name!r}: no request (a run of it measures nothing)")
+        workload.check(f"workload {workload.name!r}")
     if sim_overrides is not None:
         import dataclasses
 

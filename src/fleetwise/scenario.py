@@ -19,7 +19,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
-from fleetwise.errors import InputError, with_article
+from fleetwise.errors import InputError, format_validation_error, not_a_file
 from fleetwise.limits import MAX_BLOCK_TOKENS, MAX_REPLICAS, MAX_REQUESTS, MAX_SEED, MAX_SPAN_S, MIN_PERIOD_S
 
 # The built-in scenarios ship inside the package (package data; the repository's scenarios/ links here) and are
@@ -271,25 +271,6 @@ class Scenario(_Model):
         return hashlib.sha256(json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _fmt_loc(loc: tuple) -> str:
-    return ".".join(str(p) for p in loc if not (isinstance(p, str) and ("[" in p or p.startswith("function-"))))
-
-
-def format_validation_error(e: ValidationError, where: str) -> str:
-    err = e.errors()[0]
-    loc = _fmt_loc(err["loc"])
-    msg = err["msg"].removeprefix("Value error, ")
-    if err["type"] == "extra_forbidden":
-        msg = "unknown field"
-    more = f" (and {len(e.errors()) - 1} more)" if len(e.errors()) > 1 else ""
-    got = err.get("input")
-    got_s = "" if err["type"] in ("missing", "extra_forbidden", "value_error") or isinstance(got, (dict, list)) \
-        else f" (got {got!r})"
-    if not loc and err["type"] == "value_error":  # a check of the whole model: its message names the fields
-        return f"{where}: {msg}{more}"
-    return f"{where}: {loc or '<top>'}: {msg}{got_s}{more}"
-
-
 def parse_scenario(data: Any, where: str = "scenario") -> Scenario:
     if not isinstance(data, dict):
         raise InputError(f"{where}: expected a mapping at the top level, got {type(data).__name__}")
@@ -329,7 +310,7 @@ def read_yaml(path_or_name: str | Path, builtin_dir, what: str) -> tuple[Path, A
     if not p.is_file() and str(path_or_name) in builtin:  # (a folder of that name in the working directory, e.g.
         p = builtin[str(path_or_name)]  # reproduce platform's checkpoints, is not a scenario and hides nothing)
     if not p.is_file():
-        problem = f"a directory, not {with_article(what)} file" if p.is_dir() else f"{what} file not found"
+        problem = not_a_file(p, what)
         raise InputError(f"{path_or_name}: {problem} (built-in: {', '.join(sorted(builtin))})")
     return p, load_file(p, what)
 
@@ -366,7 +347,10 @@ class Built:
         def policy(level: str, ref, default: PolicyRef):
             if ref is not None and hasattr(ref, "route" if level == "router" else "plan"):
                 return ref
-            r = PolicyRef.model_validate(ref) if ref is not None else default
+            try:
+                r = PolicyRef.model_validate(ref) if ref is not None else default
+            except ValidationError as e:  # (router=5 was pydantic's multi-line error)
+                raise InputError(format_validation_error(e, f"{level} {ref!r:.60}")) from None
             return make(level, r.name, r.params)
 
         ctl = Controller(router=policy("router", router, self.scenario.router),

@@ -134,6 +134,8 @@ class AllocationEnv(gym.Env):
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
+        if options is not None and not isinstance(options, dict):  # (a list was an AttributeError)
+            raise ValueError(f"options {options!r:.60}: expected a dict or None")
         opts = options or {}
         pool = self.series
 

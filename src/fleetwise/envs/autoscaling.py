@@ -221,9 +221,18 @@ class AutoscalingConfig:
             raise InputError(f"AutoscalingConfig.train_fraction = {self.train_fraction!r}: expected in (0, 1]")
         if not 0 < self.slo_target <= 1:
             raise InputError(f"AutoscalingConfig.slo_target = {self.slo_target!r}: expected in (0, 1]")
-        if self.max_groups < 1 or self.max_epochs < 1:
-            raise InputError(f"AutoscalingConfig: max_groups and max_epochs must be >= 1 (got {self.max_groups}, "
-                             f"{self.max_epochs})")
+        for k in ("max_groups", "max_epochs", "on_demand_floor"):
+            v = getattr(self, k)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < (0 if k == "on_demand_floor" else 1):
+                raise InputError(f"AutoscalingConfig.{k} = {v!r}: expected a whole number >= "
+                                 f"{0 if k == 'on_demand_floor' else 1}")
+        c = self.cost_scale_usd_per_hour  # (NaN gave NaN rewards, -1 paid for spending, 0 meant None)
+        if c is not None and (isinstance(c, bool) or not isinstance(c, (int, float)) or not math.isfinite(c) or c <= 0):
+            raise InputError(f"AutoscalingConfig.cost_scale_usd_per_hour = {c!r}: expected None or a finite number > 0")
+        d = self.deltas
+        if (isinstance(d, (str, bytes)) or not hasattr(d, "__len__") or not len(d)
+                or not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in d)):
+            raise InputError(f"AutoscalingConfig.deltas = {d!r}: expected a non-empty tuple of whole replica changes")
 
 
 class AutoscalingEnv(gym.Env):
@@ -233,7 +242,9 @@ class AutoscalingEnv(gym.Env):
 
     def __init__(self, scenario=None, config: AutoscalingConfig | None = None, held_out: bool = False,
                  router=None, batcher=None):
-        self.cfg = config or AutoscalingConfig()
+        if config is not None and not isinstance(config, AutoscalingConfig):
+            raise InputError(f"Autoscaling-v0: config {config!r:.60}: expected an AutoscalingConfig")
+        self.cfg = config if config is not None else AutoscalingConfig()
         if len(self.cfg.deltas) < 1:
             raise InputError("deltas: expected at least one replica change")
         self.scenario = resolve_scenario(scenario)
@@ -255,7 +266,11 @@ class AutoscalingEnv(gym.Env):
         return centre_action(self.cfg.max_groups, len(self.cfg.deltas))
 
     def set_lambda(self, lam: float) -> None:
-        """The constraint's Lagrange multiplier (from ``recipe.Lagrangian``; also reachable as a VecEnv method)."""
+        """The constraint's Lagrange multiplier (from ``recipe.Lagrangian``; also reachable as a VecEnv method): a
+        finite number, negative ones taken as 0 (infinity gave infinite rewards, NaN was taken as 0)."""
+        if (isinstance(lam, bool) or not isinstance(lam, (int, float, np.integer, np.floating))
+                or not math.isfinite(lam)):
+            raise InputError(f"Autoscaling-v0: lambda {lam!r}: expected a finite number")
         self.lam = max(0.0, float(lam))
 
     def _make_rule(self):
@@ -389,8 +404,13 @@ class AutoscalingEnv(gym.Env):
         return None if self._dp is None else self._dp.payload
 
     def step(self, action):
+        from fleetwise.envs import checked_action
+
         if self._dp is None:
             raise RuntimeError("episode is over; call reset()")
+        # an action outside the space is refused, naming it, as in Allocation-v0 and Torta-v0 (NaN was cast to a
+        # scale-down, 99 clamped to +2 and a short array padded, with no flag)
+        action = checked_action(self.action_space, action)
         return self.step_targets(residual_targets(self._dp.payload, action, self.cfg.deltas, self.rule_targets,
                                                   self.cfg.on_demand_floor))
 
@@ -399,6 +419,8 @@ class AutoscalingEnv(gym.Env):
         any scaler can be scored with this environment's reward."""
         if self._dp is None:
             raise RuntimeError("episode is over; call reset()")
+        self.platform.check_targets(targets)  # (a refused answer changes nothing: the episode goes on)
+        targets = {} if targets is None else targets  # (None: no change, as a scaler's None answer)
         cfg = self.cfg
         moved = 0
         for g in self._dp.payload.groups:

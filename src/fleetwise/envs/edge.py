@@ -151,8 +151,10 @@ class EdgeBatchingEnv(gym.Env):
         from fleetwise.policies import make
 
         if options and "segment_seed" in options:
-            self.view = segment(self.cfg, int(options["segment_seed"]), self.held_out, self.trace, self.load,
-                                learned=True)
+            s = options["segment_seed"]
+            if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or not 0 <= s < 2**63:
+                raise ValueError(f"options['segment_seed'] {s!r}: expected an integer from 0 to 2^63 - 1")
+            self.view = segment(self.cfg, int(s), self.held_out, self.trace, self.load, learned=True)
         else:
             self.view = self._draw(self.np_random)
         sim = self.view.sim

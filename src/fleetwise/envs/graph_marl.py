@@ -117,6 +117,10 @@ def make_env(config: GraphMARLConfig | None = None, held_out: bool = False, trac
         raise InputError(f"make_env duration_s {duration_s!r}: expected 1 s to 7 days")
     if load is not None and (isinstance(load, bool) or not isinstance(load, (int, float)) or not 0 < load <= 10):
         raise InputError(f"make_env load {load!r}: expected a fraction of the capacity in (0, 10]")
+    if not isinstance(held_out, (bool, np.bool_)):  # ("x" was taken as True)
+        raise InputError(f"make_env held_out {held_out!r}: expected True or False")
+    if split is not None and split not in ("train", "validation", "test"):
+        raise InputError(f"make_env split {split!r}: expected train, validation, test or None")
     return _env_class()(config, held_out, trace, duration_s, load, split)
 
 
@@ -166,11 +170,16 @@ def _env_class():
             self.n_epochs = int(round((duration_s or cfg.segment_s) / cfg.epoch_s))
             self._rng = np.random.default_rng()
 
+        def _agent(self, agent):
+            if agent not in self._act:  # (a bare KeyError for the actions, any name for the observations)
+                raise ValueError(f"agent {agent!r}: no such agent (agents: {', '.join(self.possible_agents)})")
+            return agent
+
         def observation_space(self, agent):
-            return self._obs
+            return self._obs if self._agent(agent) else None
 
         def action_space(self, agent):
-            return self._act[agent]
+            return self._act[self._agent(agent)]
 
         @property
         def state_space(self):
@@ -213,6 +222,8 @@ def _env_class():
 
         def action_masks(self):
             """Per agent (factors, choices) booleans: the corrections allowed in the current state."""
+            if self.mc is None:
+                raise RuntimeError("call reset() before action_masks()")
             return action_masks(self.mc, RULE, self._base)
 
         def step(self, actions):

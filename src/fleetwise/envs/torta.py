@@ -113,7 +113,9 @@ class TortaEnv(gym.Env):
             raise ValueError(f"lagrangian {lagrangian!r}: expected None, False or a learn.recipe.Lagrangian")
         self.lagrangian = lagrangian
         micro = micro or ("affinity_greedy" if kind == "residual" else "match")
-        self.cfg = config or TortaConfig()
+        if config is not None and not isinstance(config, TortaConfig):  # (a dict was an AttributeError)
+            raise ValueError(f"TortaEnv config {config!r:.60}: expected a TortaConfig")
+        self.cfg = config if config is not None else TortaConfig()
         self.fleet = make_fleet(self.cfg)
         self.n = len(self.fleet.names)
         self.held_out = held_out

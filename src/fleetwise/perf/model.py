@@ -143,6 +143,18 @@ class PerfModel:
     def __init__(
         self, gpu: GPUSpec, model: ModelSpec, tp: int = 1, pp: int = 1, calibration: Calibration | None = None
     ) -> None:
+        from fleetwise.catalog import get_gpu, get_model
+
+        # a catalog name works as its spec; anything else is named (a name or None was an AttributeError)
+        gpu = get_gpu(gpu) if isinstance(gpu, str) else gpu
+        model = get_model(model) if isinstance(model, str) else model
+        if not isinstance(gpu, GPUSpec):
+            raise InputError(f"PerfModel gpu {gpu!r:.60}: expected a GPUSpec or a catalog GPU name")
+        if not isinstance(model, ModelSpec):
+            raise InputError(f"PerfModel model {model!r:.60}: expected a ModelSpec or a catalog model name")
+        if calibration is not None and not isinstance(calibration, Calibration):
+            raise InputError(f"PerfModel calibration {calibration!r:.60}: expected a Calibration "
+                             "(fleetwise.perf.calfile.load_calibration(path)) or None")
         if any(isinstance(x, bool) or not isinstance(x, (int, float)) or not (x >= 1 and x == int(x) and x <= 4096)
                for x in (tp, pp)):  # (NaN: "cannot convert float NaN to integer" before)
             raise InputError(f"tp and pp must be positive integers, got tp={tp} pp={pp}")
@@ -431,7 +443,13 @@ class PerfModel:
         ``decode_context`` cached tokens. ``iteration_s`` (= iteration_time_s) = ``gpu_s`` (per-GPU compute on
         the critical path: layers, embedding, LM head) + ``comm_s`` (tensor-parallel all-reduces and
         pipeline send/recv) + ``cpu_s`` (the per-iteration CPU overhead)."""
-        N, P, B, C = (int(x) for x in (prefill_tokens, prefill_context, decode_seqs, decode_context))
+        counts = (prefill_tokens, prefill_context, decode_seqs, decode_context)
+        if not all(not isinstance(x, bool) and isinstance(x, (int, float)) and math.isfinite(x) and x == int(x)
+                   for x in counts):  # (NaN was "cannot convert float NaN to integer", 'a' an int() error)
+            raise InputError(f"an iteration's counts are whole numbers; got prefill_tokens={prefill_tokens!r} "
+                             f"prefill_context={prefill_context!r} decode_seqs={decode_seqs!r} "
+                             f"decode_context={decode_context!r}")
+        N, P, B, C = (int(x) for x in counts)
         if min(N, P, B, C) < 0 or N + B == 0:
             raise InputError(f"an iteration needs prefill tokens or decoding sequences, and no negative count; "
                              f"got prefill_tokens={N} prefill_context={P} decode_seqs={B} decode_context={C}")

@@ -17,22 +17,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from fleetwise.catalog.specs import ModelSpec
-from fleetwise.errors import InputError, not_a_file
+from fleetwise.errors import InputError, format_validation_error, not_a_file  # noqa: F401 (re-exported)
 from fleetwise.perf.profile_format import FORMAT, per_gpu_heads  # noqa: F401 (re-exported)
+
 MAX_PROFILE_BYTES = 64 * 2**20  # a profile of every catalog model is a few MB
-
-
-def format_validation_error(e: ValidationError, where: str) -> str:
-    """The first pydantic error as one line: ``where: field.path: message (got value)``."""
-    err = e.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"] if not (isinstance(p, str) and ("[" in p or p.startswith("function-"))))
-    msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
-    more = f" (and {len(e.errors()) - 1} more)" if len(e.errors()) > 1 else ""
-    got = err.get("input")
-    r = repr(got)
-    r = r if len(r) <= 60 else r[:40] + f"... ({len(r)} characters)"
-    got_s = "" if err["type"] in ("missing", "extra_forbidden") or isinstance(got, (dict, list)) else f" (got {r})"
-    return f"{where}: {loc or '<top>'}: {msg}{got_s}{more}"
 
 
 def read_json(path: str | Path, what: str) -> Any:

@@ -283,16 +283,30 @@ class Platform:
         copies = sum(1 for m in self.nodes.values() if any(self.alive(j) for j in m))
         self.peak_host_copies = max(self.peak_host_copies, copies)
 
-    def set_targets(self, targets: dict[str, int] | None) -> None:
-        """Apply a scaler's answer: new targets (clamped to the group's limits), then reconcile."""
-        before = {m: sum(g.target for g in gs) for m, gs in self.model_groups.items()}
+    def check_targets(self, targets: dict[str, int] | None) -> list[tuple[Any, int]]:
+        """A scaler's answer as [(group, replicas)], or one InputError line naming what is wrong (an unknown group,
+        a number of replicas that is not a whole number >= 0). Changes nothing."""
+        if targets is not None and not hasattr(targets, "items"):
+            raise InputError(f"scaler answered {targets!r:.60}; expected a mapping of group keys to replicas")
+        # every answer checked before any is applied: a refused one changes nothing, and the decision stays pending
+        # (Simulator.apply), so an environment's episode goes on (it was stuck: "no decision pending")
+        checked = []
         for key, v in (targets or {}).items():
             g = self.by_key.get(key)
             if g is None:
                 raise InputError(f"scaler answered for unknown group {key!r}; groups: {', '.join(self.by_key)}")
-            v = int(v)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer, float, np.floating)) or v != v \
+                    or v in (math.inf, -math.inf) or int(v) != v:
+                raise InputError(f"scaler answered {v!r} replicas for group {key!r}; expected a whole number >= 0")
             if v < 0:
-                raise InputError(f"scaler answered {v} replicas for group {key!r}; expected >= 0")
+                raise InputError(f"scaler answered {int(v)} replicas for group {key!r}; expected >= 0")
+            checked.append((g, int(v)))
+        return checked
+
+    def set_targets(self, targets: dict[str, int] | None) -> None:
+        """Apply a scaler's answer: new targets (clamped to the group's limits), then reconcile."""
+        before = {m: sum(g.target for g in gs) for m, gs in self.model_groups.items()}
+        for g, v in self.check_targets(targets):
             v = min(max(v, g.min_replicas), g.max_replicas)
             if v != g.target:
                 g.scale_events += 1

@@ -89,7 +89,8 @@ class AllocationConfig:
     gpu_memory_utilization: float = 0.9
 
     def __post_init__(self) -> None:
-        if len(self.weights) != len(OBJECTIVES) or any(w < 0 for w in self.weights) or sum(self.weights) <= 0:
+        if (len(self.weights) != len(OBJECTIVES) or not all(isinstance(w, (int, float)) and math.isfinite(w) and w >= 0
+                                                             for w in self.weights) or sum(self.weights) <= 0):
             raise InputError(f"weights {self.weights}: expected {len(OBJECTIVES)} non-negative numbers "
                              f"({', '.join(OBJECTIVES)}) with a positive sum")
         if self.normalize not in ("minmax", "none"):

@@ -24,7 +24,7 @@ from itertools import starmap
 from typing import Annotated, Any
 
 from fleetwise.control.protocols import GroupState, ScaleObs
-from fleetwise.serve.schemas import MAX_FLOAT, MAX_GROUPS, NAN_FIELDS
+from fleetwise.serve.schemas import FRACTION_FIELDS, MAX_FLOAT, MAX_GROUPS, NAN_FIELDS
 
 assert NAN_FIELDS == {"ttft_p90_s", "tpot_p90_s", "slo_ttft_s", "slo_tpot_s"}, "decode_scale: mirror NAN_FIELDS"
 
@@ -43,6 +43,8 @@ def _struct_types() -> tuple[Any, Any]:
             f.default_factory() if f.default_factory is not dataclasses.MISSING else msgspec.NODEFAULT)  # type: ignore[misc]
         if f.name in NAN_FIELDS:
             fields.append((f.name, F | None, None))
+        elif f.name in FRACTION_FIELDS:
+            fields.append((f.name, Annotated[float, msgspec.Meta(ge=0.0, le=1.0)], default))
         elif t is float:
             fields.append((f.name, F, default))
         elif t is int:

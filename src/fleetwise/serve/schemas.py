@@ -98,6 +98,10 @@ class ValidationErrorBody(ErrorBody):
     errors: list[dict[str, Any]] = Field(default_factory=list, description="every error: loc, msg, type")
 
 
+# fractions of a whole, at most 1 (a busy of 1.5 or 1e15 was taken and moved the target: 7 replicas for 4)
+FRACTION_FIELDS = frozenset({"kv_used", "busy"})
+
+
 def _mirror(dc: type, name: str, doc: str, overrides: dict[str, Any] | None = None) -> type[BaseModel]:
     """A pydantic model with the fields of dataclass ``dc`` (so the API follows the protocol): numbers are
     finite and >= 0; a float whose default is NaN ("unknown") becomes ``float | None`` (null: unknown)."""
@@ -115,7 +119,7 @@ def _mirror(dc: type, name: str, doc: str, overrides: dict[str, Any] | None = No
         elif t is float and isinstance(default, float) and math.isnan(default):
             fields[f.name] = (float | None, Field(None, ge=0.0, le=MAX_FLOAT, description="null: unknown"))
         elif t is float:
-            fields[f.name] = (float, Field(default, ge=0.0, le=MAX_FLOAT))
+            fields[f.name] = (float, Field(default, ge=0.0, le=1.0 if f.name in FRACTION_FIELDS else MAX_FLOAT))
         elif t is int:
             fields[f.name] = (int, Field(default, ge=0, le=int(MAX_FLOAT)))
         elif t == (int | None):

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
+from fleetwise.errors import InputError
 from fleetwise.sim.actions import BatchPlan, DecisionPoint
 from fleetwise.sim.engine import Lane, Replica
 from fleetwise.sim.route_index import GroupedIndex, KVIndex, LoadIndex, PrefixIndex
@@ -471,7 +472,11 @@ class Simulator:
         elif dp.kind == "batch":
             self._start(dp.lane, action)
         else:
-            dp.handler(action)
+            try:
+                dp.handler(action)
+            except InputError:  # (a refused answer, checked before anything changed: the decision stays pending)
+                self._dp = dp
+                raise
 
     def run(self, controller: Any, progress=None) -> Records:
         """Run to the end with ``controller`` answering every decision; return the per-request records."""

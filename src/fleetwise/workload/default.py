@@ -19,7 +19,7 @@ import numpy as np
 
 from fleetwise.errors import InputError
 from fleetwise.workload.request import Workload
-from fleetwise.workload.synthetic import LognormalLengths, make_workload, poisson_arrivals
+from fleetwise.workload.synthetic import LognormalLengths, as_generator, make_workload, poisson_arrivals
 
 __all__ = ["AZURE_CONV_LOGNORMAL", "fit_lognormal_lengths", "default_lengths", "default_workload"]
 
@@ -65,5 +65,6 @@ def default_workload(
     num_requests: int, rate_rps: float, rng: np.random.Generator, max_total_tokens: int | None = None
 ) -> Workload:
     """``num_requests`` Poisson arrivals at ``rate_rps`` with Azure-conversation-like lognormal lengths."""
+    rng = as_generator(rng)
     t = poisson_arrivals(rng, rate_rps, num_requests=num_requests)
     return make_workload(t, default_lengths(), rng, max_total_tokens=max_total_tokens, name="default")

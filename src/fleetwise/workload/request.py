@@ -63,6 +63,47 @@ class Workload:
         if not (len(self.prompt_tokens) == len(self.output_tokens) == n):
             raise ValueError("Workload columns differ in length")
 
+    def check(self, where: str = "workload") -> "Workload":
+        """A workload a user built is one the simulator can run, or one InputError line naming what is wrong:
+        arrivals finite, from 0 and sorted (an arrival before 0 or after a later one was never served, and not
+        counted as rejected either), prompts of 1 to ``MAX_TOKENS`` tokens, outputs of 0 to ``MAX_TOKENS``
+        (a negative one gave a negative throughput), codes within their name lists. Returns the workload."""
+        from fleetwise.errors import InputError
+        from fleetwise.limits import MAX_REQUESTS, MAX_SPAN_S, MAX_TOKENS
+
+        n = len(self)
+        if n > MAX_REQUESTS:
+            raise InputError(f"{where}: {n:,} requests, more than {MAX_REQUESTS:,} (docs/limits.md)")
+
+        def bad(col: str, mask: np.ndarray, what: str) -> None:
+            if mask.any():
+                i = int(np.argmax(mask))
+                raise InputError(f"{where}: {col}[{i}] = {getattr(self, col)[i].item()!r}: expected {what}")
+
+        a = self.arrival_s
+        bad("arrival_s", ~np.isfinite(a) | (a < 0) | (a > MAX_SPAN_S), f"seconds from 0 to {MAX_SPAN_S:,.0f}")
+        if n > 1:
+            dec = np.zeros(n, bool)
+            dec[1:] = a[1:] < a[:-1]
+            bad("arrival_s", dec, "arrivals sorted in time (Workload.sorted())")
+        bad("prompt_tokens", (self.prompt_tokens < 1) | (self.prompt_tokens > MAX_TOKENS),
+            f"1 to {MAX_TOKENS:,} tokens")
+        bad("output_tokens", (self.output_tokens < 0) | (self.output_tokens > MAX_TOKENS),
+            f"0 to {MAX_TOKENS:,} tokens")
+        for col, names in (("origin", "origins"), ("model", "models"), ("slo_class", "slo_classes"),
+                           ("tenant", "tenants")):
+            k = len(getattr(self, names))
+            bad(col, (getattr(self, col) < 0) | (getattr(self, col) >= k), f"a code into {names} (0 to {k - 1})")
+        if len(self.origin) != n or len(self.model) != n or len(self.slo_class) != n or len(self.priority) != n \
+                or len(self.tenant) != n:
+            raise InputError(f"{where}: its columns differ in length ({n} arrivals)")
+        if self.prefix_offsets is not None:
+            po = np.asarray(self.prefix_offsets)
+            if len(po) != n + 1 or po[0] != 0 or np.any(np.diff(po) < 0) or po[-1] != len(self.prefix_blocks):
+                raise InputError(f"{where}: prefix_offsets is not the CSR offsets of prefix_blocks (length n + 1, "
+                                 "from 0, non-decreasing, ending at len(prefix_blocks))")
+        return self
+
     def __len__(self) -> int:
         return len(self.arrival_s)
 

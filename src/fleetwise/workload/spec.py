@@ -39,6 +39,7 @@ from fleetwise.workload.slo import DEFAULT_SLO_CLASSES, get_slo
 from fleetwise.workload.synthetic import (
     EmpiricalLengths,
     LognormalLengths,
+    as_generator,
     clip_total_tokens,
     diurnal_arrivals,
     gamma_arrivals,
@@ -560,8 +561,19 @@ def build_workload_report(spec, rng: np.random.Generator, capacity: CapacityFn |
                           ) -> tuple[Workload, list[AdaptReport]]:
     """:func:`build_workload`, and for every trace in it the :class:`~fleetwise.workload.adapt.AdaptReport` of
     what was done to fit it (window, context clipping, rate)."""
-    if isinstance(spec, dict):
-        spec = parse_workload_spec(spec)
+    if isinstance(spec, dict):  # (from the Python API: one line, as a scenario's workload section gets)
+        from pydantic import ValidationError
+
+        from fleetwise.errors import format_validation_error
+
+        try:
+            spec = parse_workload_spec(spec)
+        except ValidationError as e:
+            raise InputError(format_validation_error(e, "workload")) from None
+    elif not isinstance(spec, BaseModel):
+        raise InputError(f"workload spec {spec!r:.60}: expected a mapping (the workload: section of a scenario) or "
+                         "a spec model")
+    rng = as_generator(rng)
     reports: list[AdaptReport] = []
     if isinstance(spec, MixSpec):
         parts = []

@@ -27,22 +27,49 @@ __all__ = [
     "LognormalLengths",
     "clip_total_tokens",
     "make_workload",
+    "as_generator",
 ]
 
 
+def _number(name: str, v) -> float:
+    """``v`` as a finite float, or one InputError line naming it (a string, None or NaN failed deep inside; a NaN
+    hour made diurnal thinning keep nothing, and its loop never ended)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not math.isfinite(v):
+        raise InputError(f"{name}={v!r}: expected a finite number")
+    return float(v)
+
+
 def _positive(name: str, v: float) -> float:
-    if v is None or not math.isfinite(v) or v <= 0:
+    if _number(name, v) <= 0:
         raise InputError(f"{name}={v!r}: expected a number > 0")
     return float(v)
 
 
-def _check_n_or_duration(num_requests: int | None, duration_s: float | None) -> None:
+def as_generator(rng) -> np.random.Generator:
+    """The caller's generator; an integer seed makes one (``np.random.default_rng(seed)``)."""
+    if isinstance(rng, np.random.Generator):
+        return rng
+    if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool) and rng >= 0:
+        return np.random.default_rng(int(rng))
+    raise InputError(f"rng {rng!r}: expected a numpy.random.Generator (np.random.default_rng(seed)) or a seed >= 0")
+
+
+def _check_n_or_duration(num_requests: int | None, duration_s: float | None, mean_rate: float = 0.0) -> None:
+    """Exactly one of the two, within the limits (docs/limits.md): at most ``MAX_REQUESTS`` requests, and a span
+    that at ``mean_rate`` draws no more (1e12 s at 5 req/s asked numpy for 40 TiB)."""
+    from fleetwise.limits import MAX_REQUESTS, MAX_SPAN_S
+
     if (num_requests is None) == (duration_s is None):
         raise InputError("arrivals: give exactly one of num_requests or duration_s")
-    if num_requests is not None and (int(num_requests) != num_requests or num_requests < 0):
-        raise InputError(f"num_requests={num_requests!r}: expected an integer >= 0")
+    if num_requests is not None and (isinstance(num_requests, bool) or not isinstance(num_requests, (int, np.integer))
+                                     or not 0 <= num_requests <= MAX_REQUESTS):
+        raise InputError(f"num_requests={num_requests!r}: expected an integer from 0 to {MAX_REQUESTS:,}")
     if duration_s is not None:
-        _positive("duration_s", duration_s)
+        if _positive("duration_s", duration_s) > MAX_SPAN_S:
+            raise InputError(f"duration_s={duration_s!r}: expected at most {MAX_SPAN_S:,.0f} s (366 days)")
+        if mean_rate * duration_s > MAX_REQUESTS:
+            raise InputError(f"duration_s={duration_s!r} at {mean_rate:g} req/s: about "
+                             f"{mean_rate * duration_s:,.0f} requests, more than {MAX_REQUESTS:,}")
 
 
 def _renewal(rng: np.random.Generator, draw, mean_gap: float, num_requests: int | None, duration_s: float | None) -> np.ndarray:
@@ -66,8 +93,9 @@ def poisson_arrivals(
     rng: np.random.Generator, rate_rps: float, num_requests: int | None = None, duration_s: float | None = None
 ) -> np.ndarray:
     """Homogeneous Poisson process: exponential gaps with mean ``1/rate_rps``."""
+    rng = as_generator(rng)
     rate = _positive("rate_rps", rate_rps)
-    _check_n_or_duration(num_requests, duration_s)
+    _check_n_or_duration(num_requests, duration_s, rate)
     return _renewal(rng, lambda n: rng.exponential(1.0 / rate, n), 1.0 / rate, num_requests, duration_s)
 
 
@@ -77,9 +105,10 @@ def gamma_arrivals(
 ) -> np.ndarray:
     """Renewal process with Gamma gaps: mean ``1/rate_rps``, coefficient of variation ``cv``
     (shape = 1/cv², scale = cv²/rate). cv = 1 is Poisson; cv > 1 is bursty, cv < 1 more regular."""
+    rng = as_generator(rng)
     rate = _positive("rate_rps", rate_rps)
     cv = _positive("cv", cv)
-    _check_n_or_duration(num_requests, duration_s)
+    _check_n_or_duration(num_requests, duration_s, rate)
     shape = 1.0 / (cv * cv)
     scale = 1.0 / (rate * shape)
     return _renewal(rng, lambda n: rng.gamma(shape, scale, n), 1.0 / rate, num_requests, duration_s)
@@ -102,11 +131,12 @@ def mmpp_arrivals(
     long-run mean rate is ``(base*mean_base + burst*mean_burst) / (mean_base + mean_burst)``. Starts in the base
     state unless ``start_in_burst``.
     """
+    rng = as_generator(rng)
     rb = _positive("base_rate_rps", base_rate_rps)
     rh = _positive("burst_rate_rps", burst_rate_rps)
     db = _positive("mean_base_s", mean_base_s)
     dh = _positive("mean_burst_s", mean_burst_s)
-    _check_n_or_duration(num_requests, duration_s)
+    _check_n_or_duration(num_requests, duration_s, (rb * db + rh * dh) / (db + dh))
     out: list[np.ndarray] = []
     count = 0
     t = 0.0
@@ -171,13 +201,17 @@ def diurnal_arrivals(
 ) -> np.ndarray:
     """Non-homogeneous Poisson process with the :func:`diurnal_rate` intensity, by thinning (Lewis-Shedler):
     candidates from a Poisson process at the peak rate are kept with probability rate(t)/peak."""
+    rng = as_generator(rng)
     mean = _positive("mean_rate_rps", mean_rate_rps)
     r = _positive("peak_to_trough", peak_to_trough)
     if r < 1:
         raise InputError(f"peak_to_trough={peak_to_trough}: expected >= 1 (peak rate / trough rate)")
     _positive("period_h", period_h)
-    _check_n_or_duration(num_requests, duration_s)
+    for name, v in (("peak_hour_local", peak_hour_local), ("utc_offset_h", utc_offset_h),
+                    ("start_hour_utc", start_hour_utc)):
+        _number(name, v)
     a = (r - 1.0) / (r + 1.0)
+    _check_n_or_duration(num_requests, duration_s, mean)
     lam_max = mean * (1.0 + a)
     kw = dict(mean_rate_rps=mean, peak_to_trough=r, period_h=period_h, peak_hour_local=peak_hour_local,
               utc_offset_h=utc_offset_h, start_hour_utc=start_hour_utc)
@@ -201,6 +235,8 @@ def diurnal_arrivals(
 def replay(workload: Workload, speedup: float | None = None, target_rate_rps: float | None = None) -> Workload:
     """Trace replay with time scaling: arrival times divided by ``speedup`` (2.0 = twice as fast), or scaled so
     that the mean rate ``(n-1)/span`` equals ``target_rate_rps``. Lengths and other columns are unchanged."""
+    if not isinstance(workload, Workload):
+        raise InputError(f"replay: {type(workload).__name__} is not a fleetwise.workload.Workload")
     if speedup is not None and target_rate_rps is not None:
         raise InputError("replay: give speedup or target_rate_rps, not both")
     w = workload.take(slice(None))
@@ -230,11 +266,14 @@ def clip_total_tokens(
     ``max_total - 1`` so one prompt token remains. ``mode="proportional"`` follows Vidur's trace length
     generator: the overflow is removed from both in proportion to their share (``ceil`` each), then clipped to >= 1.
     """
-    m = int(max_total_tokens)
-    if m < 2:
+    if _number("max_total_tokens", max_total_tokens) < 2:
         raise InputError(f"max_total_tokens={max_total_tokens}: expected >= 2")
+    m = int(max_total_tokens)
     p = np.maximum(np.asarray(prompt, dtype=np.int64), 1)
     o = np.maximum(np.asarray(output, dtype=np.int64), 1)
+    if p.shape != o.shape:
+        raise InputError(f"clip_total_tokens: {p.shape[0] if p.ndim else 1} prompts and "
+                         f"{o.shape[0] if o.ndim else 1} outputs (one of each per request)")
     if mode == "prompt":
         o = np.minimum(o, m - 1)
         p = np.minimum(p, m - o)
@@ -262,6 +301,8 @@ class EmpiricalLengths:
 
     @classmethod
     def from_workload(cls, w: Workload) -> "EmpiricalLengths":
+        if not isinstance(w, Workload):
+            raise InputError(f"empirical lengths: {type(w).__name__} is not a fleetwise.workload.Workload")
         if len(w) == 0:
             raise InputError(f"empirical lengths: workload {w.name} is empty")
         return cls(prompt=np.asarray(w.prompt_tokens, np.int64), output=np.asarray(w.output_tokens, np.int64))
@@ -287,6 +328,10 @@ class LognormalLengths:
     output_max: int = 1_000_000
 
     def __post_init__(self) -> None:
+        for name in ("prompt_mu", "prompt_sigma", "output_mu", "output_sigma", "rho"):
+            _number(f"lognormal lengths: {name}", getattr(self, name))  # (a NaN mu drew prompts of -2^63)
+        if self.prompt_min < 1 or self.output_min < 1:
+            raise InputError("lognormal lengths: prompt_min and output_min must be >= 1 (no empty prompt or output)")
         if self.prompt_sigma < 0 or self.output_sigma < 0:
             raise InputError("lognormal lengths: sigma must be >= 0")
         if not -1.0 <= self.rho <= 1.0:
@@ -295,6 +340,9 @@ class LognormalLengths:
             raise InputError("lognormal lengths: min must be <= max")
 
     def sample(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+        rng = as_generator(rng)
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+            raise InputError(f"lognormal lengths: n={n!r}: expected a count >= 0")
         z = rng.standard_normal((2, int(n)))
         z1 = z[0]
         z2 = self.rho * z[0] + math.sqrt(max(0.0, 1.0 - self.rho**2)) * z[1]

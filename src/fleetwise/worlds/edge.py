@@ -87,8 +87,17 @@ class EdgeConfig:
         for k, v in finite.items():
             if not (isinstance(v, (int, float)) and math.isfinite(v)):
                 raise bad(k, "a finite number")
-        if not self.nodes:
-            raise bad("nodes", "at least one edge node")
+        if (isinstance(self.nodes, (str, bytes)) or not self.nodes
+                or not all(isinstance(n, EdgeNode) for n in self.nodes)):
+            raise bad("nodes", "at least one edge node (a tuple of EdgeNode)")
+        # the chunk choices: whole token budgets, the rule's first; 0 is the decode-only step (() was gymnasium's
+        # error, 0 first or "512" failed at the first step)
+        cs = self.chunk_sizes
+        if (isinstance(cs, (str, bytes)) or not cs
+                or not all(isinstance(c, numbers.Integral) and not isinstance(c, bool) and 0 <= c <= 10_000_000
+                           for c in cs) or cs[0] < 1):
+            raise bad("chunk_sizes", "a non-empty tuple of token budgets from 0 to 10,000,000, the first >= 1 "
+                      "(the rule's)")
         for k in ("rate_rps", "segment_s", "backhaul_gbps"):
             if finite[k] <= 0:
                 raise bad(k, "> 0")
