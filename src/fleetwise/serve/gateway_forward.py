@@ -110,7 +110,7 @@ def _failed(pool: Pool, s: BackendState, e: httpx.RequestError) -> Retry:
     return Retry(reason)
 
 
-def _refused(pool: Pool, s: BackendState, resp: Any) -> str | None:
+def _refused(resp: Any) -> str | None:
     """Why a backend's response head is a failed attempt whatever its body: a redirect, or a compression the
     gateway did not ask for (it asks for ``identity``; httpx would decode a gzip bomb)."""
     if 300 <= resp.status_code < 400:
@@ -142,7 +142,7 @@ async def attempt_plain(pool: Pool, s: BackendState, path: str, raw: bytes, atte
         async with asyncio.timeout(pool.cfg.attempt_timeout_s):
             resp = await client.send(client.build_request("POST", f"{s.url}{path}", content=raw,
                                                           headers=pool.up_headers), stream=True)
-            refused = _refused(pool, s, resp)
+            refused = _refused(resp)
             content = b"" if refused else await _read_capped(pool, resp)
     except httpx.RequestError as e:
         raise _failed(pool, s, e) from None
@@ -175,7 +175,7 @@ async def _open_stream(pool: Pool, s: BackendState, path: str, raw: bytes) -> tu
         async with asyncio.timeout(pool.cfg.attempt_timeout_s):
             resp = await client.send(client.build_request("POST", f"{s.url}{path}", content=raw,
                                                           headers=pool.up_headers), stream=True)
-            refused = _refused(pool, s, resp)
+            refused = _refused(resp)
             if refused is None and resp.status_code < 400 and \
                     "text/event-stream" not in resp.headers.get("content-type", "").lower():
                 refused = (f"HTTP {resp.status_code} that is not an event stream (content-type "
