@@ -53,6 +53,8 @@ def _files(d: Path) -> None:
     w("link_factor_huge.yaml", pl % "{faults: [{at_s: 5, kind: link, target: 'local,local', factor: 1000000}]}")
     w("tenant_twice.yaml", pl % "{tenants: [{name: default, rate_limit_rps: 0.1}, {name: default}]}")
     w("backoff_over_cap.yaml", pl % "{retry_backoff_s: 100, retry_backoff_max_s: 1}")
+    w("replicas_yes.yaml", "deployments: [{model: llama-3-8b, gpu: a100-80gb, replicas: yes}]\n" + WL)
+    w("rate_true.yaml", DEP + "workload: {kind: poisson, rate_rps: true, num_requests: 50}\n")
     w("replicas_over_max.yaml", "deployments: [{model: llama-3-8b, gpu: a100-80gb, replicas: 5, max_replicas: 2}]\n"
       + WL + "scaler: hpa\n")
     w("tenant_unknown.yaml", pl % "{tenants: [{name: x, rate_limit_rps: 1}]}")
@@ -472,6 +474,9 @@ CASES = [
     ("yaml-alias-bomb-in-grid", "6", ["sweep", "exp_laughs.yaml", "--db", "r/x.duckdb"], ["aliases", "1,000,000"]),
     ("sweep-unknown-model", "4", ["sweep", "exp_model_nope.yaml", "--db", "r/x.duckdb"], ["deployments[0]",
                                                                                          "unknown model 'nope'"]),
+    # found by a fuzzing pass (2026-12-07): pydantic read true / yes as 1 for a number
+    ("replicas-yes", "6", ["simulate", "-s", "replicas_yes.yaml"], ["deployments.0", "replicas", "got true"]),
+    ("rate-true", "6", ["simulate", "-s", "rate_true.yaml"], ["rate_rps", "got true"]),
     ("report-out-proc", "5", ["report", "--db", "store.duckdb", "--out", "/proc/fleetwise-report"], ["/proc"]),
     ("calibrate-out-sys", "5", ["perf", "calibrate", "--profile", "ok.yaml", "--out", "/sys/x.json"], ["/sys"]),
     ("train-router-one-validation-run", "6", ["train", "router", "--out", "ck.npz", "--val-seeds", "1", "--rates",
@@ -606,6 +611,9 @@ def test_policy_params_checked_in_make():
         ("batcher", "sarathi", {"chunk_tokens": 1.5}, "integer"),
         ("batcher", "vllm", {"max_num_seqs": 0}, "max_num_seqs"),
         ("router", "prefix_aware", {"hit_weight": float("inf")}, "hit_weight"),
+        ("router", "prefix_aware", {"hit_weight": 1e308}, "between -1,000,000 and 1,000,000"),
+        ("router", "prefix_aware", {"hit_weight": True}, "expected a number, got true"),
+        ("batcher", "sarathi", {"chunk_tokens": False}, "expected a number, got false"),
         ("scaler", "hpa", {"tolerance": -1.0}, "tolerance"),
         ("scaler", "hpa", {"target": "x"}, "target"),
     ]:

@@ -286,16 +286,47 @@ def test_a_300_mb_body_is_refused_with_413_before_it_is_read():
                                                      % TOKEN.encode()), (path, chunked)
 
 
-def test_concurrency_limit_answers_503_beyond_it():
+def _gateway_app():
+    return create_gateway_app([f"http://127.0.0.1:{_free_port()}"], token=TOKEN, health_interval_s=60)
+
+
+@pytest.mark.parametrize("server", ["service", "gateway"])
+def test_concurrency_limit_answers_503_beyond_it(server):
+    """uvicorn's own 503 (plain text) is the server's JSON error, one line, with Retry-After."""
     lim = Limits(max_concurrency=5, header_timeout_s=30.0)
-    with serving(create_app(token=TOKEN), lim) as url:
+    app = create_app(token=TOKEN) if server == "service" else _gateway_app()
+    path = "/v1/route" if server == "service" else "/v1/completions"
+    with serving(app, lim) as url:
         idle = [_raw(url) for _ in range(5)]
         try:
-            r = httpx.post(f"{url}/v1/route", json=ROUTE_EXAMPLE, headers=AUTH)
-            assert r.status_code == 503
+            r = httpx.post(f"{url}{path}", json=ROUTE_EXAMPLE, headers=AUTH)
+            assert r.status_code == 503 and r.headers["content-type"] == "application/json"
+            assert "server busy" in one_line(r) and r.headers["retry-after"] == "1"
+            if server == "gateway":
+                assert r.json()["error"]["code"] == 503
         finally:
             for s in idle:
                 s.close()
+
+
+@pytest.mark.parametrize("server", ["service", "gateway"])
+def test_a_request_uvicorn_cannot_parse_gets_a_json_400(server):
+    app = create_app(token=TOKEN) if server == "service" else _gateway_app()
+    with serving(app) as url:
+        for raw in (b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nBad Header\r\n\r\n",
+                    b"NOT-HTTP\x00\x01\r\n\r\n"):
+            s = _raw(url)
+            try:
+                s.sendall(raw)
+                data = b""
+                while chunk := s.recv(65536):
+                    data += chunk
+            finally:
+                s.close()
+            head, _, body = data.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 400 ") and b"content-type: application/json" in head, data
+            r = httpx.Response(400, content=body, headers={"content-type": "application/json"})
+            assert "malformed HTTP request" in one_line(r), data
 
 
 def test_a_short_token_is_refused_on_a_public_address(tmp_path):

@@ -360,8 +360,13 @@ def test_scale_fast_path_and_fastapi_path_answer_alike(web, test_scalers):
             else:
                 assert rf.json() == rs.json()
     assert client(web).post("/v1/scale", json=scale_body(), headers=AUTH).status_code == 409
-    r = client(web, scaler="hpa").post("/v1/scale", content=b"{}", headers={**AUTH, "content-type": "text/plain"})
-    assert r.status_code == 422 and "Content-Type" in r.json()["detail"]
+    c = client(web, scaler="hpa")
+    for ctype in ("text/plain", "text/jsonish", "application/jsonx", "application/x-www-form-urlencoded; json"):
+        r = c.post("/v1/scale", content=b"{}", headers={**AUTH, "content-type": ctype})
+        assert r.status_code == 422 and "Content-Type" in r.json()["detail"], ctype
+    for ctype in ("application/json; charset=utf-8", "Application/JSON", "application/merge-patch+json"):
+        r = c.post("/v1/scale", content=json.dumps(scale_body()), headers={**AUTH, "content-type": ctype})
+        assert r.status_code == 200, (ctype, r.text)
 
 
 def test_scale_with_a_registered_scaler(web, test_scalers):

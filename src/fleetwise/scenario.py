@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import BaseModel, Field, PrivateAttr, ValidationError, model_validator
 
+from fleetwise.strict import StrictModel
 from fleetwise.errors import InputError, format_validation_error, not_a_file
 from fleetwise.limits import MAX_BLOCK_TOKENS, MAX_REPLICAS, MAX_REQUESTS, MAX_SEED, MAX_SPAN_S, MIN_PERIOD_S
 
@@ -33,8 +34,8 @@ SCENARIO_DIR = resources.files("fleetwise") / "scenarios"
 STORAGE_GBPS = {"local_nvme": 5.0, "nfs": 1.1, "object_store": 0.5}
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # no NaN or infinity in any number
+class _Model(StrictModel):  # no unknown fields, NaN, infinity or true for a number
+    pass
 
 
 class PolicyRef(_Model):

@@ -149,6 +149,8 @@ def _checked(level: str, name: str, params: dict[str, Any] | None, where: str) -
                 got = ta.validate_python(v)
             except ValidationError as e:
                 raise InputError(f"{where}{level} {name!r}: {k}: {e.errors()[0]['msg']} (got {v!r})") from None
+            if isinstance(v, bool) and not isinstance(got, bool):  # (pydantic reads true as 1 for a number)
+                raise InputError(f"{where}{level} {name!r}: {k}: expected a number, got {str(v).lower()}")
             if isinstance(v, str) and isinstance(got, (int, float)):
                 params[k] = got
                 finite(k, got)

@@ -31,8 +31,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, StrictInt, field_validator
+from pydantic import Field, ValidationError, StrictInt, field_validator
 
+from fleetwise.strict import StrictModel
 from fleetwise.errors import InputError
 from fleetwise.limits import MAX_REQUESTS, MAX_RUNS, MAX_SEED, MAX_SEEDS, MAX_TIMELINE_BUCKETS, MIN_TIMELINE_BUCKET_S
 from fleetwise.scenario import (
@@ -48,8 +49,7 @@ EXPERIMENT_DIR = resources.files("fleetwise") / "experiments" / "specs"  # packa
 LEVELS = ("router", "batcher")
 
 
-class ExperimentSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # no NaN or infinity in any number
+class ExperimentSpec(StrictModel):  # no unknown fields, NaN, infinity or true for a number
 
     name: str = Field(default="experiment", min_length=1, max_length=256)  # (it names the runs in the store)
     description: str = ""

@@ -26,6 +26,7 @@ from typing import Annotated, Any, Literal, Union
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
+from fleetwise.strict import StrictModel
 from fleetwise.errors import InputError
 from fleetwise.fleet.network import DEFAULT_EGRESS_USD_PER_GB
 from fleetwise.fleet.regions import CATALOG, get_region
@@ -35,8 +36,8 @@ from fleetwise.fleet.zones import ECONOMIC_ZONES
 from fleetwise.limits import MAX_REGIONS, MAX_SEED
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # no NaN or infinity
+class _Model(StrictModel):  # no unknown fields, NaN, infinity or true for a number
+    model_config = ConfigDict(frozen=True)
 
 
 class RegionEntry(_Model):

@@ -14,8 +14,9 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
+from fleetwise.strict import StrictModel
 from fleetwise.errors import InputError, check_replaceable
 from fleetwise.perf.calibration import (
     ATTN_KINDS,
@@ -40,8 +41,8 @@ Dim = Field(ge=1, le=2**31)  # a GEMM shape's features or tokens
 EFF_MIN = 1e-8  # (below the fit's own lower bounds, 1e-7 and 1e-6: whatever perf calibrate writes loads)
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+class _Strict(StrictModel):  # no unknown fields, NaN, infinity or true for a number
+    pass
 
 
 class GemmJ(_Strict):

@@ -14,9 +14,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from fleetwise.catalog.specs import ModelSpec
+from fleetwise.strict import StrictModel
 from fleetwise.errors import InputError, format_validation_error, not_a_file  # noqa: F401 (re-exported)
 from fleetwise.perf.profile_format import FORMAT, per_gpu_heads  # noqa: F401 (re-exported)
 
@@ -35,8 +36,8 @@ def read_json(path: str | Path, what: str) -> Any:
     return parse_json(read_text(p, what), str(p))  # not UTF-8, invalid JSON, a key given twice: one line
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+class _Strict(StrictModel):  # no unknown fields, NaN, infinity or true for a number
+    pass
 
 
 Dim = Field(ge=1, le=2**31)  # a shape (tokens, features, sequences): beyond 2^31 it is not a GPU's, and floats overflow

@@ -88,8 +88,13 @@ class PrefixAware:
     other candidate's key is its outstanding tokens, so the least-loaded candidate stands for all of them (with a
     positive ``hit_weight`` no replica without a hit can beat a replica with one and the same load)."""
 
+    MAX_HIT_WEIGHT = 1e6  # a prompt token found weighs at most this many outstanding tokens (1e308 overflowed keys)
+
     def __init__(self, hit_weight: float = 1.0):
-        self.hit_weight = hit_weight
+        if not -self.MAX_HIT_WEIGHT <= hit_weight <= self.MAX_HIT_WEIGHT:
+            raise ValueError(f"hit_weight {hit_weight!r}: expected a number between -{self.MAX_HIT_WEIGHT:,.0f} and "
+                             f"{self.MAX_HIT_WEIGHT:,.0f}")
+        self.hit_weight = float(hit_weight)
 
     def route(self, view: RouteView) -> int:
         if not view.has_prefix():

@@ -125,10 +125,13 @@ def _err(status: int, detail: str) -> JSONResponse:
 
 
 def _json_content(scope: dict) -> bool:
-    """False when the request names a Content-Type that is not JSON (none named: JSON, as FastAPI reads it)."""
+    """False when the request names a Content-Type that is not JSON: a media type other than application/json or
+    application/*+json, as FastAPI reads it (none named: JSON). ``text/jsonish`` was taken for JSON."""
     for k, v in scope["headers"]:
-        if k == b"content-type" and b"json" not in v.lower():
-            return False
+        if k == b"content-type":
+            mtype, _, sub = v.partition(b";")[0].strip().lower().partition(b"/")
+            if mtype != b"application" or not (sub == b"json" or sub.endswith(b"+json")):
+                return False
     return True
 
 

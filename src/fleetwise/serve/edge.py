@@ -368,20 +368,38 @@ _HEAD_TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-typ
 LINGER_BYTES = 16 << 20
 
 
-def http_protocol(limits: Limits | None = None) -> type:
+def http_protocol(limits: Limits | None = None, render: Render = detail_body) -> type:
     """uvicorn's HTTP/1.1 protocol (httptools, else h11) with coalesced writes and the request-head rules: closed
     when a whole head has not arrived ``header_timeout_s`` after the connection opened or after bytes of a new
     request began (an idle kept-alive connection: uvicorn's ``timeout_keep_alive``); 431 when a head grows past
     ``max_header_bytes``, then a staged close: the write side shut, what the client still sends read and dropped
-    (up to ``LINGER_BYTES``, within the head's timeout), then closed."""
+    (up to ``LINGER_BYTES``, within the head's timeout), then closed. The answers uvicorn gives itself, 400 to a
+    request it cannot parse and 503 beyond the concurrency limit, are JSON bodies by ``render`` (the server's own
+    error format) instead of its plain text."""
     lim = limits or Limits()
     try:
         import httptools  # noqa: F401
         from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as base
     except ImportError:  # pragma: no cover - uvicorn[standard] brings httptools
         from uvicorn.protocols.http.h11_impl import H11Protocol as base
+    from uvicorn.protocols.http.flow_control import service_unavailable
+
+    busy = render(503, f"server busy: more than {lim.max_concurrency} connections or requests in progress; retry "
+                       "later", "server_busy")
+
+    async def unavailable(scope: dict, receive: Any, send: Any) -> None:
+        await respond(send, 503, busy, ((b"retry-after", b"1"),), close=True)
 
     class GuardedProtocol(base):  # type: ignore[misc, valid-type]
+        def _start_asgi_task(self, cycle: Any, app: Any) -> None:  # uvicorn's 503 app -> a JSON 503
+            super()._start_asgi_task(cycle, unavailable if app is service_unavailable else app)
+
+        def send_400_response(self, msg: str) -> None:  # a request uvicorn cannot parse -> a JSON 400
+            body = render(400, f"malformed HTTP request: {msg}", "invalid_request")
+            self.transport.write(b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n"
+                                 b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(body), body))
+            self.transport.close()
+
         def connection_made(self, transport: Any) -> None:  # type: ignore[override]
             self._fw_timer: Any = None
             self._fw_head = 0
@@ -449,10 +467,11 @@ def http_protocol(limits: Limits | None = None) -> type:
 
 
 def server_options(limits: Limits | None = None, log_level: str = "warning", access_log: bool = False,
-                   lifespan: str = "on") -> dict[str, Any]:
-    """uvicorn's settings for ``limits``: the guarded protocol, the concurrency limit, the keep-alive timeout."""
+                   lifespan: str = "on", render: Render = detail_body) -> dict[str, Any]:
+    """uvicorn's settings for ``limits``: the guarded protocol (its own errors by ``render``), the concurrency
+    limit, the keep-alive timeout."""
     lim = limits or Limits()
-    return {"log_level": log_level, "access_log": access_log, "http": http_protocol(lim), "ws": "none",
+    return {"log_level": log_level, "access_log": access_log, "http": http_protocol(lim, render), "ws": "none",
             "lifespan": lifespan, "limit_concurrency": lim.max_concurrency, "timeout_keep_alive": lim.keep_alive_s,
             "h11_max_incomplete_event_size": lim.max_header_bytes,
             "proxy_headers": False, "server_header": False}  # no proxy headers: client addresses are the real ones
@@ -464,13 +483,19 @@ def _apply(app: Any, limits: Limits | None) -> None:
         edge.limits = limits
 
 
+def _render_of(app: Any) -> Render:
+    edge = getattr(app, "edge", None)
+    return edge.render if isinstance(edge, Edge) else detail_body
+
+
 def server_config(app: Any, host: str = "127.0.0.1", port: int = 8000, limits: Limits | None = None,
                   log_level: str = "warning", access_log: bool = False, lifespan: str = "on") -> Any:
     """uvicorn's config for ``app`` with ``limits`` (given: also the body limit of the app's ``Edge``)."""
     import uvicorn
 
     _apply(app, limits)
-    return uvicorn.Config(app, host=host, port=port, **server_options(limits, log_level, access_log, lifespan))
+    return uvicorn.Config(app, host=host, port=port,
+                          **server_options(limits, log_level, access_log, lifespan, _render_of(app)))
 
 
 def run(app: Any, host: str, port: int, limits: Limits | None = None, log_level: str = "warning",
@@ -479,7 +504,7 @@ def run(app: Any, host: str, port: int, limits: Limits | None = None, log_level:
     import uvicorn
 
     _apply(app, limits)
-    uvicorn.run(app, host=host, port=port, **server_options(limits, log_level, access_log))
+    uvicorn.run(app, host=host, port=port, **server_options(limits, log_level, access_log, render=_render_of(app)))
 
 
 class ThreadedServer:

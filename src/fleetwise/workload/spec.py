@@ -26,9 +26,10 @@ from pathlib import Path
 from typing import Annotated, Callable, Literal, Union
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
+from pydantic import BaseModel, Field, TypeAdapter, field_validator, model_validator
 
 from fleetwise.data import data_path
+from fleetwise.strict import StrictModel
 from fleetwise.errors import InputError
 from fleetwise.limits import MAX_CV, MAX_MMPP_SWITCHES, MAX_REQUESTS, MAX_SPAN_S, MAX_TOKENS
 from fleetwise.workload import readers
@@ -199,8 +200,8 @@ def known_model(v: str) -> str:
     return v
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # no NaN or infinity in any number
+class _Model(StrictModel):  # no unknown fields, NaN, infinity or true for a number
+    pass
 
 
 class OriginWeight(_Model):
