@@ -501,6 +501,8 @@ CASES = [
                                     "--policy", "rl"], ["/proc"]),
     ("export-policy-empty", "6", ["export-checkpoint", "ok.yaml", "x", "--level", "router", "--policy", ""],
      ["--policy ''", "a name"]),  # (named the temporary file)
+    ("export-rule-unknown", "6", ["export-checkpoint", "ok.yaml", "x", "--level", "router", "--policy", "rl",
+                                  "--rule", "least_outstanding_token"], ["--rule", "offload_greedy"]),
     ("export-zip-a-folder", "4", ["export-checkpoint", "folder.yaml", "x", "--level", "router", "--policy", "rl"],
      ["folder.yaml", "a folder"]),  # ("no such file")
     ("reproduce-db-not-duckdb", "4", ["reproduce", "allocation", "--quick", "--db", "notduckdb.duckdb"],
@@ -922,11 +924,14 @@ def test_the_run_api_names_a_wrong_argument_in_one_line():
         ({"num_requests": "10"}, "num_requests '10': expected an integer"),
         ({"workload": "azure-conv"}, "workload str: expected a fleetwise.workload.Workload"),
         ({"progress": 5}, "progress 5: expected a callable"),
+        ({"progress": lambda: None}, "progress '<lambda>': expected a callable of one argument"),
     ]:
         with pytest.raises(InputError, match=re.escape(needle)):
             fleetwise.simulate(sc, **kwargs)
     with pytest.raises(InputError, match="scenario NoneType: expected a Scenario"):
         fleetwise.simulate(None)
+    with pytest.raises(InputError, match=re.escape("on_built '<lambda>': expected a callable of one argument")):
+        fleetwise.run_scenario(sc, on_built=lambda a, b: None, num_requests=10)
     with pytest.raises(InputError, match=re.escape("sim_overrides ['nope']")):
         fleetwise.run_scenario(sc, sim_overrides={"nope": 1}, num_requests=10)
     # values too: a negative timeline bucket hung the run, NaN failed mid-run, a negative horizon rejected every

@@ -79,6 +79,20 @@ def test_step_refuses_an_action_outside_the_agents_spaces():
     env.step({"router": zero["router"]})  # the others keep the rule's choice
     with pytest.raises(ValueError, match="decision NoneType"):
         env.step_raw(None)
+    from fleetwise.worlds.multicloud_rules import heuristic
+
+    raw = heuristic("least_loaded", env.mc)
+    pools, nc = len(env.mc.pools), len(raw["model"])
+    for bad, needle in [  # (clipped, cast or ignored before: NaN was code 0, 7 a spot add, "gpus" nothing)
+        ({**raw, "gpu": np.full(pools, np.nan)}, "'gpu': expected"),
+        ({**raw, "gpu": np.full(pools, 7)}, "'gpu': codes in 0..3"),
+        ({**raw, "router": np.full(nc, -1)}, "'router': codes in 0..2"),
+        ({**raw, "model": np.zeros(nc + 1, np.int64)}, "'model': expected"),
+        ({**raw, "gpus": np.zeros(pools, np.int64)}, "decision key 'gpus'"),
+    ]:
+        with pytest.raises(ValueError, match=needle):
+            env.step_raw(bad)
+    env.step_raw({"gpu": raw["gpu"]})  # the others keep their codes
     with pytest.raises(ValueError, match="seed 1.5"):
         env.reset(seed=1.5)
 

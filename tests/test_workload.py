@@ -236,6 +236,8 @@ MC_OK = '{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [
         ('{"timestamp": 5, "output_length": 1, "hash_ids": []}', r"mc\.jsonl line 2: missing field input_length"),
         ('{"timestamp": 5, "input_length": 3, "output_length": 1, "hash_ids": [1, "a"]}', r"mc\.jsonl line 2: hash_ids must be a list of integers"),
         ('{"timestamp": -5, "input_length": 3, "output_length": 1}', r"mc\.jsonl line 2: timestamp -5"),
+        ('{"timestamp": 5, "input_length": 513, "output_length": 1, "hash_ids": [1, 2, 3]}',
+         r"mc\.jsonl line 2: 3 hash_ids, more than the 2 blocks of 512 tokens that input_length 513 fills"),
         ('{"timestamp": 5, "input_length": 3', r"mc\.jsonl line 2: not valid JSON"),
     ],
 )

@@ -1464,6 +1464,14 @@ def export_checkpoint(
     for opt, v in (("--policy", policy), ("--rule", rule)):  # (the model card's names, checked before any work)
         if v is not None and not (0 < len(v.strip()) == len(v) <= 256):
             raise InputError(f"--{opt.lstrip('-')} {v!r}: expected a name (1-256 characters, no spaces around it)")
+    if rule is not None:  # (a name no loader knows made a checkpoint that every loader refused)
+        from fleetwise.policies import names
+        from fleetwise.worlds.edge import RULE as EDGE_RULE
+        from fleetwise.worlds.multicloud_rules import RULE as MULTICLOUD_RULE
+
+        known = sorted({EDGE_RULE, MULTICLOUD_RULE, *(n for lv in LEVELS for n in names(lv))})
+        if rule not in known:
+            raise InputError(f"--rule {rule!r}: not a rule fleetwise knows; expected one of: {', '.join(known)}")
     if not Path(sb3_zip).is_file():
         raise InputError(f"{sb3_zip}: {not_a_file(sb3_zip, 'Stable-Baselines3 .zip')}")
     target = Path(out_path) if out_path.endswith(SUFFIX) else Path(out_path + SUFFIX)

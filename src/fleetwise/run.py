@@ -7,6 +7,7 @@ simulator's one loop ``Simulator.run_until`` answers the decisions (the environm
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,6 +88,15 @@ def _check_args(scenario, num_requests, workload, sim_overrides, progress, on_bu
     for name, f in (("progress", progress), ("on_built", on_built)):
         if f is not None and not callable(f):
             raise InputError(f"{name} {f!r}: expected a callable")
+        if f is not None:  # (a callback of another signature failed inside the run, after the build)
+            try:
+                inspect.signature(f).bind(0)
+            except TypeError:
+                arg = "the requests processed since the last call" if name == "progress" else "the built scenario"
+                raise InputError(f"{name} {getattr(f, '__name__', f)!r}: expected a callable of one argument "
+                                 f"({arg})") from None
+            except ValueError:  # no signature to read (some builtins): called as given
+                pass
     return scenario
 
 

@@ -253,6 +253,32 @@ def _env_class():
                     raise ValueError(f"agent {agent}: {e}") from None
             return out
 
+        def _checked_raw(self, decision: dict) -> dict:
+            """A world decision as ``MultiCloud.act`` reads it, or a ValueError naming the key: integer codes, one
+            per class (cloud, model, router) or per pool (gpu), each within its codes. Out-of-range codes were
+            clipped and a NaN cast to the smallest code; an unknown key was ignored."""
+            from fleetwise.worlds.multicloud import ROUTE_RULES
+
+            mc = self.mc
+            nc = len(self.cfg.classes)
+            codes = {"cloud": (nc, len(mc.clouds) + 1, "class", "a cloud, or any"),
+                     "model": (nc, len(self.cfg.variants), "class", "a model variant"),
+                     "router": (nc, len(ROUTE_RULES), "class", ", ".join(ROUTE_RULES)),
+                     "gpu": (len(mc.pools), 4, "pool", "hold, one fewer, add on-demand, add spot")}
+            out = {}
+            for k, v in decision.items():
+                if k not in codes:
+                    raise ValueError(f"decision key {k!r}: expected some of {', '.join(codes)}")
+                n, hi, per, what = codes[k]
+                a = np.asarray(v)
+                if a.shape != (n,) or not np.issubdtype(a.dtype, np.integer):
+                    raise ValueError(f"decision {k!r}: expected {n} integer codes (one per {per}), got "
+                                     f"{a.dtype} of shape {a.shape}")
+                if n and (a.min() < 0 or a.max() >= hi):
+                    raise ValueError(f"decision {k!r}: codes in 0..{hi - 1} ({what}), got {a.min()}..{a.max()}")
+                out[k] = a.astype(np.int64)
+            return out
+
         def step_raw(self, decision):
             """Apply a world decision (cloud, model, gpu codes, router per ``MultiCloud.act``) directly."""
             mc = self.mc
@@ -263,7 +289,7 @@ def _env_class():
             if not isinstance(decision, dict):  # (None was an AttributeError in MultiCloud.act)
                 raise ValueError(f"decision {type(decision).__name__}: expected a dict of the world's codes "
                                  "(cloud, model, gpu, router), as heuristic() returns")
-            mc.act(decision)
+            mc.act(self._checked_raw(decision))
             last = mc.epoch + 1 >= self.n_epochs
             r = mc.run_epoch(final=last)
             ended = last or mc.done

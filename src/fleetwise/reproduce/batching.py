@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from fleetwise.workload.adapt import WARN_SHARE
+from fleetwise.worlds.edge import RULE
 
 BASELINES = {
     "static": ("static", {"max_batch": 8}),
@@ -31,7 +32,6 @@ BASELINES = {
     "sarathi": ("sarathi", {"chunk_tokens": 512, "max_num_seqs": 32}),
     "offload_greedy": ("offload_greedy", {}),  # the edge world's rule (it reads the neighbours): worlds.edge
 }
-RULE = "offload_greedy"
 VARIANTS = {"disppo": True, "ppo_no_tau": False}  # name -> time-aware discount
 PAPER_NOTE = "the paper's abstract gives no figures; it reports DISPPO ahead of traditional methods"
 BATCH_SIZES = (1, 2, 4, 8, 16, 32)

@@ -350,6 +350,9 @@ def read_mooncake(path: str | Path, limit: int | None = None, name: str | None =
                 raise InputError(f"{p.name} line {lineno}: hash_ids must be a list of integers")
             if h and (min(h) < 0 or max(h) >= 2**63):
                 raise InputError(f"{p.name} line {lineno}: hash_ids must lie in [0, 2^63)")
+            if len(h) > -(-vals[0] // 512):  # (blocks past the prompt went into the prefix caches as if cached)
+                raise InputError(f"{p.name} line {lineno}: {len(h)} hash_ids, more than the {-(-vals[0] // 512)} "
+                                 f"blocks of 512 tokens that input_length {vals[0]} fills")
             ts.append(float(t))
             prompt.append(vals[0])
             output.append(vals[1])

@@ -135,6 +135,7 @@ class EdgeConfig:
         return (len(self.chunk_sizes), len(OFFLOAD_CHOICES), len(QUEUE_ORDERS))
 
 
+RULE = "offload_greedy"  # the rule of this world (OffloadGreedy below): the learned policy's zero action
 OFFLOAD_CHOICES = ("rule", "never", "now")
 QUEUE_ORDERS = ("fcfs", "deadline")
 
