@@ -490,6 +490,9 @@ class _OddBackend:
                         self.wfile.write(bytes([b]))
                         self.wfile.flush()
                     return
+                elif mode == "hang":  # no answer until the test ends
+                    outer.stop.wait(120)
+                    return
                 elif mode == "long-event":  # one SSE event with no end
                     self.send_response(200)
                     self.send_header("content-type", "text/event-stream")
@@ -551,5 +554,24 @@ def test_an_sse_event_over_the_limit_ends_the_stream_with_an_error_event(gateway
             r = c.post(f"{url}/v1/completions", json={"prompt": "hi", "max_tokens": 4, "stream": True})
         assert r.status_code == 200
         assert r.text.startswith("data: {") and "longer than 1048576 bytes" in r.text, r.text[:200]
+    finally:
+        b.close()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_client_that_leaves_releases_its_backend_at_once(gateway, stream):
+    """A client that disconnected while its backend had not answered kept the backend counted in flight (and its
+    upstream request open) until the backend answered, up to ``attempt_timeout_s`` (600 s by default)."""
+    b = _OddBackend("hang")
+    try:
+        url = gateway([b.url], max_attempts=1)
+        with httpx.Client(timeout=1.0) as c, pytest.raises(httpx.ReadTimeout):
+            c.post(f"{url}/v1/completions", json={"prompt": "hi", "max_tokens": 4, "stream": stream})
+        deadline = time.monotonic() + 30
+        while _status(url)[b.url]["in_flight"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _status(url)[b.url]["in_flight"] == 0
+        text = httpx.get(f"{url}/metrics").text
+        assert 'fleetwise_gateway_requests_total{backend="none",outcome="client_gone"} 1.0' in text, text[-2000:]
     finally:
         b.close()

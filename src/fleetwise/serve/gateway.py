@@ -21,6 +21,7 @@ and Host names; one body-size limit on every path.
 """
 
 import asyncio
+import contextlib
 import json
 import math
 from contextlib import asynccontextmanager
@@ -105,6 +106,41 @@ def parse_request(raw: bytes, path: str, cfg: GatewayConfig) -> tuple[Any, int, 
 
 
 # --------------------------------------------------------------------------------------------- endpoints
+async def _client_gone(request: Any) -> None:
+    """Returns when the client has disconnected (the body was read before: what comes next is the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _unless_client_leaves(request: Any, pool: Pool, forwarding: Any) -> Any:
+    """``forwarding``'s response, or, when the client disconnects first, the attempt cancelled (its backend's
+    in-flight count released at once, the upstream connection closed) and a 499 that nobody reads. A client that
+    left kept its backend counted as busy until the backend answered (up to ``attempt_timeout_s``). Once a stream
+    is relayed, its response watches for the disconnect itself."""
+    from fastapi.responses import Response
+
+    from fleetwise.serve.gateway_forward import ReleasingStream
+
+    fwd = asyncio.ensure_future(forwarding)
+    gone = asyncio.ensure_future(_client_gone(request))
+    try:
+        done, _ = await asyncio.wait((fwd, gone), return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:  # this handler cancelled: so is the attempt
+        fwd.cancel()
+        raise
+    finally:
+        gone.cancel()
+    if fwd in done:
+        return fwd.result()
+    fwd.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        late = await fwd  # (it may have finished meanwhile: a stream opened for nobody is closed)
+        if isinstance(late, ReleasingStream):
+            await late.discard()
+    pool.metrics.requests.labels("none", "client_gone").inc()
+    return Response(status_code=499)
+
+
 def _router():
     from fastapi import APIRouter, Request
     from fastapi.responses import JSONResponse, Response
@@ -122,7 +158,8 @@ def _router():
         except ValueError as e:
             pool.metrics.requests.labels("none", "bad_request").inc()
             return JSONResponse(error_body(str(e).replace("\n", " "), "invalid_request_error", 400), status_code=400)
-        return await forward(pool, path, raw, req.stream is True, req.model, in_tokens, out_tokens)
+        return await _unless_client_leaves(request, pool, forward(pool, path, raw, req.stream is True, req.model,
+                                                                  in_tokens, out_tokens))
 
     @api.post("/v1/completions")
     async def completions(request: Request) -> Response:

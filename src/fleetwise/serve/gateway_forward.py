@@ -258,16 +258,23 @@ async def _relay(pool: Pool, s: BackendState, resp: Any, it: Any, first: bytes) 
 class ReleasingStream(StreamingResponse):
     """Releases the backend's in-flight count however the response ends (done, broken, client gone)."""
 
-    def __init__(self, content: AsyncIterator[bytes], release: Callable[[], None], **kw: Any):
+    def __init__(self, content: AsyncIterator[bytes], release: Callable[[], None], upstream: Any = None, **kw: Any):
         super().__init__(content, **kw)
         self._release = release
+        self._upstream = upstream  # the backend's response: closed here too (a relay never started closes nothing)
 
     async def __call__(self, scope, receive, send) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
-            self._release()
-            await self.body_iterator.aclose()
+            await self.discard()
+
+    async def discard(self) -> None:
+        """The backend released and its stream closed (also for a response that is never sent)."""
+        self._release()
+        await self.body_iterator.aclose()
+        if self._upstream is not None:
+            await self._upstream.aclose()
 
 
 async def attempt_stream(pool: Pool, s: BackendState, path: str, raw: bytes, attempts: int,
@@ -281,7 +288,8 @@ async def attempt_stream(pool: Pool, s: BackendState, path: str, raw: bytes, att
         pool.note_success(s, "client_error")
         return Response(content=first, status_code=resp.status_code, headers=headers)
     pool.metrics.latency.labels(s.id).observe(time.perf_counter() - t0)
-    return ReleasingStream(_relay(pool, s, resp, it, first), release, status_code=resp.status_code, headers=headers)
+    return ReleasingStream(_relay(pool, s, resp, it, first), release, resp, status_code=resp.status_code,
+                           headers=headers)
 
 
 async def forward(pool: Pool, path: str, raw: bytes, stream: bool, model: str | None, in_tokens: int,
