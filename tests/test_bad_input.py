@@ -53,6 +53,28 @@ def _files(d: Path) -> None:
     w("link_factor_huge.yaml", pl % "{faults: [{at_s: 5, kind: link, target: 'local,local', factor: 1000000}]}")
     w("tenant_twice.yaml", pl % "{tenants: [{name: default, rate_limit_rps: 0.1}, {name: default}]}")
     w("backoff_over_cap.yaml", pl % "{retry_backoff_s: 100, retry_backoff_max_s: 1}")
+    # a sixth pass (2026-12-07, files): each was a traceback, a quadratic parse, a 4 GB read or a silent pass
+    w("bad_date.yaml", DEP + WL + "description: 2001-13-45\n")
+    w("hex_seed.yaml", DEP + WL + "seed: 0x" + "f" * 5000 + "\n")
+    w("base60.yaml", DEP + WL + "description: " + "1:" * 50_000 + "1\n")
+    w("binary_model.yaml", DEP + "workload: {kind: poisson, rate_rps: 5, num_requests: 40, model: !!binary "
+                                 "bGxhbWFYWA==}\n")
+    deep = "[" * 500 + "1" + "]" * 500
+    w("deep_param.json", '{"deployments": [{"model": "llama-3-8b", "gpu": "a100-80gb", "replicas": 2}], '
+                         '"workload": {"kind": "poisson", "rate_rps": 5, "num_requests": 40}, '
+                         '"batcher": {"name": "sarathi", "chunk_tokens": %s}}' % deep)
+    w("bigint_len.jsonl", '{"timestamp": 0, "input_length": %s, "output_length": 5}\n' % ("9" * 5000))
+    wb("longline.csv.gz", gzip.compress(b"arrival_s,prompt_tokens,output_tokens\n" + b" " * (3 << 20)))
+    w("dupcols.csv", "arrival_s,prompt_tokens,output_tokens,prompt_tokens\n0,10,5,999\n1,10,5,999\n")
+    wb("nul_token", b"abcdefghijklmnop\x00qrst\n")
+    shape = '"models": {"tiny": {"num_layers": 1, "hidden_size": %d, "num_heads": 2, "num_kv_heads": %d, ' \
+            '"ffn_size": 8, "vocab_size": 8}}, '
+    row = '"attn_decode": [{"model": "tiny", "B": 1, "C": 8, "s": {"MATH": 0.001}}]'
+    w("profile_head_dim_0.json", "{" + shape % (1, 2) + row + "}")
+    w("profile_kv_heads.json", "{" + shape % (8, 3) + row + "}")
+    w("profile_backend_empty.json", "{" + shape % (8, 2) + row.replace('"MATH"', '""') + "}")
+    (d / "devnull.npz").symlink_to("/dev/null")
+    w("learned_devnull.yaml", DEP + WL + "router: {name: learned, checkpoint: devnull.npz}\n")
     w("replicas_yes.yaml", "deployments: [{model: llama-3-8b, gpu: a100-80gb, replicas: yes}]\n" + WL)
     w("rate_true.yaml", DEP + "workload: {kind: poisson, rate_rps: true, num_requests: 50}\n")
     w("replicas_over_max.yaml", "deployments: [{model: llama-3-8b, gpu: a100-80gb, replicas: 5, max_replicas: 2}]\n"
@@ -477,6 +499,25 @@ CASES = [
     # found by a fuzzing pass (2026-12-07): pydantic read true / yes as 1 for a number
     ("replicas-yes", "6", ["simulate", "-s", "replicas_yes.yaml"], ["deployments.0", "replicas", "got true"]),
     ("rate-true", "6", ["simulate", "-s", "rate_true.yaml"], ["rate_rps", "got true"]),
+    ("yaml-bad-date", "6", ["simulate", "-s", "bad_date.yaml"], ["line 3", "not a valid date", "month"]),
+    ("yaml-hex-5000-digits", "6", ["simulate", "-s", "hex_seed.yaml"], ["line 3", "5,002 characters"]),
+    ("yaml-base-60-long", "6", ["simulate", "-s", "base60.yaml"], ["line 3", "100,001 characters"]),
+    ("yaml-binary-model", "6", ["simulate", "-s", "binary_model.yaml"], ["line 2", "!!binary"]),
+    ("json-param-nested-500", "6", ["simulate", "-s", "deep_param.json"], ["chunk_tokens", "1,001 characters"]),
+    ("jsonl-int-5000-digits", "4", ["simulate", "--trace", "bigint_len.jsonl"], ["bigint_len.jsonl line 1",
+                                                                                 "4,300 digits"]),
+    ("csv-gz-line-3mb", "4", ["simulate", "--trace", "longline.csv.gz"], ["longline.csv.gz line 2",
+                                                                          "1,048,576 characters"]),
+    ("csv-column-twice", "4", ["simulate", "--trace", "dupcols.csv"], ["'prompt_tokens' appears twice"]),
+    ("serve-token-nul", "5", ["serve", "--port", "0", "--token-file", "nul_token"], ["control characters"]),
+    ("profile-head-dim-0", "6", ["perf", "calibrate", "--profile", "profile_head_dim_0.json", "--out", "c.json"],
+     ["models.tiny", "not a multiple of num_heads"]),
+    ("profile-kv-heads", "6", ["perf", "calibrate", "--profile", "profile_kv_heads.json", "--out", "c.json"],
+     ["num_kv_heads (3)"]),
+    ("profile-backend-empty", "6", ["perf", "validate", "--profile", "profile_backend_empty.json"],
+     ["attn_decode.0.s", "String should match pattern"]),  # ('' became the default backend)
+    ("learned-checkpoint-a-device", "6", ["simulate", "-s", "learned_devnull.yaml"],
+     ["devnull.npz' is not a regular file"]),  # ("not found")
     ("report-out-proc", "5", ["report", "--db", "store.duckdb", "--out", "/proc/fleetwise-report"], ["/proc"]),
     ("calibrate-out-sys", "5", ["perf", "calibrate", "--profile", "ok.yaml", "--out", "/sys/x.json"], ["/sys"]),
     ("train-router-one-validation-run", "6", ["train", "router", "--out", "ck.npz", "--val-seeds", "1", "--rates",

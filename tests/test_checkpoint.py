@@ -241,6 +241,24 @@ def test_size_limits_refuse_before_reading(tmp_path):
             load_policy(tmp_path / "junk.npz")
     with pytest.raises(CheckpointError, match="is a directory"):
         load_policy(tmp_path)
+    # a zip that lists many members: refused from its end record, before zipfile reads the directory (1.15 M
+    # members took 10 s and 620 MB)
+    flood = tmp_path / "flood.npz"
+    with zipfile.ZipFile(flood, "w") as z:
+        for n, b in members.items():
+            z.writestr(n, b)
+        for i in range(300):
+            z.writestr(f"m{i}", b"")
+    with pytest.raises(CheckpointError, match="a zip of 30[0-9] members"):
+        load_policy(flood)
+
+
+def test_json_naming_a_key_twice_is_refused(tmp_path):
+    path = _write_valid(tmp_path)
+    text = card_path(path).read_text()
+    card_path(path).write_text(text.replace('"level":', '"level": "router", "level":', 1))
+    with pytest.raises(CheckpointError, match="duplicate key 'level'"):
+        read_card(card_path(path))
 
 
 def test_model_card_schema(tmp_path):

@@ -246,6 +246,19 @@ def test_mooncake_malformed(tmp_path, line, pattern):
         read_mooncake(_jl(tmp_path, [MC_OK, line]))
 
 
+def test_a_byte_order_mark_is_read_past(tmp_path):
+    """A CSV saved by a spreadsheet tool starts with a byte-order mark; its first column was not found."""
+    from fleetwise.workload import load_trace
+
+    f = tmp_path / "bom.csv"
+    f.write_bytes("\ufeffarrival_s,prompt_tokens,output_tokens\r\n0,10,5\r\n1.5,20,7\r\n".encode())
+    w = load_trace(f)
+    assert list(w.prompt_tokens) == [10, 20] and list(w.arrival_s) == [0.0, 1.5]
+    m = _jl(tmp_path, [MC_OK])
+    m.write_bytes("\ufeff".encode() + m.read_bytes())
+    assert list(read_mooncake(m).prompt_tokens) == [600]
+
+
 def test_mooncake_small_and_missing(tmp_path):
     f = _jl(tmp_path, [MC_OK, "", '{"timestamp": 2500, "input_length": 100, "output_length": 7, "hash_ids": [0]}'])
     w = read_mooncake(f)

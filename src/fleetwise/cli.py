@@ -835,7 +835,7 @@ def perf_calibrate(
 
     _check_writable(out_file)  # (before any work)
     gc = _of_profile(profile, gpu_calibration_from_profile, load_profile(profile), gpu, source=profile.name)
-    write_calibration(gc, out_file)
+    write_calibration(gc, out_file, source=str(profile))
     d = gc.default_backend
     console.print(f"{out_file}: {gc.gpu}, {len(gc.gemm_shapes)} GEMM shapes, attention backends "
                   f"{', '.join(sorted(gc.backends))} (default: prefill {d['prefill']}, chunked {d['chunked']}, "

@@ -9,6 +9,18 @@ def _fmt_loc(loc: tuple) -> str:
     return ".".join(str(p) for p in loc if not (isinstance(p, str) and ("[" in p or p.startswith("function-"))))
 
 
+def short_repr(v, limit: int = 40) -> str:
+    """``repr(v)`` for an error line: cut to about ``limit`` characters with the full length named; an integer too
+    large to print (Python refuses over 4,300 digits) by its size."""
+    if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 4 * limit:
+        return f"an integer of {int(v.bit_length() * 0.30103) + 1:,} digits"
+    try:
+        r = repr(v)
+    except ValueError:  # (a container holding such an integer)
+        return f"a {type(v).__name__} holding an integer too large to print"
+    return r if len(r) <= limit else f"{r[:limit // 2]}... ({len(r):,} characters)"
+
+
 def format_validation_error(e, where: str) -> str:
     """A pydantic ``ValidationError`` as one line: ``where: field.path: what is wrong (got value)``."""
     err = e.errors()[0]
@@ -18,8 +30,7 @@ def format_validation_error(e, where: str) -> str:
         msg = "unknown field"
     more = f" (and {len(e.errors()) - 1} more)" if len(e.errors()) > 1 else ""
     got = err.get("input")
-    r = repr(got)
-    r = r if len(r) <= 60 else r[:40] + f"... ({len(r)} characters)"
+    r = short_repr(got, 60)
     got_s = "" if err["type"] in ("missing", "extra_forbidden", "value_error") or isinstance(got, (dict, list)) \
         else f" (got {r})"
     if not loc and err["type"] == "value_error":  # a check of the whole model: its message names the fields

@@ -53,6 +53,10 @@ MAX_FILE_BYTES = 64 * 2**20
 # few lines of nested aliases (a "billion laughs") load in no memory but expand to 9^9 values the moment a sweep
 # grid, a label or a validator walks them; no file here uses aliases, the largest holds about 20,000 values
 MAX_ALIAS_VALUES = 1_000_000
+# characters of one line of a request trace (CSV or JSONL, maybe gzipped): a row is a few numbers, and a Mooncake
+# line with a 10 M-token prompt holds 19,532 block ids (about 400 KB); a line is read whole, so a gzipped line of
+# spaces (1,000:1) took 4 GB before a field was looked at
+MAX_LINE_CHARS = 1 << 20
 # files a folder of CPU-utilisation traces may hold (reproduce allocation --eval-trace FOLDER; workload/cpu.py reads
 # it recursively): the PlanetLab archive holds 11,746 series in 10 day folders, as one archive file
 MAX_TRACE_FILES = 100_000

@@ -47,6 +47,35 @@ class UniqueKeyLoader(yaml.SafeLoader):
         return super().compose_node(parent, index)
 
 
+# an integer scalar longer than this is refused as the file is read, as Python refuses a longer decimal one: base-60
+# ones took quadratic time (600 KB of "1:1:..." 25 s), and 5,000 hex digits could not be printed in an error
+MAX_INT_CHARS = 4300
+
+
+def _construct_int(loader, node):
+    if len(node.value) > MAX_INT_CHARS:
+        raise ConstructorError(None, None, f"an integer of {len(node.value):,} characters (at most {MAX_INT_CHARS})",
+                               node.start_mark)
+    return yaml.constructor.SafeConstructor.construct_yaml_int(loader, node)
+
+
+def _construct_timestamp(loader, node):
+    try:
+        return yaml.constructor.SafeConstructor.construct_yaml_timestamp(loader, node)
+    except ValueError as e:  # (2001-13-45 is a timestamp to the resolver, and no date to datetime)
+        raise ConstructorError(None, None, f"{node.value[:40]!r} is not a valid date or time ({e})",
+                               node.start_mark) from None
+
+
+def _no_binary(loader, node):  # (bytes became text in a name check and skipped it)
+    raise ConstructorError(None, None, "a !!binary value: not taken in these files", node.start_mark)
+
+
+UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+UniqueKeyLoader.add_constructor("tag:yaml.org,2002:timestamp", _construct_timestamp)
+UniqueKeyLoader.add_constructor("tag:yaml.org,2002:binary", _no_binary)
+
+
 def read_text(path: str | Path, what: str = "file") -> str:
     """The UTF-8 text of a file; one-line errors for a folder, a device or a pipe, a file over ``MAX_FILE_BYTES``, an
     unreadable file or bytes that are not UTF-8."""
@@ -108,9 +137,11 @@ def parse_yaml(text: str, where: str) -> Any:
         raise InputError(f"{where}:{line} invalid YAML: {problem}") from None
     except RecursionError:
         raise InputError(f"{where}: invalid YAML: nested too deeply") from None
+    except ValueError as e:  # (a constructor's own error that PyYAML does not wrap)
+        raise InputError(f"{where}: invalid YAML: {str(e)[:200]}") from None
 
 
-def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict:
+def unique_pairs(pairs: list[tuple[str, Any]]) -> dict:
     out: dict = {}
     for k, v in pairs:
         if k in out:
@@ -171,7 +202,7 @@ def json_safe(v: Any) -> Any:
 def parse_json(text: str, where: str) -> Any:
     """Parse JSON text; a duplicate key in an object is an error, as for YAML."""
     try:
-        return json.loads(text, object_pairs_hook=_unique_pairs)
+        return json.loads(text, object_pairs_hook=unique_pairs)
     except json.JSONDecodeError as e:
         raise InputError(f"{where}: line {e.lineno}: invalid JSON: {e.msg}") from None
     except (ValueError, RecursionError) as e:

@@ -38,7 +38,7 @@ import numpy as np
 from numpy.lib import format as npy_format
 
 from fleetwise.errors import InputError, check_replaceable, nonblocking_opener
-from fleetwise.yamlio import finite_float, json_safe
+from fleetwise.yamlio import finite_float, json_safe, unique_pairs
 
 FORMAT = "fleetwise-policy"
 VERSION = 1
@@ -51,6 +51,8 @@ ALGORITHMS = ("ppo", "dqn", "cem")  # cem: a linear policy found by the cross-en
 MAX_FILE_BYTES = 64 << 20  # on disk
 MAX_UNCOMPRESSED_BYTES = 256 << 20  # all members, as declared by the zip (checked before inflating)
 MAX_META_BYTES = 1 << 20
+MAX_MEMBERS = 256  # zip members (a checkpoint has __meta__ and two per layer); with the directory's size, checked
+MAX_DIRECTORY_BYTES = 1 << 20  # before zipfile reads the directory (1.15 M members took 10 s and 620 MB to refuse)
 MAX_CARD_BYTES = 1 << 20
 MAX_LAYERS = 16
 MAX_WIDTH = 1 << 16
@@ -187,9 +189,9 @@ def read_card(path: str | os.PathLike) -> ModelCard:
     try:
         # (a float beyond a double, 1e999, was read as infinity and printed as -inf% by the gate)
         d = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant, parse_int=_parse_int,
-                       parse_float=finite_float)
+                       parse_float=finite_float, object_pairs_hook=unique_pairs)  # (a key twice: the last won)
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise CheckpointError(f"model card {p}: not UTF-8 JSON ({str(e).splitlines()[0][:200]})") from None
+        raise CheckpointError(f"model card {p}: not valid UTF-8 JSON ({str(e).splitlines()[0][:200]})") from None
     return ModelCard.from_json(d, f"model card {p}")
 
 
@@ -429,6 +431,20 @@ def _open_regular(path: Path, max_bytes: int, what: str) -> io.BufferedReader:
     return f
 
 
+def _zip_directory(f: io.BufferedReader) -> tuple[int, int] | None:
+    """(members, bytes) of the zip's central directory as its end record declares them (zip64's markers read as
+    the largest values), or None when there is no end record (zipfile then says what is wrong)."""
+    size = f.seek(0, 2)
+    n = min(size, 22 + 0xFFFF)  # the end record (22 bytes) and its comment (at most 64 KiB)
+    f.seek(size - n)
+    tail = f.read(n)
+    f.seek(0)
+    i = tail.rfind(b"PK\x05\x06")
+    if i < 0 or i + 22 > len(tail):
+        return None
+    return int.from_bytes(tail[i + 10:i + 12], "little"), int.from_bytes(tail[i + 12:i + 16], "little")
+
+
 def _is_sb3_zip(names: list[str]) -> bool:
     return "data" in names and any(n.endswith(".pth") for n in names)
 
@@ -444,6 +460,10 @@ def load_policy(path: str | os.PathLike, *, level: str | None = None, card: bool
     p = Path(path)
     where = f"checkpoint {p}"
     with _open_regular(p, max_file_bytes, "checkpoint") as f:
+        d = _zip_directory(f)
+        if d is not None and (d[0] > MAX_MEMBERS or d[1] > MAX_DIRECTORY_BYTES):
+            raise CheckpointError(f"{where}: a zip of {d[0]:,} members ({d[1]:,}-byte directory), more than a policy "
+                                  f"checkpoint holds (at most {MAX_MEMBERS} members, {MAX_DIRECTORY_BYTES:,} bytes)")
         try:
             zf = zipfile.ZipFile(f)
         except (zipfile.BadZipFile, OSError, ValueError, EOFError):
@@ -480,9 +500,9 @@ def load_policy(path: str | os.PathLike, *, level: str | None = None, card: bool
                 raise CheckpointError(f"{where}: __meta__ must be uint8 (UTF-8 JSON bytes)")
             try:
                 meta = json.loads(raw.tobytes().decode("utf-8"), parse_constant=_reject_constant, parse_int=_parse_int,
-                                  parse_float=finite_float)
+                                  parse_float=finite_float, object_pairs_hook=unique_pairs)
             except (UnicodeDecodeError, ValueError, RecursionError) as e:
-                raise CheckpointError(f"{where}: __meta__ is not UTF-8 JSON ({str(e)[:200]})") from None
+                raise CheckpointError(f"{where}: __meta__ is not valid UTF-8 JSON ({str(e)[:200]})") from None
             shapes = expected_arrays(meta, where)
             want = {f"{k}.npy" for k in shapes} | {"__meta__.npy"}
             if set(names) != want:

@@ -209,12 +209,14 @@ def load_calibration(path: str | Path, base: Calibration | None = None) -> Calib
     return (base or default_calibration()).with_gpu(load_gpu_calibration(path))
 
 
-def write_calibration(g: GpuCalibration, path: str | Path) -> None:
-    """Write atomically (a temporary file renamed over ``path``), so a failure leaves nothing half-written."""
+def write_calibration(g: GpuCalibration, path: str | Path, source: str = "") -> None:
+    """Write atomically (a temporary file renamed over ``path``), so a failure leaves nothing half-written.
+    ``source`` (the profile it was fitted from) is named when the fit is not a calibration that loads."""
     p = Path(path)
     text = re.sub(r"\[\s*([-+0-9.e,\s]+?)\s*\]", lambda m: "[" + ", ".join(m.group(1).split()).replace(",,", ",") + "]",
                   json.dumps(from_gpu_calibration(g), indent=1)) + "\n"  # number lists on one line
-    parse_calibration(json.loads(text), where="calibration being written")  # what we write must load
+    where = f"{source}: the calibration fitted from it" if source else "calibration being written"
+    parse_calibration(json.loads(text), where=where)  # what we write must load
     check_replaceable(p)
     tmp = p.with_name(p.name + ".tmp")
     try:

@@ -12,7 +12,7 @@ A profile is data: it is validated on load and every problem is one line naming 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
@@ -55,6 +55,14 @@ class ModelShape(_Strict):
     vocab_size: int = Dim
     gated_mlp: bool = True
 
+    @model_validator(mode="after")
+    def _check_heads(self) -> ModelShape:  # (head_dim 0 and more KV heads than heads were fitted and written)
+        if self.hidden_size % self.num_heads:
+            raise ValueError(f"hidden_size ({self.hidden_size}) is not a multiple of num_heads ({self.num_heads})")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads ({self.num_heads}) is not a multiple of num_kv_heads ({self.num_kv_heads})")
+        return self
+
 
 class GemmRow(_Strict):
     model: str = ""
@@ -66,7 +74,8 @@ class GemmRow(_Strict):
     s: float = Time
 
 
-Times = dict[str, float | None]  # backend -> seconds, None where the backend refused the shape
+Backend = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]  # an attention backend's name, e.g. FLASH_ATTENTION
+Times = dict[Backend, float | None]  # backend -> seconds, None where the backend refused the shape
 
 
 def _check_times(s: Times) -> Times:
@@ -129,7 +138,9 @@ class IterationRow(_Strict):
     prefill_context: int = Field(default=0, ge=0, le=2**31)
     decode_seqs: int = Field(ge=0, le=2**31)
     decode_context: int = Field(default=0, ge=0, le=2**31)
-    backend: str | None = None  # the attention backend the iteration ran (None: PyTorch's own choice)
+    # the attention backends the iteration ran, as the profiler notes them ("prefill=CUDNN_ATTENTION,chunked=...,
+    # decode=...,cuda_graph"; None: PyTorch's own choice); a note, not read by the fit or the check
+    backend: str | None = Field(None, max_length=256)
     s: float = Time
 
     @model_validator(mode="after")

@@ -86,8 +86,10 @@ class LearnedRouter:
             path = path.with_name(path.name + SUFFIX)
         if path.is_dir():
             raise InputError(f"router 'learned': checkpoint {str(path)!r}: a folder, not a checkpoint file (NAME.npz)")
-        if not path.is_file():
-            raise InputError(f"router 'learned': checkpoint {str(path)!r} not found (train one: fleetwise train "
+        if not path.is_file():  # (a device, a pipe or a broken link was "not found" too)
+            why = "not found" if not path.exists() and not path.is_symlink() else \
+                "is a broken link" if not path.exists() else "is not a regular file"
+            raise InputError(f"router 'learned': checkpoint {str(path)!r} {why} (train one: fleetwise train "
                              "router --out PATH.npz)")
         model = load_policy(path, level="router")
         if (model.obs_shape != (N_FEATURES,) or model.action.kind != "box" or model.action.shape != (N_WEIGHTS,)

@@ -95,8 +95,9 @@ def resolve_token(token_file: str | None = None) -> str | None:
             tok = read_text(token_file, "token").strip()
         except InputError as e:
             raise InputError(f"--token-file: {e}") from None
-        if not tok or any(c.isspace() for c in tok):
-            raise InputError(f"--token-file {token_file}: expected one token (no spaces) on one line")
+        if not tok or any(c.isspace() for c in tok) or not tok.isprintable():  # (a NUL no client can send)
+            raise InputError(f"--token-file {token_file}: expected one token (no spaces or control characters) on "
+                             "one line")
         return tok
     tok = os.environ.get(TOKEN_ENV, "").strip()
     return tok or None

@@ -30,8 +30,8 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from fleetwise.errors import InputError
-from fleetwise.limits import MAX_REQUESTS, MAX_SPAN_S, MAX_TOKENS
+from fleetwise.errors import InputError, short_repr
+from fleetwise.limits import MAX_LINE_CHARS, MAX_REQUESTS, MAX_SPAN_S, MAX_TOKENS
 from fleetwise.workload.request import Workload
 
 __all__ = [
@@ -60,9 +60,25 @@ def _check_file(path: str | Path) -> Path:
 
 
 def open_text(p: Path) -> io.TextIOBase:
+    """UTF-8 text (a byte-order mark, as spreadsheet tools write, dropped), maybe gzipped; newlines kept for csv."""
     if p.suffix == ".gz":
-        return io.TextIOWrapper(gzip.open(p, "rb"), encoding="utf-8", newline="")
-    return open(p, "r", encoding="utf-8", newline="")
+        return io.TextIOWrapper(gzip.open(p, "rb"), encoding="utf-8-sig", newline="")
+    return open(p, "r", encoding="utf-8-sig", newline="")
+
+
+def bounded_lines(f, p: Path) -> Iterator:
+    """The lines of ``f`` (text or bytes), each at most ``MAX_LINE_CHARS`` long: a longer one is an InputError
+    before it is read whole (a gzipped line of 2 GB took 4 GB of memory)."""
+    n = 0
+    while True:
+        line = f.readline(MAX_LINE_CHARS + 1)
+        if not line:
+            return
+        n += 1
+        if len(line) > MAX_LINE_CHARS:
+            raise InputError(f"{p.name} line {n}: longer than {MAX_LINE_CHARS:,} characters, the limit for a line of a "
+                             "trace (docs/limits.md)")
+        yield line
 
 
 # what reading a text file (maybe gzipped) can raise on a bad file: not UTF-8, a truncated or corrupt .gz, I/O
@@ -103,12 +119,15 @@ def _read_csv(p: Path, required: Iterable[str], limit: int | None) -> tuple[dict
     """Header -> column index map, and the data rows (at most ``limit``). Checks required columns are present."""
     try:
         with open_text(p) as f:
-            reader = csv.reader(f)
+            reader = csv.reader(bounded_lines(f, p))
             try:
                 header = next(reader)
             except StopIteration:
                 raise InputError(f"{p.name}: empty file (expected a CSV header with {', '.join(required)})") from None
             cols = {h.strip(): i for i, h in enumerate(header)}
+            if len(cols) < len(header):  # (the last of two same-named columns was read)
+                twice = next(h.strip() for i, h in enumerate(header) if cols[h.strip()] != i)
+                raise InputError(f"{p.name} header: column {twice!r} appears twice")
             missing = [c for c in required if c not in cols]
             if missing:
                 raise InputError(
@@ -304,13 +323,15 @@ def read_mooncake(path: str | Path, limit: int | None = None, name: str | None =
     lens: list[int] = []
     blocks: list[int] = []
     with gzip.open(p, "rb") if p.suffix == ".gz" else open(p, "rb") as f:  # bytes: a bad line is named exactly
-        for lineno, raw in enumerate(_checked(f, p), start=1):
+        for lineno, raw in enumerate(_checked(bounded_lines(f, p), p), start=1):
             if limit is not None and len(ts) >= limit:
                 break
             try:
                 s = raw.decode("utf-8").strip()
             except UnicodeDecodeError as e:
                 raise read_error(p, e, f" line {lineno}") from None
+            if lineno == 1:
+                s = s.removeprefix("\ufeff").strip()  # (a byte-order mark)
             if not s:
                 continue
             try:
@@ -319,6 +340,9 @@ def read_mooncake(path: str | Path, limit: int | None = None, name: str | None =
                 raise InputError(f"{p.name} line {lineno}: not valid JSON ({e.msg} at column {e.colno})") from None
             except RecursionError:
                 raise InputError(f"{p.name} line {lineno}: not valid JSON (nested too deeply)") from None
+            except ValueError:  # (an integer of more than 4,300 digits: Python's conversion limit)
+                raise InputError(f"{p.name} line {lineno}: not valid JSON here (a number of more than 4,300 digits)"
+                                 ) from None
             if not isinstance(obj, dict):
                 raise InputError(f"{p.name} line {lineno}: expected a JSON object, got {type(obj).__name__}")
             for key in ("timestamp", "input_length", "output_length"):
@@ -327,8 +351,8 @@ def read_mooncake(path: str | Path, limit: int | None = None, name: str | None =
             t = obj["timestamp"]
             if isinstance(t, bool) or not isinstance(t, (int, float)) or (isinstance(t, int) and abs(t) > 2**62) \
                     or not math.isfinite(t) or t < 0:  # (a 400-digit integer overflowed math.isfinite)
-                shown = repr(t) if len(repr(t)) <= 40 else f"{repr(t)[:20]}... ({len(repr(t))} characters)"
-                raise InputError(f"{p.name} line {lineno}: timestamp {shown} is not a non-negative number of ms")
+                raise InputError(f"{p.name} line {lineno}: timestamp {short_repr(t)} is not a non-negative number "
+                                 "of ms")
             vals = []
             for key in ("input_length", "output_length"):
                 v = obj[key]
@@ -336,14 +360,14 @@ def read_mooncake(path: str | Path, limit: int | None = None, name: str | None =
                     if isinstance(v, float) and v.is_integer():
                         v = int(v)
                     else:
-                        raise InputError(f"{p.name} line {lineno}: {key} {v!r} is not an integer")
+                        raise InputError(f"{p.name} line {lineno}: {key} {short_repr(v)} is not an integer")
                 if v < 0:
                     raise InputError(f"{p.name} line {lineno}: {key} {v} is negative (expected a token count >= 0)")
                 if v == 0 and key == "input_length":
                     raise InputError(f"{p.name} line {lineno}: input_length is 0 (expected a token count >= 1)")
                 if v > MAX_TOKENS:
-                    raise InputError(f"{p.name} line {lineno}: {key} {v} is above the limit of {MAX_TOKENS:,} "
-                                     "tokens (docs/limits.md)")
+                    raise InputError(f"{p.name} line {lineno}: {key} {short_repr(v)} is above the limit of "
+                                     f"{MAX_TOKENS:,} tokens (docs/limits.md)")
                 vals.append(v)
             h = obj.get("hash_ids", [])
             if not isinstance(h, list) or not all(isinstance(b, int) and not isinstance(b, bool) for b in h):
@@ -560,7 +584,7 @@ def read_servegen(
         f = files[i]
         ts, rate, cv, pat, shp, scl = [], [], [], [], [], []
         with open_text(f) as fh:
-            for r, row in enumerate(csv.reader(fh), start=1):
+            for r, row in enumerate(csv.reader(bounded_lines(fh, f)), start=1):
                 if not row or not any(c.strip() for c in row):
                     continue
                 if len(row) != 6:

@@ -123,7 +123,7 @@ def _sniff_format(p: Path) -> str:
         return "burstgpt"
     try:
         with readers.open_text(p) as f:
-            header = next(csv.reader(f), [])
+            header = next(csv.reader(readers.bounded_lines(f, p)), [])
     except readers.READ_ERRORS as e:
         raise readers.read_error(p, e) from None
     h = {x.strip() for x in header}
