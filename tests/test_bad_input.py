@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from fleetwise.errors import InputError
@@ -73,6 +74,10 @@ def _files(d: Path) -> None:
     w("profile_head_dim_0.json", "{" + shape % (1, 2) + row + "}")
     w("profile_kv_heads.json", "{" + shape % (8, 3) + row + "}")
     w("profile_backend_empty.json", "{" + shape % (8, 2) + row.replace('"MATH"', '""') + "}")
+    r = np.random.default_rng(7)  # (lengths of any draw: seed 1001's segment is the one at one instant)
+    rows = "".join(f"{t},{p},{o}\n" for t, p, o in zip(np.repeat([0, 100, 200], 500), r.integers(200, 2000, 1500),
+                                                       r.integers(20, 300, 1500)))
+    w("three_instants.csv", "arrival_s,prompt_tokens,output_tokens\n" + rows)
     (d / "devnull.npz").symlink_to("/dev/null")
     w("learned_devnull.yaml", DEP + WL + "router: {name: learned, checkpoint: devnull.npz}\n")
     w("replicas_yes.yaml", "deployments: [{model: llama-3-8b, gpu: a100-80gb, replicas: yes}]\n" + WL)
@@ -516,6 +521,9 @@ CASES = [
      ["num_kv_heads (3)"]),
     ("profile-backend-empty", "6", ["perf", "validate", "--profile", "profile_backend_empty.json"],
      ["attn_decode.0.s", "String should match pattern"]),  # ('' became the default backend)
+    ("eval-trace-fails-on-a-later-seed", "4", ["reproduce", "batching", "--quick", "--learner", "ppo", "--eval-trace",
+                                               "three_instants.csv", "--db", "r/b.duckdb"],
+     ["three_instants", "one instant"]),  # (seed 1000's segment fits, 1001's not: it failed after 153 s of training)
     ("learned-checkpoint-a-device", "6", ["simulate", "-s", "learned_devnull.yaml"],
      ["devnull.npz' is not a regular file"]),  # ("not found")
     ("report-out-proc", "5", ["report", "--db", "store.duckdb", "--out", "/proc/fleetwise-report"], ["/proc"]),

@@ -266,3 +266,27 @@ def test_cli_compare_on_a_trace_has_real_intervals(data_dir):
     assert "load 0.7:" in r.stderr and "warning" not in r.stderr
     ci = json.loads(r.stdout)["round_robin"]["ttft_p99_s"]["ci95"]
     assert ci[1] > ci[0]  # each seed replays its own window of the trace
+
+
+def test_a_trace_the_bootstrap_cannot_replay_gets_a_circular_window_when_auto_chose_it():
+    """Found by an odd-trace pass (2026-12-07): two requests filling a day needed 100,000+ blocks, and a trace idle for
+    most of its span drew no request on some seeds; both were refused with advice (block_s) the CLI cannot give."""
+    two = Workload(arrival_s=np.array([0.0, 1.0]), prompt_tokens=np.array([512, 1024]),
+                   output_tokens=np.array([128, 64]), name="two")
+    sel, info = select_window(two, np.random.default_rng(0), TraceFit(num_requests=300_000))
+    assert info["resample"] == "window" and "circular window instead" in info["note"] and len(sel) == 300_000
+    with pytest.raises(InputError, match="100,000.*resample: window"):  # asked for: refused, with what to set
+        select_window(two, np.random.default_rng(0), TraceFit(num_requests=300_000, resample="bootstrap"))
+    t = np.concatenate([np.linspace(0, 3600, 1000), np.linspace(30 * 86_400 - 3600, 30 * 86_400, 1000)])
+    gap = Workload(arrival_s=t, prompt_tokens=np.full(2000, 500), output_tokens=np.full(2000, 50), name="gap")
+    for seed in range(12):  # seeds 0, 2, 5, 7 and 9 drew no request
+        sel, info = select_window(gap, np.random.default_rng(seed), TraceFit())
+        assert len(sel) > 0
+
+
+def test_outputs_of_zero_are_not_counted_as_clipped():
+    w = _trace()
+    w.output_tokens[:10] = 0
+    out, rep = adapt_trace(w, np.random.default_rng(0), TraceFit(max_total_tokens=8192, resample="none"))
+    assert rep.raised_outputs == 10 and rep.clipped == 0 and (out.output_tokens >= 1).all()
+    assert any("outputs of 0 tokens replayed as 1" in ln for ln in rep.lines())

@@ -1187,6 +1187,13 @@ def train_router_cmd(
     except ValueError as e:
         raise InputError(str(e)) from None
     load_scenario(scenario)  # a bad name or file fails before any run
+    if trace is not None:  # what fitting the trace does to it, as simulate and compare print it
+        from fleetwise.learn.router import scenario_at
+        from fleetwise.scenario import build
+
+        first = build(scenario_at(scenario, rate_list[0], trace), 0, num_requests=requests)
+        _print_adaptations([f"--trace {trace}: at load {rate_list[0]:g}, seed 0 (each training and validation run "
+                            "fits its own)"], first.adaptations)
     with _progress() as prog:
         task = prog.add_task("training the learned router (CEM)", total=iterations)
         res = train_router(cfg, out=out_path, progress=lambda it, row: prog.update(task, completed=it))

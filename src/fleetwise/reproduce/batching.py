@@ -229,7 +229,8 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
 
         trace = load_trace(eval_trace)
         scenario = f"edge-3-nodes:{Path(eval_trace).name}@{load}"
-        rep = fit_edge_trace(cfg, trace, np.random.default_rng(eval_seeds[0]), fit_load)[2]
+        # every evaluation seed's segment fitted now, before any training (seed 1001's failed after it)
+        rep = [fit_edge_trace(cfg, trace, np.random.default_rng(s), fit_load)[2] for s in eval_seeds][0]
         fit_lines = [f"--eval-trace {eval_trace}: replaces the segments' arrivals and lengths; each seed its own "
                      f"{cfg.segment_s:g} s segment"] + [f"seed {eval_seeds[0]}: {ln}" for ln in rep.lines()]
     out_dir = _out_dir(db, "batching")
@@ -284,8 +285,8 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
             r["gate_passed"] = [g["passed"] for g in r["gates"]]
 
         def run_learned(ecfg, pols, seeds_):  # per segment: the mean over the training seeds' policies
-            per = [evaluate(ecfg, lambda view, m=m: EdgePolicyBatcher(m, view), seeds_, trace=trace, load=fit_load)
-                   for m in pols]
+            per = [evaluate(ecfg, lambda view, m=m: EdgePolicyBatcher(m, view), seeds_, trace=trace, load=fit_load,
+                            fit_cfg=cfg) for m in pols]
             out = []
             for k in range(len(seeds_)):
                 row = dict(per[0][k])
@@ -344,7 +345,7 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
                 r = run_learned(bcfg, pols, sweep_seeds)
                 result[name].setdefault("batch_sweep", {})[str(b)] = float(np.mean([x["deadline_rps"] for x in r]))
             for name, (bname, params) in BASELINES.items():
-                r = evaluate(bcfg, _batcher(bname, params, b), sweep_seeds, trace=trace, load=fit_load)
+                r = evaluate(bcfg, _batcher(bname, params, b), sweep_seeds, trace=trace, load=fit_load, fit_cfg=cfg)
                 result[name].setdefault("batch_sweep", {})[str(b)] = float(np.mean([x["deadline_rps"] for x in r]))
             prog.advance(task)
     if eval_trace is not None:

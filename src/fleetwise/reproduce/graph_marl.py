@@ -159,7 +159,9 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
         trace = load_trace(eval_trace)
         scenario = f"multicloud-3x2:{Path(eval_trace).name}@{load}"
         # what the first evaluation segment replays (the env draws it from the same seed)
-        rep = fit_multicloud_trace(cfg, trace, np.random.default_rng(eval_seeds[0]), segment_s, fit_load)[2]
+        # every evaluation seed's segment fitted now, before any training (a later seed's could fail after it)
+        rep = [fit_multicloud_trace(cfg, trace, np.random.default_rng(s), segment_s, fit_load)[2]
+               for s in eval_seeds][0]
         fit_lines = [f"--eval-trace {eval_trace}: replaces the segments' arrivals and lengths; each seed its own "
                      f"segment"] + [f"seed {eval_seeds[0]}: {ln}" for ln in rep.lines()]
     out_dir = _out_dir(db, "graph-marl")

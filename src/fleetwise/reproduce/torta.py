@@ -295,8 +295,9 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
             fleet = make_fleet(cfg_t)
             _, srv = build_replicas(cfg_t, fleet)
             reps: list = []
-            torta_workload(cfg_t, fleet, float(srv.region_speed.sum() / MEAN_TOKENS * SERVICE_EFFICIENCY),
-                           np.random.default_rng(eval_seeds[0]), True, trace, fit_load, report=reps)
+            for s in eval_seeds:  # every evaluation day fitted now, before any training (a later one could fail)
+                torta_workload(cfg_t, fleet, float(srv.region_speed.sum() / MEAN_TOKENS * SERVICE_EFFICIENCY),
+                               np.random.default_rng(s), True, trace, fit_load, report=reps)
             fit_lines += [f"{t}, seed {eval_seeds[0]}: {ln}" for ln in reps[0].lines()]
     out_dir = _out_dir(db, "torta")
     ckpt_dir = out_dir / "checkpoints"

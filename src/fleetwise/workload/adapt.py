@@ -102,6 +102,7 @@ class AdaptReport:
     block_s: float = 0.0
     requests: int = 0
     clipped: int = 0
+    raised_outputs: int = 0  # outputs of 0 tokens in the trace, replayed as 1 (the whole trace)
     clipped_share: float = 0.0
     prefix_blocks_dropped: int = 0
     max_total_tokens: int | None = None
@@ -127,7 +128,8 @@ class AdaptReport:
         """Human-readable lines, one fact each."""
         out = [f"trace {self.trace}: {self.trace_requests} requests over {self.trace_span_s:.0f} s "
                f"({self.trace_rate_rps:.3g} req/s)" if self.trace_span_s > 0 else
-               f"trace {self.trace}: {self.trace_requests} requests, no arrival times"]
+               f"trace {self.trace}: {self.trace_requests} request{'s' if self.trace_requests != 1 else ''}, all at one "
+               "instant (no arrival times to replay)"]
         if self.resample == "window" and self.window_s is not None:
             out.append(f"window: trace seconds {self.window_s[0]:.0f}-{self.window_s[1]:.0f} "
                        f"({self.requests} requests; each seed draws its own window)")
@@ -135,7 +137,7 @@ class AdaptReport:
             out.append(f"block bootstrap: {self.blocks} blocks of {self.block_s:.0f} trace seconds "
                        f"({self.requests} requests; each seed draws its own blocks)")
         elif self.resample == "poisson":
-            out.append(f"no arrival times in the trace: Poisson arrivals, lengths drawn with replacement "
+            out.append(f"no arrival times to replay: Poisson arrivals, lengths drawn with replacement "
                        f"({self.requests} requests)")
         else:
             out.append(f"replayed as is: {self.requests} requests (the same for every seed)")
@@ -144,6 +146,9 @@ class AdaptReport:
                        f"{self.clipped} requests ({self.clipped_share:.1%})"
                        + (f", {self.prefix_blocks_dropped} prefix blocks dropped" if self.prefix_blocks_dropped
                           else ""))
+        if self.raised_outputs:
+            out.append(f"outputs of 0 tokens replayed as 1 (an engine emits at least one): {self.raised_outputs} of "
+                       f"the trace's {self.trace_requests} requests")
         if self.load is not None:
             out.append(f"load {self.load:g}: {self.rate_rps:.3g} req/s = {self.load:g} x fleet capacity "
                        f"{self.capacity_rps:.3g} req/s for the trace's mean request ({self.capacity_prompt_tokens:.0f} "
@@ -195,6 +200,96 @@ def _rate(t: np.ndarray) -> float:
     return (len(t) - 1) / span if span > 0 else math.inf
 
 
+class _Sparse(ValueError):
+    """The block bootstrap cannot replay this trace: too many blocks, or none drew a request."""
+
+
+def _window(w: Workload, t: np.ndarray, span: float, rng: np.random.Generator, fit: TraceFit):
+    """(selection, indices, info) of a window: ``num_requests`` consecutive requests, ``window_s`` seconds, or the
+    whole trace and more as a circular window from a random point."""
+    n = len(w)
+    if fit.num_requests is not None and fit.num_requests < n:
+        k = int(fit.num_requests)
+        s = int(rng.integers(0, n - k + 1))
+        idx = np.arange(s, s + k)
+        return w.take(idx), idx, {"resample": "window", "window_s": (float(t[idx[0]]), float(t[idx[-1]]))}
+    if fit.window_s is not None and fit.window_s < span:
+        s0 = float(rng.uniform(0.0, span - fit.window_s))
+        idx = np.flatnonzero((t >= s0) & (t < s0 + fit.window_s))
+        if len(idx) == 0:
+            raise InputError(f"trace {w.name}: the {fit.window_s:g} s window from {s0:.0f} s holds no request (the "
+                             "trace is sparser than that: a longer window_s in a scenario's trace workload, or "
+                             "more requests, -n / num_requests)")
+        return w.take(idx), idx, {"resample": "window", "window_s": (float(t[idx[0]]), float(t[idx[-1]]))}
+    # the whole trace or more: a circular window from a random point, wrapping around the end
+    gap = span / max(n - 1, 1)
+    circ = span + gap
+    s0 = float(rng.uniform(0.0, circ))
+    rel = (t - s0) % circ
+    order = np.argsort(rel, kind="stable")
+    target_s = float(fit.window_s) if fit.window_s is not None else circ
+    laps = max(1, math.ceil((fit.num_requests or 0) / n), math.ceil(target_s / circ - 1e-9))
+    idx = np.tile(order, laps)
+    tt = (np.arange(laps)[:, None] * circ + rel[order][None, :]).ravel()
+    if fit.num_requests is not None:
+        idx, tt = idx[: fit.num_requests], tt[: fit.num_requests]
+    else:
+        keep = tt < target_s
+        idx, tt = idx[keep], tt[keep]
+    sel = w.take(idx)
+    sel.arrival_s = tt
+    return sel, idx, {"resample": "window", "window_s": (s0, s0 + float(tt[-1])),
+                      "note": f"the window covers the whole trace: from trace second {s0:.0f}, wrapping around its "
+                              f"end ({laps} lap{'s' if laps > 1 else ''}); each seed its own start"}
+
+
+def _bootstrap(w: Workload, t: np.ndarray, span: float, rng: np.random.Generator, fit: TraceFit):
+    """(selection, indices, info) of a circular block bootstrap; ``_Sparse`` when it cannot replay the trace."""
+    n = len(w)
+    gap = span / max(n - 1, 1)
+    b = float(fit.block_s) if fit.block_s is not None else max(span / 20.0, 10.0 * gap)
+    circ = span + gap  # the circle: the end wraps to the start one mean gap later
+    target_s = float(fit.window_s) if fit.window_s is not None else span + gap
+    # the blocks the bootstrap will draw, known before it draws (a block_s of 1e-300 scanned the trace 100,000
+    # times, minutes, before it was refused): by duration, or by requests at the trace's requests per block
+    per_block = n * min(b, circ) / circ
+    blocks = (fit.num_requests / per_block if per_block > 0 else math.inf) if fit.num_requests is not None \
+        else target_s / b
+    if not blocks <= 100_000:
+        raise _Sparse(f"block_s {b:g} s would take about {blocks:.3g} blocks (at most 100,000)")
+    idxs, times = [], []
+    total, k = 0, 0
+    while True:
+        s = float(rng.uniform(0.0, circ))
+        rel = (t - s) % circ
+        sel_b = np.flatnonzero(rel < b)
+        sel_b = sel_b[np.argsort(rel[sel_b], kind="stable")]
+        idxs.append(sel_b)
+        times.append(k * b + rel[sel_b])
+        total += len(sel_b)
+        k += 1
+        if fit.num_requests is not None:
+            if total >= fit.num_requests:
+                break
+        elif k * b >= target_s:
+            break
+        if k > 100_000:
+            raise _Sparse("the block bootstrap did not reach the requested size")
+    idx = np.concatenate(idxs)
+    tt = np.concatenate(times)
+    if fit.num_requests is not None:
+        idx, tt = idx[: fit.num_requests], tt[: fit.num_requests]
+    else:
+        keep = tt < target_s
+        idx, tt = idx[keep], tt[keep]
+    if len(idx) == 0:
+        raise _Sparse(f"the block bootstrap drew no request ({k} blocks of {b:g} s of a trace idle for most of its "
+                      "span)")
+    sel = w.take(idx)
+    sel.arrival_s = tt
+    return sel, idx, {"resample": "bootstrap", "blocks": k, "block_s": b}
+
+
 def select_window(w: Workload, rng: np.random.Generator, fit: TraceFit) -> tuple[Workload, dict]:
     """The requests one seed replays (step 3 of the module docstring), arrivals starting at 0; and what was
     done (``resample``, ``window_s``, ``blocks``, ``block_s``)."""
@@ -210,7 +305,8 @@ def select_window(w: Workload, rng: np.random.Generator, fit: TraceFit) -> tuple
         idx = rng.integers(0, n, k) if mode != "none" else np.arange(min(k, n))
         return w.take(idx), {"resample": "poisson", "idx": idx}
     whole = (fit.num_requests is None or fit.num_requests >= n) and (fit.window_s is None or fit.window_s >= span)
-    if mode == "auto":  # a trace with prefix-cache ids keeps each request once per lap: a (circular) window
+    auto = mode == "auto"
+    if auto:  # a trace with prefix-cache ids keeps each request once per lap: a (circular) window
         mode = "window" if (sized and not whole) or w.has_prefix else "bootstrap"
     if mode == "none":
         idx = np.arange(min(n, fit.num_requests or n))
@@ -219,83 +315,17 @@ def select_window(w: Workload, rng: np.random.Generator, fit: TraceFit) -> tuple
         sel = w.take(idx)  # a copy: the caller's trace is never modified
         info = {"resample": "none"}
     elif mode == "window":
-        if fit.num_requests is not None and fit.num_requests < n:
-            k = int(fit.num_requests)
-            s = int(rng.integers(0, n - k + 1))
-            idx = np.arange(s, s + k)
-            sel = w.take(idx)
-            info = {"resample": "window", "window_s": (float(t[idx[0]]), float(t[idx[-1]]))}
-        elif fit.window_s is not None and fit.window_s < span:
-            s0 = float(rng.uniform(0.0, span - fit.window_s))
-            idx = np.flatnonzero((t >= s0) & (t < s0 + fit.window_s))
-            if len(idx) == 0:
-                raise InputError(f"trace {w.name}: the {fit.window_s:g} s window from {s0:.0f} s holds no "
-                                 f"request (use a longer window_s)")
-            sel = w.take(idx)
-            info = {"resample": "window", "window_s": (float(t[idx[0]]), float(t[idx[-1]]))}
-        else:  # the whole trace or more: a circular window from a random point, wrapping around the end
-            gap = span / max(n - 1, 1)
-            circ = span + gap
-            s0 = float(rng.uniform(0.0, circ))
-            rel = (t - s0) % circ
-            order = np.argsort(rel, kind="stable")
-            target_s = float(fit.window_s) if fit.window_s is not None else circ
-            laps = max(1, math.ceil((fit.num_requests or 0) / n), math.ceil(target_s / circ - 1e-9))
-            idx = np.tile(order, laps)
-            tt = (np.arange(laps)[:, None] * circ + rel[order][None, :]).ravel()
-            if fit.num_requests is not None:
-                idx, tt = idx[: fit.num_requests], tt[: fit.num_requests]
-            else:
-                keep = tt < target_s
-                idx, tt = idx[keep], tt[keep]
-            sel = w.take(idx)
-            sel.arrival_s = tt
-            info = {"resample": "window", "window_s": (s0, s0 + float(tt[-1])),
-                    "note": f"the window covers the whole trace: from trace second {s0:.0f}, wrapping around its "
-                            f"end ({laps} lap{'s' if laps > 1 else ''}); each seed its own start"}
-    else:  # bootstrap
-        gap = span / max(n - 1, 1)
-        b = float(fit.block_s) if fit.block_s is not None else max(span / 20.0, 10.0 * gap)
-        circ = span + gap  # the circle: the end wraps to the start one mean gap later
-        target_s = float(fit.window_s) if fit.window_s is not None else span + gap
-        # the blocks the bootstrap will draw, known before it draws (a block_s of 1e-300 scanned the trace 100,000
-        # times, minutes, before it was refused): by duration, or by requests at the trace's requests per block
-        per_block = n * min(b, circ) / circ
-        blocks = (fit.num_requests / per_block if per_block > 0 else math.inf) if fit.num_requests is not None \
-            else target_s / b
-        if not blocks <= 100_000:
-            raise InputError(f"trace {w.name}: block_s {b:g} s would take about {blocks:.3g} blocks (at most "
-                             f"100,000); use a longer block_s")
-        idxs, times = [], []
-        total, k = 0, 0
-        while True:
-            s = float(rng.uniform(0.0, circ))
-            rel = (t - s) % circ
-            sel_b = np.flatnonzero(rel < b)
-            sel_b = sel_b[np.argsort(rel[sel_b], kind="stable")]
-            idxs.append(sel_b)
-            times.append(k * b + rel[sel_b])
-            total += len(sel_b)
-            k += 1
-            if fit.num_requests is not None:
-                if total >= fit.num_requests:
-                    break
-            elif k * b >= target_s:
-                break
-            if k > 100_000:
-                raise InputError(f"trace {w.name}: block bootstrap did not reach the requested size")
-        idx = np.concatenate(idxs)
-        tt = np.concatenate(times)
-        if fit.num_requests is not None:
-            idx, tt = idx[: fit.num_requests], tt[: fit.num_requests]
-        else:
-            keep = tt < target_s
-            idx, tt = idx[keep], tt[keep]
-        if len(idx) == 0:
-            raise InputError(f"trace {w.name}: the block bootstrap drew no request (use a longer block_s)")
-        sel = w.take(idx)
-        sel.arrival_s = tt
-        info = {"resample": "bootstrap", "blocks": k, "block_s": b}
+        sel, idx, info = _window(w, t, span, rng, fit)
+    else:
+        try:
+            sel, idx, info = _bootstrap(w, t, span, rng, fit)
+        except _Sparse as e:  # chosen here, not asked for: the circular window replays such a trace
+            if not auto:
+                raise InputError(f"trace {w.name}: {e} (set a longer block_s, or resample: window, in a scenario's "
+                                 "trace workload)") from None
+            sel, idx, info = _window(w, t, span, rng, fit)
+            info["note"] = f"{e}: replayed in a circular window instead" + \
+                (f" ({info['note'].split(': ', 1)[1]})" if "note" in info else "")
     sel.arrival_s = sel.arrival_s - sel.arrival_s[0]
     info["idx"] = idx
     _fresh_prefix_ids(sel, idx)
@@ -335,7 +365,10 @@ def adapt_trace(w: Workload, rng: np.random.Generator, fit: TraceFit,
     dropped = np.zeros(n0, np.int64)
     if fit.max_total_tokens is not None:
         c, _, _ = clip_to_context(w, fit.max_total_tokens, fit.clip_mode)
-        clipped = (c.prompt_tokens != w.prompt_tokens) | (c.output_tokens != w.output_tokens)
+        # an output of 0 raised to 1 (every engine emits at least one token) is counted on its own line, not as a clip
+        raised = (w.output_tokens < 1) & (c.output_tokens == 1) & (c.prompt_tokens == w.prompt_tokens)
+        clipped = ((c.prompt_tokens != w.prompt_tokens) | (c.output_tokens != w.output_tokens)) & ~raised
+        rep.raised_outputs = int(raised.sum())
         if w.prefix_offsets is not None:
             dropped = np.diff(w.prefix_offsets) - np.diff(c.prefix_offsets)
         w = c
@@ -382,8 +415,8 @@ def adapt_trace(w: Workload, rng: np.random.Generator, fit: TraceFit,
     rep.mean_output_tokens = float(sel.output_tokens.mean())
     if rep.resample == "poisson":
         if target is None:
-            raise InputError(f"trace {w.name}: has no arrival times (every request at 0 s); give a load or "
-                             f"target_rate_rps so that arrivals can be drawn")
+            raise InputError(f"trace {w.name}: all its requests arrive at one instant (no arrival times to "
+                             f"replay); give a load or target_rate_rps so that arrivals can be drawn")
         if fit.duration_s is not None:
             k = max(1, int(rng.poisson(target * fit.duration_s)))
             sel = sel.take(rng.integers(0, n, k)) if k != n else sel
@@ -395,8 +428,9 @@ def adapt_trace(w: Workload, rng: np.random.Generator, fit: TraceFit,
     else:
         own = _rate(sel.arrival_s)
         if not math.isfinite(own):
-            raise InputError(f"trace {w.name}: the replayed requests all arrive at one instant; cannot set a rate "
-                             f"(use a longer window)")
+            raise InputError(f"trace {w.name}: the replayed requests all arrive at one instant, so no rate can be "
+                             f"set (the trace's timestamps are coarser than what one seed replays: more requests, "
+                             f"-n / num_requests, or a longer window_s)")
         rep.window_rate_rps = own
         factor = target / own if target is not None else 1.0 / fit.time_scale
         sel.arrival_s = sel.arrival_s / factor

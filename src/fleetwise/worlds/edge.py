@@ -252,17 +252,18 @@ class TrainMix:
 
 
 def edge_workload(cfg: EdgeConfig, rng: np.random.Generator, held_out: bool | str, trace: Workload | None = None,
-                  load: float | None = None) -> tuple[Workload, np.ndarray, np.ndarray]:
+                  load: float | None = None, fit_cfg: EdgeConfig | None = None
+                  ) -> tuple[Workload, np.ndarray, np.ndarray]:
     """One segment: each type's trace scaled to its share of ``rate_rps``, a window of ``segment_s`` from the
     part of its time span that the split uses (``held_out``: a split name, or True = test, False = train;
     :func:`split_range`); origins drawn by the nodes' user shares. A user's
-    ``trace`` is fitted by :func:`fit_edge_trace` (at ``load``) instead.
+    ``trace`` is fitted by :func:`fit_edge_trace` (at ``load`` of ``fit_cfg``'s capacity, default ``cfg``'s) instead.
     Returns (workload, TTFT deadline per request, end-to-end deadline per request), deadlines as absolute times."""
     from fleetwise.catalog import get_model
 
     max_total = get_model(cfg.model).max_context
     if trace is not None:
-        fitted, ptype, _ = fit_edge_trace(cfg, trace, rng, load)
+        fitted, ptype, _ = fit_edge_trace(fit_cfg or cfg, trace, rng, load)
         arr, order = fitted.arrival_s, np.arange(len(fitted))
         prompt, output = fitted.prompt_tokens, fitted.output_tokens
     else:
@@ -551,20 +552,23 @@ class EdgePolicyBatcher:
 
 
 def segment(cfg: EdgeConfig, seed: int, split: bool | str = True, trace: Workload | None = None,
-             load: float | None = None, learned: bool = False) -> EdgeView:
+             load: float | None = None, learned: bool = False, fit_cfg: EdgeConfig | None = None) -> EdgeView:
     """The segment that ``seed`` draws (workload, deadlines and simulator), as an ``EdgeView`` of a fresh
     simulator: ``evaluate`` and the environment's ``reset(options={"segment_seed": seed})`` run the same one."""
     rng = np.random.default_rng(seed)
-    w, ttft_dl, e2e_dl = edge_workload(cfg, rng, split, trace, load)
+    w, ttft_dl, e2e_dl = edge_workload(cfg, rng, split, trace, load, fit_cfg)
     sim = build_edge_sim(cfg, w, seed, learned=learned)  # run() sets stationarity from the batcher
     return EdgeView(cfg, sim, ttft_dl, e2e_dl)
 
 
 def evaluate(cfg: EdgeConfig, make_batcher, seeds: Sequence[int], held_out: bool | str = True,
-             trace: Workload | None = None, load: float | None = None) -> list[dict]:
+             trace: Workload | None = None, load: float | None = None,
+             fit_cfg: EdgeConfig | None = None) -> list[dict]:
     """Run one policy on the segments drawn by ``seeds``; per seed the deadline metrics and the summary.
 
-    ``make_batcher(view)`` returns a Batcher (a heuristic, or ``EdgePolicyBatcher``)."""
+    ``make_batcher(view)`` returns a Batcher (a heuristic, or ``EdgePolicyBatcher``). ``fit_cfg``: the scenario
+    whose capacity a ``trace``'s load is measured against (default ``cfg``; the batch-size sweep keeps the
+    uncapped one, so that every batch limit replays the same requests, as it does without a trace)."""
     from fleetwise.control.controller import Controller
     from fleetwise.metrics.summary import summarize
     from fleetwise.policies import make
@@ -572,7 +576,7 @@ def evaluate(cfg: EdgeConfig, make_batcher, seeds: Sequence[int], held_out: bool
 
     out = []
     for seed in seeds:
-        view = segment(cfg, seed, held_out, trace, load)
+        view = segment(cfg, seed, held_out, trace, load, fit_cfg=fit_cfg)
         sim, w = view.sim, view.sim.workload
         batcher = make_batcher(view)
         rec = sim.run(Controller(router=make("router", "nearest_region"), batcher=batcher))
