@@ -168,8 +168,10 @@ def loads_strict(data: str | bytes) -> Any:
     return json.loads(data, parse_constant=_no_constant, parse_float=finite_float)
 
 
-def non_finite(v: Any) -> bool:
-    """Whether ``v`` (nested dicts and lists, as parsed JSON) holds a NaN or infinite float."""
+def non_finite(v: Any, max_int: int | None = None) -> bool:
+    """Whether ``v`` (nested dicts, lists and tuples, as parsed JSON) holds a NaN or infinite float, or (with
+    ``max_int``) an integer larger than that in size; walked without recursion (a list nested 500 deep hit the
+    recursion limit)."""
     import math
 
     stack = [v]
@@ -177,6 +179,9 @@ def non_finite(v: Any) -> bool:
         x = stack.pop()
         if isinstance(x, float):
             if not math.isfinite(x):
+                return True
+        elif isinstance(x, int):
+            if max_int is not None and not isinstance(x, bool) and abs(x) > max_int:
                 return True
         elif isinstance(x, dict):
             stack.extend(x.values())

@@ -8,11 +8,11 @@ same way when it is imported.
 from __future__ import annotations
 
 import inspect
-import math
 import typing
 from typing import Any, Callable
 
 from fleetwise.errors import InputError, short_repr
+from fleetwise.yamlio import non_finite
 
 LEVELS = ("allocator", "planner", "scaler", "router", "batcher")
 _REGISTRY: dict[str, dict[str, Callable[..., Any]]] = {level: {} for level in LEVELS}
@@ -89,22 +89,8 @@ MAX_INT_PARAM = 2**53  # an integer parameter beyond what a float holds exactly 
 
 
 def _non_finite(v: Any) -> bool:
-    """Whether ``v`` (nested lists, tuples and dicts) holds NaN, infinity or an integer beyond 2^53; walked without
-    recursion (a list nested 500 deep in a JSON scenario hit the recursion limit)."""
-    stack = [v]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, float):
-            if not math.isfinite(x):
-                return True
-        elif isinstance(x, int) and not isinstance(x, bool):
-            if abs(x) > MAX_INT_PARAM:
-                return True
-        elif isinstance(x, (list, tuple)):
-            stack.extend(x)
-        elif isinstance(x, dict):
-            stack.extend(x.values())
-    return False
+    """NaN, infinity or an integer beyond 2^53 anywhere in ``v`` (nested lists, tuples and dicts)."""
+    return non_finite(v, MAX_INT_PARAM)
 
 
 def check(level: str, name: str, params: dict[str, Any] | None = None, where: str = "") -> Callable[..., Any]:
