@@ -157,6 +157,10 @@ def test_trace_in_place_of_keeps_the_scenario(data_dir):
     assert any("time_scale 2" in ln for ln in lines)
     spec, lines = trace_in_place_of(sc.workload, "azure-code", 0.7)
     assert "time_scale" not in spec and any("replaced by load 0.7" in ln for ln in lines)
+    assert "spread_ties" not in spec
+    spread = dict(sc.workload) | {"spread_ties": True}  # the scenario's spread_ties is kept, and said
+    spec, lines = trace_in_place_of(spread, "azure-code", 0.7)
+    assert spec["spread_ties"] is True and any("spread_ties" in ln for ln in lines if ln.startswith("kept"))
     # a mix becomes tenants with the scenario's shares, classes and models
     mix = {"kind": "mix", "max_total_tokens": 4096, "parts": [
         {"tenant": "chat", "workload": {"kind": "poisson", "rate_rps": 3, "num_requests": 300, "slo_class": "interactive"}},
@@ -290,3 +294,64 @@ def test_outputs_of_zero_are_not_counted_as_clipped():
     out, rep = adapt_trace(w, np.random.default_rng(0), TraceFit(max_total_tokens=8192, resample="none"))
     assert rep.raised_outputs == 10 and rep.clipped == 0 and (out.output_tokens >= 1).all()
     assert any("outputs of 0 tokens replayed as 1" in ln for ln in rep.lines())
+
+
+def _minutes_trace(n=600, seed=0) -> Workload:
+    """Timestamps in whole minutes (as a trace recorded per minute): many requests share an instant."""
+    rng = np.random.default_rng(seed)
+    t = np.sort(rng.integers(0, 30, n)) * 60.0 + 1_700_000_000.0  # absolute epoch seconds, whole minutes
+    return Workload(arrival_s=t, prompt_tokens=rng.integers(100, 3000, n), output_tokens=rng.integers(5, 300, n),
+                    name="minutes")
+
+
+def test_coarse_timestamps_are_reported_and_spread_only_when_asked():
+    w = _minutes_trace()
+    fit = TraceFit(num_requests=300, resample="window", target_rate_rps=5.0)
+    a, rep = adapt_trace(w, np.random.default_rng(3), fit)
+    assert rep.time_resolution_s == 60.0 and rep.tied_requests == len(w) - len(np.unique(w.arrival_s)) > 500
+    assert any("whole minutes" in x and "spread_ties" in x for x in rep.lines())
+    assert len(np.unique(a.arrival_s)) < 40  # replayed as recorded: a minute's requests at one instant
+    s, srep = adapt_trace(w, np.random.default_rng(3), TraceFit(**{**fit.__dict__, "spread_ties": True}))
+    assert srep.spread_ties and any("spread uniformly over its minute" in x for x in srep.lines())
+    assert len(np.unique(s.arrival_s)) == len(s) == len(a)  # no two at one instant
+    assert s.arrival_s[0] == 0 and (np.diff(s.arrival_s) >= 0).all()
+    assert sorted(s.prompt_tokens.tolist()) == sorted(a.prompt_tokens.tolist())  # the same window, other times
+    assert math.isclose(srep.rate_rps, 5.0)
+    s2, _ = adapt_trace(w, np.random.default_rng(3), TraceFit(**{**fit.__dict__, "spread_ties": True}))
+    assert np.array_equal(s.arrival_s, s2.arrival_s) and np.array_equal(s.prompt_tokens, s2.prompt_tokens)
+
+
+def test_spread_ties_replays_a_window_of_one_instant():
+    w = _minutes_trace()
+    fit = TraceFit(num_requests=5, resample="window", target_rate_rps=5.0)
+    with pytest.raises(InputError, match="one instant"):
+        for seed in range(20):  # some seed's five requests share one minute
+            adapt_trace(w, np.random.default_rng(seed), fit)
+    for seed in range(20):
+        s, rep = adapt_trace(w, np.random.default_rng(seed), TraceFit(**{**fit.__dict__, "spread_ties": True}))
+        assert len(s) == 5 and math.isclose(rep.rate_rps, 5.0)
+
+
+def test_fine_timestamps_have_no_resolution_and_nothing_to_spread():
+    w = _trace()
+    fit = TraceFit(num_requests=100, resample="window")
+    a, rep = adapt_trace(w, np.random.default_rng(1), fit)
+    b, brep = adapt_trace(w, np.random.default_rng(1), TraceFit(num_requests=100, resample="window",
+                                                                spread_ties=True))
+    assert rep.time_resolution_s is None and rep.tied_requests == 0 and not brep.spread_ties
+    assert not any("timestamps" in x for x in rep.lines())
+    assert any("nothing spread" in x for x in brep.lines())
+    assert np.array_equal(a.arrival_s, b.arrival_s)
+    whole_s = Workload(arrival_s=np.arange(50, dtype=float), prompt_tokens=np.full(50, 100),
+                       output_tokens=np.full(50, 10), name="s")  # whole seconds without ties: no note
+    _, r = adapt_trace(whole_s, np.random.default_rng(0), TraceFit(resample="none"))
+    assert r.time_resolution_s == 1.0 and r.tied_requests == 0 and not any("timestamps" in x for x in r.lines())
+
+
+def test_scenario_trace_workload_takes_spread_ties(tmp_path):
+    from fleetwise.workload.spec import TraceSpec
+
+    spec = TraceSpec(kind="trace", path="x.csv", spread_ties=True)
+    assert spec.fit().spread_ties is True
+    with pytest.raises(Exception, match="spread_tie"):
+        TraceSpec(kind="trace", path="x.csv", spread_tie=True)

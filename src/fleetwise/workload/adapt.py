@@ -33,6 +33,11 @@ classes, tenants, models, origins). :func:`adapt_trace` turns a trace into the w
    arrivals at the target rate (it needs a numeric ``load`` or ``target_rate_rps``), its lengths drawn with
    replacement.
 
+   Timestamps of a coarse resolution (whole seconds, minutes, hours or tenths of a second, relative to the first
+   request) replay the requests of one tick at one instant; the report says how many share an instant.
+   ``spread_ties`` spreads each replayed request uniformly over its tick (drawn by the seed, before step 2's
+   clock change), as if the trace had recorded finer times.
+
 Every step is recorded in an :class:`AdaptReport` whose ``lines()`` callers print.
 """
 
@@ -51,9 +56,12 @@ from fleetwise.workload.request import Workload
 from fleetwise.workload.synthetic import clip_total_tokens
 
 __all__ = ["TraceFit", "AdaptReport", "adapt_trace", "clip_to_context", "select_window", "UNCONFIGURED",
-           "unconfigured_rejections", "overload_warning", "RESAMPLE"]
+           "unconfigured_rejections", "overload_warning", "RESAMPLE", "timestamp_resolution"]
 
 RESAMPLE = ("auto", "window", "bootstrap", "none")
+# coarse timestamp resolutions a trace may have been recorded at, coarsest first: (seconds, unit, plural)
+RESOLUTIONS = ((3600.0, "hour", "hours"), (60.0, "minute", "minutes"), (1.0, "second", "seconds"),
+               (0.1, "tenth of a second", "tenths of a second"))
 # Rejection reasons no scenario setting asked for: the fleet could not hold the request (context, KV, no replica
 # of its model), or it was still queued when the run ended, or a max_waiting queue overflowed. Rate limits,
 # quotas and admission control are policies the scenario configures.
@@ -76,6 +84,7 @@ class TraceFit:
     duration_s: float | None = None  # simulated seconds of arrivals (after the rate is set)
     resample: str = "auto"
     block_s: float | None = None
+    spread_ties: bool = False  # spread arrivals recorded at a coarse resolution over their tick
 
     def __post_init__(self) -> None:
         if sum(x is not None for x in (self.num_requests, self.window_s, self.duration_s)) > 1:
@@ -119,6 +128,9 @@ class AdaptReport:
     duration_s: float = 0.0  # simulated seconds of arrivals
     classes: dict[str, float] = field(default_factory=dict)  # class (or tenant) -> share of requests
     class_rule: str = ""
+    time_resolution_s: float | None = None  # the trace's timestamps are whole multiples of this (None: finer)
+    tied_requests: int = 0  # requests of the trace at the same instant as the one before
+    spread_ties: bool = False
     notes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict:
@@ -168,6 +180,27 @@ class AdaptReport:
                        + (f" ({self.class_rule})" if self.class_rule else ""))
         out += self.notes
         return out
+
+
+def timestamp_resolution(t0: np.ndarray) -> tuple[float, str, str] | None:
+    """The coarsest of :data:`RESOLUTIONS` (seconds, unit, plural) that every arrival time, counted from the first,
+    is a whole multiple of; None for finer times or a trace without arrival times."""
+    if len(t0) < 2 or not t0[-1] > 0:
+        return None
+    for res in RESOLUTIONS:
+        x = t0 / res[0]
+        if np.all(np.abs(x - np.rint(x)) <= 1e-6):
+            return res
+    return None
+
+
+def _spread(sel: Workload, rng: np.random.Generator, tick_s: float) -> Workload:
+    """Each arrival moved uniformly within ``[t, t + tick_s)``, re-sorted, the first at 0."""
+    t = sel.arrival_s + rng.uniform(0.0, tick_s, len(sel))
+    order = np.argsort(t, kind="stable")
+    out = sel.take(order)
+    out.arrival_s = t[order] - t[order[0]]
+    return out
 
 
 def clip_to_context(w: Workload, max_total_tokens: int, mode: str = "prompt") -> tuple[Workload, int, int]:
@@ -361,6 +394,19 @@ def adapt_trace(w: Workload, rng: np.random.Generator, fit: TraceFit,
     rep = AdaptReport(trace=w.name, trace_requests=n0, trace_span_s=span,
                       trace_rate_rps=_rate(t0) if span > 0 else 0.0, resample="none",
                       max_total_tokens=fit.max_total_tokens, load=fit.load)
+    res = timestamp_resolution(t0)
+    if res is not None:
+        rep.time_resolution_s, rep.tied_requests = res[0], int(np.count_nonzero(np.diff(t0) == 0))
+    rep.spread_ties = bool(fit.spread_ties and res is not None)
+    if rep.spread_ties:
+        rep.notes.append(f"timestamps in whole {res[2]}: each replayed request's arrival is spread uniformly over its "
+                         f"{res[1]} (spread_ties)")
+    elif fit.spread_ties:
+        rep.notes.append("spread_ties: the timestamps are finer than a tenth of a second; nothing spread")
+    elif rep.tied_requests:
+        rep.notes.append(f"timestamps in whole {res[2]}: {rep.tied_requests:,} of the {n0:,} requests arrive at the "
+                         f"instant of the one before and are replayed together (spread_ties: true in a scenario's "
+                         f"trace workload spreads each over its {res[1]})")
     clipped = np.zeros(n0, bool)
     dropped = np.zeros(n0, np.int64)
     if fit.max_total_tokens is not None:
@@ -406,6 +452,8 @@ def adapt_trace(w: Workload, rng: np.random.Generator, fit: TraceFit,
     if "note" in info:
         rep.notes.append(info["note"])
     idx = info["idx"]
+    if rep.spread_ties and rep.resample != "poisson":
+        sel = _spread(sel, rng, rep.time_resolution_s)
     n = len(sel)
     rep.requests = n
     rep.clipped = int(clipped[idx].sum())

@@ -391,6 +391,7 @@ class TraceSpec(_Common):
     duration_s: float | None = Field(default=None, gt=0)  # or: simulated seconds of arrivals (bootstrap repeats)
     resample: Literal["auto", "window", "bootstrap", "none"] = "auto"
     block_s: float | None = Field(default=None, gt=0)  # bootstrap block length, trace seconds
+    spread_ties: bool = False  # timestamps of a coarse resolution: spread each arrival over its tick (adapt.py)
     tenants: list[TraceTenant] | None = Field(default=None, min_length=1)  # class mapping; default: slo_class
 
     @model_validator(mode="after")
@@ -418,7 +419,8 @@ class TraceSpec(_Common):
         return TraceFit(load=None if self.load == "real" else float(self.load), time_scale=self.time_scale,
                         target_rate_rps=self.target_rate_rps, max_total_tokens=self.max_total_tokens,
                         clip_mode=self.clip_mode, num_requests=self.num_requests, window_s=self.window_s,
-                        duration_s=self.duration_s, resample=self.resample, block_s=self.block_s)
+                        duration_s=self.duration_s, resample=self.resample, block_s=self.block_s,
+                        spread_ties=self.spread_ties)
 
     def parts(self) -> list[tuple[str, str, float]]:
         """(model, SLO class, share) of the requests, for the capacity estimate."""
@@ -766,6 +768,9 @@ def trace_in_place_of(workload: dict, trace: str, load: float | str = "real", *,
                     spec[k] = getattr(base, k)
             if resample is None and base.resample != "auto":
                 spec["resample"] = base.resample
+            if base.spread_ties:
+                spec["spread_ties"] = True
+                kept.append("spread_ties")
         else:
             rate = {k: getattr(base, k) for k in ("rate_rps", "mean_rate_rps", "base_rate_rps") if hasattr(base, k)}
             if rate:
