@@ -499,7 +499,7 @@ CASES = [
     ("profile-int-beyond-float", "6", ["perf", "validate", "--profile", "profile_bigint.json"], ["gemm.0.N"]),
     ("link-rtt-1e308", "6", ["simulate", "-s", "link_rtt.yaml"], ["rtt_s"]),
     ("yaml-alias-bomb-in-grid", "6", ["sweep", "exp_laughs.yaml", "--db", "r/x.duckdb"], ["aliases", "1,000,000"]),
-    ("sweep-unknown-model", "4", ["sweep", "exp_model_nope.yaml", "--db", "r/x.duckdb"], ["deployments[0]",
+    ("sweep-unknown-model", "4", ["sweep", "exp_model_nope.yaml", "--db", "r/x.duckdb"], ["deployments.0.model",
                                                                                          "unknown model 'nope'"]),
     # found by a fuzzing pass (2026-12-07): pydantic read true / yes as 1 for a number
     ("replicas-yes", "6", ["simulate", "-s", "replicas_yes.yaml"], ["deployments.0", "replicas", "got true"]),

@@ -65,7 +65,7 @@ def test_bad_inputs(tmp_path):
     _bad(cli("simulate", "--scenario", str(sc)), "deployments.0.tp")
 
     sc.write_text("deployments: [{model: gpt-17, gpu: a100}]\n")
-    _bad(cli("simulate", "--scenario", str(sc)), "deployments[0]", "gpt-17")
+    _bad(cli("simulate", "--scenario", str(sc)), "deployments.0.model", "unknown model", "gpt-17")
 
     sc.write_text("deployments: [{model: llama-2-70b, gpu: a40}]\n")
     _bad(cli("simulate", "--scenario", str(sc)), "does not fit")

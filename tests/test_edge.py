@@ -40,16 +40,21 @@ def test_check_env():
 
 def test_odd_arguments_and_actions():
     """Found by fuzzing, 2026-12-06: trace="x" and mix="x" failed at reset with AttributeErrors; step([10**30, 0,
-    0]) was an OverflowError and NaN a ValueError. Arguments are checked by type; a value that is not a whole
-    number in range is an invalid action, which runs the rule's choice (``info["invalid_action"]``)."""
+    0]) was an OverflowError and NaN a ValueError. Arguments are checked by type; since 2026-12-07 an action
+    outside the space is a ValueError naming it, as in the other environments (it ran the rule's action, flagged,
+    which hid the caller's bug), and held_out must be a bool or a split name."""
     for kw in ({"trace": "x"}, {"mix": "x"}, {"config": {"rate_rps": 1}}):
         with pytest.raises(TypeError, match=next(iter(kw))):
             gym.make("fleetwise/EdgeBatching-v0", **kw)
+    with pytest.raises(ValueError, match="held_out"):
+        gym.make("fleetwise/EdgeBatching-v0", held_out="nope")
     env = gym.make("fleetwise/EdgeBatching-v0", config=SMALL).unwrapped
     env.reset(seed=0)
-    for bad in ([10**30, 0, 0], [np.nan, 0, 0], [1.7, 0, 0], "abc"):
-        _, r, *_, info = env.step(bad)
-        assert info["invalid_action"] and np.isfinite(r)
+    for bad in ([10**30, 0, 0], [np.nan, 0, 0], [1.7, 0, 0], "abc", None, [99, 0, 0], [0, 0], [-1, 0, 0]):
+        with pytest.raises(ValueError, match="action"):
+            env.step(bad)
+    _, r, *_, info = env.step(np.array([0, 0, 0]))  # the refused actions changed nothing
+    assert not info["invalid_action"] and np.isfinite(r)
 
 
 def _random_action(m, rng, nvec):

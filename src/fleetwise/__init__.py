@@ -18,3 +18,7 @@ def __getattr__(name: str):
 
         return getattr(run, name)
     raise AttributeError(f"module 'fleetwise' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:  # (tab completion listed neither lazy name)
+    return sorted(set(globals()) | set(__all__))

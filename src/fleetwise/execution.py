@@ -15,6 +15,16 @@ from fleetwise.errors import InputError
 POLL_S = 0.5  # how often a waiting caller hears from the backend (to flush finished results)
 
 
+def check_workers(workers) -> None:
+    """``workers``: None (all cores) or a whole number from 1 to ``limits.MAX_WORKERS`` (0 was taken as all
+    cores, -3 failed in the process pool's own words)."""
+    from fleetwise.limits import MAX_WORKERS
+
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
+                                or not 1 <= workers <= MAX_WORKERS):
+        raise InputError(f"workers {workers!r}: expected None (all cores) or a whole number from 1 to {MAX_WORKERS}")
+
+
 def run_local(todo: list, workers: int | None, collect: Callable, fn: Callable, spawn: bool = False) -> None:
     """``collect(fn(x))`` for every item of ``todo`` in worker processes (in this process with one worker);
     ``collect(None)`` every ``POLL_S`` while waiting."""
@@ -48,6 +58,9 @@ def run_tasks(fn: Callable, items: list, *, backend: str = "local", workers: int
     """``fn`` over ``items`` on a sweep backend (``local``: worker processes; ``ray``: Ray tasks, ``address`` for a
     cluster); the results in the order of ``items``. ``fn`` and the items must pickle (a module-level function).
     Training jobs of learned policies run here (``fleetwise.learn.recipe.run_jobs``)."""
+    check_workers(workers)
+    if not callable(fn):
+        raise InputError(f"fn {fn!r:.60}: expected a function (module-level, so that it pickles)")
     tagged = [(k, fn, x) for k, x in enumerate(items)]
     out: list = [None] * len(items)
 

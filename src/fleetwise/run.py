@@ -66,6 +66,10 @@ def _check_args(scenario, num_requests, workload, sim_overrides, progress, on_bu
     if num_requests is not None and (isinstance(num_requests, bool)
                                      or not isinstance(num_requests, (int, np.integer))):
         raise InputError(f"num_requests {num_requests!r}: expected an integer")
+    from fleetwise.limits import MAX_REQUESTS
+
+    if num_requests is not None and not 1 <= num_requests <= MAX_REQUESTS:  # (named the CLI's "requests")
+        raise InputError(f"num_requests {num_requests}: expected 1 to {MAX_REQUESTS:,} (docs/limits.md)")
     if workload is not None:
         from fleetwise.workload.request import Workload
 
@@ -100,7 +104,7 @@ def _check_args(scenario, num_requests, workload, sim_overrides, progress, on_bu
     return scenario
 
 
-def run_scenario(scenario: Scenario, seed: int | None = None, *, router=None, batcher=None, scaler=None,
+def run_scenario(scenario: Scenario | str, seed: int | None = None, *, router=None, batcher=None, scaler=None,
                  workload=None, num_requests: int | None = None, sim_overrides: dict | None = None,
                  monitor: bool = False, progress=None, on_built=None) -> RunResult:
     """Build ``scenario`` (a Scenario, or a built-in name or file path) with ``seed`` (default: its own) and run it
@@ -161,7 +165,7 @@ def run_platform(scenario, seed: int | None = None, *, scaler=None, workload=Non
 
 
 def simulate(scenario: Scenario | str, seed: int | None = None, *, router=None, batcher=None, workload=None,
-             num_requests: int | None = None, progress=None) -> tuple[Any, dict[str, float]]:
+             num_requests: int | None = None, progress=None) -> tuple[Any, dict[str, Any]]:
     """Build and run a scenario (:func:`run_scenario`: with the platform layer when it has a scaler); return
     (records, summary)."""
     r = run_scenario(scenario, seed, router=router, batcher=batcher, workload=workload, num_requests=num_requests,

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import BaseModel, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from fleetwise.strict import StrictModel
 from fleetwise.errors import InputError, format_validation_error, not_a_file
@@ -55,6 +55,10 @@ class PolicyRef(_Model):
 
 
 class Deployment(_Model):
+    """``replicas`` copies of ``model`` on ``gpu`` (catalog names: ``fleetwise perf predict --help``), each on
+    ``tp`` x ``pp`` GPUs, in ``region`` (default: the fleet's first), billed from ``pool`` (``on_demand`` or
+    ``spot``); a ``calibration`` file selects a fitted performance model (docs/perf-model.md)."""
+
     model: str
     gpu: str
     tp: int = Field(default=1, ge=1, le=64)
@@ -76,6 +80,14 @@ class Deployment(_Model):
     spot_offset_s: float = Field(default=0.0, ge=0, le=MAX_SPAN_S)  # where in the trace the simulation starts
     calibration: str | None = None  # a GPU calibration file (fleetwise perf calibrate) for this deployment's GPU
 
+    @field_validator("model", "gpu")
+    @classmethod
+    def _in_catalog(cls, v: str, info) -> str:  # (an unknown name was found only when the scenario was built)
+        from fleetwise.catalog import get_gpu, get_model
+
+        (get_model if info.field_name == "model" else get_gpu)(v)
+        return v
+
     @model_validator(mode="after")
     def _check_limits(self) -> "Deployment":
         if self.max_replicas is not None and self.max_replicas < self.min_replicas:
@@ -90,6 +102,9 @@ class Deployment(_Model):
 
 
 class Options(_Model):
+    """Engine options of every replica: prefix caching, a bound on the waiting queue (``max_waiting``; a request
+    beyond it is rejected as ``queue_full``), and swapping a preempted sequence's KV cache to host memory."""
+
     prefix_caching: bool = True
     max_waiting: int | None = Field(default=None, ge=0)
     kv_offload: bool = False  # preempted sequences swap their KV to host memory (PCIe) instead of recomputing
@@ -205,6 +220,12 @@ def _named_models(d: Any) -> set[str]:
 
 
 class Scenario(_Model):
+    """A scenario file, validated (unknown fields, NaN, infinity and ``true`` for a number are refused): a fleet of
+    regions, ``deployments`` (model x GPU x TP/PP x replicas), a ``workload`` (synthetic or a real trace), the
+    ``router`` and ``batcher`` (and optionally a ``scaler`` with its ``platform``) as registered policy names with
+    parameters, and engine ``options``. ``fleetwise.load_scenario`` reads one; ``fleetwise.simulate`` runs it.
+    docs/tutorial.md and the built-in ``scenarios/*.yaml`` show every field."""
+
     name: str = "scenario"
     description: str = ""
     seed: int = Field(default=0, ge=0, le=MAX_SEED)
@@ -320,6 +341,8 @@ def load_scenario(path_or_name: str | Path | None = None) -> Scenario:
     """Load a scenario file, or a built-in one by name (``vidur-parity``); None: the embedded default."""
     if path_or_name is not None and not isinstance(path_or_name, (str, os.PathLike)):
         raise InputError(f"scenario {path_or_name!r}: expected a built-in scenario's name or a file's path")
+    if path_or_name is not None and not os.fspath(path_or_name).strip():  # ("" read as the current folder)
+        raise InputError(f"scenario {path_or_name!r}: empty; expected a built-in scenario's name or a file's path")
     p, data = read_yaml("default" if path_or_name is None else path_or_name, SCENARIO_DIR, "scenario")
     return parse_scenario(data, where=str(p))
 

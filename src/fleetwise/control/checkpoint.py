@@ -457,6 +457,8 @@ def load_policy(path: str | os.PathLike, *, level: str | None = None, card: bool
     Anything else (an SB3 zip, a pickle, a zip bomb, arrays of objects) raises ``CheckpointError``, one line."""
     if not isinstance(path, (str, os.PathLike)):
         raise CheckpointError(f"checkpoint {path!r:.60}: expected a path")
+    if level is not None and level not in LEVELS:  # (said "a router policy, expected a nope policy")
+        raise CheckpointError(f"level {level!r:.40}: expected None or one of {', '.join(LEVELS)}")
     p = Path(path)
     where = f"checkpoint {p}"
     with _open_regular(p, max_file_bytes, "checkpoint") as f:

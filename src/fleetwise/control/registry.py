@@ -127,6 +127,11 @@ def _checked(level: str, name: str, params: dict[str, Any] | None, where: str) -
         if bad:
             allowed = ", ".join(settable) or "none"
             raise InputError(f"{where}{level} {name!r} has no parameter {bad[0]!r}; allowed: {allowed}")
+    required = [k for k, p in sig.parameters.items() if k != "self" and p.default is p.empty
+                and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and k not in params]
+    if required:  # (the factory's own TypeError named an internal function: "load_dqn() missing 1 required ...")
+        raise InputError(f"{where}{level} {name!r} needs the parameter {required[0]!r} (e.g. "
+                         f"'{name}?{required[0]}=...')")
     from pydantic import ValidationError
 
     def finite(k: str, v: Any) -> None:

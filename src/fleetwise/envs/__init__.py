@@ -3,7 +3,11 @@
 ``import fleetwise.envs`` registers every id with Gymnasium; it needs the ``rl`` extra.
 """
 
-from gymnasium.envs.registration import register
+try:
+    from gymnasium.envs.registration import register
+except ModuleNotFoundError as e:  # (a bare "No module named 'gymnasium'")
+    raise ModuleNotFoundError(f"fleetwise.envs needs the rl extra (missing module {e.name!r}): "
+                              "pip install -c constraints.txt 'fleetwise[rl]'", name=e.name) from None
 
 register(id="fleetwise/Allocation-v0", entry_point="fleetwise.envs.allocation:AllocationEnv")
 register(id="fleetwise/EdgeBatching-v0", entry_point="fleetwise.envs.edge:EdgeBatchingEnv")
@@ -42,3 +46,12 @@ def checked_action(space, action):
                              f"expected finite values in {space}")
         return a
     return action
+
+
+def checked_render_mode(render_mode, where: str):
+    """``render_mode`` for an environment that renders nothing (``metadata["render_modes"] == []``): None, or a
+    ValueError naming it (``render_mode="human"`` was taken and ignored by one environment and a TypeError in the
+    others)."""
+    if render_mode is not None:
+        raise ValueError(f"{where} render_mode {render_mode!r}: this environment renders nothing (render_modes: [])")
+    return None

@@ -104,7 +104,9 @@ class AllocationEnv(gym.Env):
             raise InputError("series: expected at least one CPU-utilisation series")
         self.action_space = spaces.Discrete(N_ACTIONS)
         self.observation_space = spaces.Box(0.0, 1.0, (N_OBS,), np.float32)
-        self.render_mode = render_mode
+        from fleetwise.envs import checked_render_mode
+
+        self.render_mode = checked_render_mode(render_mode, "Allocation-v0")
         self._ep: Episode | None = None
         self._t = 0
         self._deployed = 0

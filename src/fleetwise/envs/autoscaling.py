@@ -105,6 +105,7 @@ from fleetwise.policies.scaler_features import (  # noqa: F401  (re-exported: th
     OBS_CLIP,
     RULE,
     centre_action,
+    check_deltas,
     features,
     residual_targets,
     symmetric_deltas,
@@ -149,11 +150,22 @@ def default_scenario(start_s: float = 36_000.0, spot_offset_s: float = 0.0, wind
     })
 
 
+def _check_window(window_s: float, train_fraction: float, held_out: bool) -> None:
+    """A window of ``window_s`` fits in the part of the trace episodes draw from (a longer one failed in numpy)."""
+    part = SERVEGEN_SPAN_S * ((1.0 - train_fraction) if held_out else train_fraction)
+    if not window_s <= part:
+        raise InputError(f"AutoscalingConfig.window_s = {window_s:g}: longer than the "
+                         f"{'held-out' if held_out else 'training'} part of the {SERVEGEN_SPAN_S:.0f}-s trace "
+                         f"({part:.0f} s at train_fraction {train_fraction:g}: the "
+                         f"{'last' if held_out else 'first'} {(1.0 - train_fraction) if held_out else train_fraction:.0%})")
+
+
 def episode_scenario(seed: int, held_out: bool = False, window_s: float = 1200.0, train_fraction: float = 0.8,
                      rate_scale: float = 0.025):
     """The default scenario for one seed: the ServeGen window start (whole minutes) and the spot-trace offset
     drawn from ``seed``; windows from the first ``train_fraction`` of the trace, or from the rest when
     ``held_out``."""
+    _check_window(window_s, train_fraction, held_out)
     rng = np.random.default_rng(np.random.SeedSequence([int(seed), 808]))
     cut = train_fraction * SERVEGEN_SPAN_S
     lo, hi = (cut, SERVEGEN_SPAN_S - window_s) if held_out else (0.0, cut - window_s)
@@ -229,26 +241,31 @@ class AutoscalingConfig:
         c = self.cost_scale_usd_per_hour  # (NaN gave NaN rewards, -1 paid for spending, 0 meant None)
         if c is not None and (isinstance(c, bool) or not isinstance(c, (int, float)) or not math.isfinite(c) or c <= 0):
             raise InputError(f"AutoscalingConfig.cost_scale_usd_per_hour = {c!r}: expected None or a finite number > 0")
-        d = self.deltas
-        if (isinstance(d, (str, bytes)) or not hasattr(d, "__len__") or not len(d)
-                or not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in d)):
-            raise InputError(f"AutoscalingConfig.deltas = {d!r}: expected a non-empty tuple of whole replica changes")
+        object.__setattr__(self, "deltas", check_deltas(self.deltas, "AutoscalingConfig.deltas"))
+        _check_window(self.window_s, self.train_fraction, False)  # (the held-out part: the env, which knows)
 
 
 class AutoscalingEnv(gym.Env):
-    """One step = one scaling epoch of the platform layer (module docstring)."""
+    """``fleetwise/Autoscaling-v0`` (docs/autoscaling.md): one step is one scaling epoch of the platform layer. The
+    action is a replica change per group (``config.deltas``) on top of the rule's targets; ``rule_action()`` (a
+    change of 0 everywhere) reproduces the rule. The module docstring gives the observation and the reward."""
 
     metadata = {"render_modes": []}
 
     def __init__(self, scenario=None, config: AutoscalingConfig | None = None, held_out: bool = False,
-                 router=None, batcher=None):
+                 router=None, batcher=None, render_mode: str | None = None):
+        from fleetwise.envs import checked_render_mode
+
+        self.render_mode = checked_render_mode(render_mode, "Autoscaling-v0")
         if config is not None and not isinstance(config, AutoscalingConfig):
             raise InputError(f"Autoscaling-v0: config {config!r:.60}: expected an AutoscalingConfig")
         self.cfg = config if config is not None else AutoscalingConfig()
-        if len(self.cfg.deltas) < 1:
-            raise InputError("deltas: expected at least one replica change")
         self.scenario = resolve_scenario(scenario)
+        if not isinstance(held_out, (bool, np.bool_)):  # ("x" was taken as True)
+            raise InputError(f"Autoscaling-v0: held_out {held_out!r}: expected True or False")
         self.held_out = bool(held_out)
+        if self.scenario is None:
+            _check_window(self.cfg.window_s, self.cfg.train_fraction, self.held_out)
         self.router, self.batcher = router, batcher
         n = self.cfg.max_groups * N_GROUP_FEATURES + N_GLOBAL_FEATURES
         self.observation_space = spaces.Box(-OBS_CLIP, OBS_CLIP, shape=(n,), dtype=np.float32)
@@ -263,7 +280,7 @@ class AutoscalingEnv(gym.Env):
     # ---------------------------------------------------------------- the recipe (fleetwise.learn.recipe)
     def rule_action(self) -> np.ndarray:
         """The action that reproduces the rule exactly: a change of 0 in every group."""
-        return centre_action(self.cfg.max_groups, len(self.cfg.deltas))
+        return centre_action(self.cfg.max_groups, self.cfg.deltas)
 
     def set_lambda(self, lam: float) -> None:
         """The constraint's Lagrange multiplier (from ``recipe.Lagrangian``; also reachable as a VecEnv method): a
@@ -407,7 +424,7 @@ class AutoscalingEnv(gym.Env):
         from fleetwise.envs import checked_action
 
         if self._dp is None:
-            raise RuntimeError("episode is over; call reset()")
+            raise RuntimeError("call reset() before step()" if self.sim is None else "episode is over; call reset()")
         # an action outside the space is refused, naming it, as in Allocation-v0 and Torta-v0 (NaN was cast to a
         # scale-down, 99 clamped to +2 and a short array padded, with no flag)
         action = checked_action(self.action_space, action)
@@ -418,7 +435,7 @@ class AutoscalingEnv(gym.Env):
         """``step`` with the answer given as targets {group key: replicas} (e.g. a heuristic scaler's), so
         any scaler can be scored with this environment's reward."""
         if self._dp is None:
-            raise RuntimeError("episode is over; call reset()")
+            raise RuntimeError("call reset() before step()" if self.sim is None else "episode is over; call reset()")
         self.platform.check_targets(targets)  # (a refused answer changes nothing: the episode goes on)
         targets = {} if targets is None else targets  # (None: no change, as a scaler's None answer)
         cfg = self.cfg

@@ -77,20 +77,31 @@ from gymnasium import spaces
 
 from fleetwise.control.controller import Controller
 from fleetwise.workload.request import Workload
-from fleetwise.worlds.edge import EdgeConfig, EdgeView, TrainMix, n_features, segment
+from fleetwise.worlds.edge import SPLITS, EdgeConfig, EdgeView, TrainMix, n_features, segment
 
 
 class EdgeBatchingEnv(gym.Env):
+    """DISPPO's semi-Markov environment (``fleetwise/EdgeBatching-v0``, docs/batching.md): one step is one batch
+    decision of one edge node, with the time until the next decision in ``info["tau"]``. The action corrects
+    ``offload_greedy`` (``[0, 0, 0]`` is the rule); ``action_masks()`` marks the allowed choices (sb3-contrib's
+    MaskablePPO), and a masked choice runs the rule's, flagged in ``info["invalid_action"]``."""
+
     metadata = {"render_modes": []}
 
     def __init__(self, config: EdgeConfig | None = None, held_out: bool | str = False, trace: Workload | None = None,
-                 mix: TrainMix | None = None, load: float | None = None):
+                 mix: TrainMix | None = None, load: float | None = None, render_mode: str | None = None):
+        from fleetwise.envs import checked_render_mode
+
+        self.render_mode = checked_render_mode(render_mode, "EdgeBatching-v0")
         # the arguments' types, named (trace="x" and mix="x" were AttributeErrors at the first reset)
         for name, v, t in (("config", config, EdgeConfig), ("trace", trace, Workload), ("mix", mix, TrainMix)):
             if v is not None and not isinstance(v, t):
                 raise TypeError(f"EdgeBatchingEnv {name}: expected a {t.__name__}, got {type(v).__name__}")
         if load is not None and (isinstance(load, bool) or not isinstance(load, (int, float)) or not 0 < load <= 10):
             raise ValueError(f"EdgeBatchingEnv load {load!r}: expected a fraction of the capacity in (0, 10]")
+        if not isinstance(held_out, (bool, np.bool_)) and held_out not in SPLITS:  # (named the wrong argument)
+            raise ValueError(f"EdgeBatchingEnv held_out {held_out!r}: expected True, False or one of "
+                             f"{', '.join(SPLITS)}")
         self.cfg = config or EdgeConfig()
         self.held_out = held_out
         self.trace = trace
@@ -174,20 +185,19 @@ class EdgeBatchingEnv(gym.Env):
         sim = self.view.sim
         if self._lane is None:
             raise RuntimeError("episode is over; call reset()")
-        try:  # (10**30 was an OverflowError and NaN a ValueError in the int conversion; 1.7 was truncated to 1)
-            af = np.asarray(action, dtype=np.float64).reshape(-1)
-        except (TypeError, ValueError):
-            af = np.full(1, np.nan)
-        whole = np.isfinite(af) & (af == np.round(af)) & (np.abs(af) < 2**31)
-        a = np.where(whole, af, -1).astype(np.int64)  # not a whole number: out of range, as -1 is
+        from fleetwise.envs import checked_action
+
+        # an action outside the space is refused, naming it, as in the other environments (None, "abc", NaN, 1.7
+        # and 99 ran the rule's action with a flag, which hid the caller's bug); a choice in the space that the
+        # mask forbids runs the rule's choice instead (per dimension), flagged
+        a = checked_action(self.action_space, action)
         m = self.action_masks()
         nvec = self.cfg.action_nvec
         off = np.concatenate([[0], np.cumsum(nvec)[:-1]])
-        ok = [0 <= a[i] < nvec[i] and m[off[i] + a[i]] for i in range(len(nvec))] if a.shape == (len(nvec),) \
-            else [False] * len(nvec)
+        ok = [bool(m[off[i] + a[i]]) for i in range(len(nvec))]
         invalid = not all(ok)
-        if invalid:  # a masked choice runs the rule's instead (per dimension)
-            a = np.where(ok, a, 0) if a.shape == (len(nvec),) else self.rule_action()
+        if invalid:
+            a = np.where(ok, a, 0)
         sim.apply(self.view.plan(self._lane, a))
         reward, info = self._next()
         info["invalid_action"] = invalid

@@ -100,7 +100,8 @@ def _pz():
 
 
 def make_env(config: GraphMARLConfig | None = None, held_out: bool = False, trace: Workload | None = None,
-             duration_s: float | None = None, load: float | None = None, split: str | None = None):
+             duration_s: float | None = None, load: float | None = None, split: str | None = None,
+             render_mode: str | None = None):
     """The PettingZoo parallel environment (class built lazily so the module imports without pettingzoo).
     ``trace`` replaces the classes' arrivals, fitted at ``load`` (``worlds.multicloud.fit_multicloud_trace``);
     ``split``: train, validation or test segments (None: test when ``held_out``, else train)."""
@@ -121,6 +122,8 @@ def make_env(config: GraphMARLConfig | None = None, held_out: bool = False, trac
         raise InputError(f"make_env held_out {held_out!r}: expected True or False")
     if split is not None and split not in ("train", "validation", "test"):
         raise InputError(f"make_env split {split!r}: expected train, validation, test or None")
+    if render_mode is not None:
+        raise InputError(f"make_env render_mode {render_mode!r}: this environment renders nothing (render_modes: [])")
     return _env_class()(config, held_out, trace, duration_s, load, split)
 
 
@@ -131,6 +134,8 @@ def _env_class():
     class MultiCloudMARLEnv(ParallelEnv):
         __doc__ = __doc__
         metadata = {"name": "fleetwise_multicloud_v0", "render_modes": []}
+
+        render_mode = None
 
         def __init__(self, config=None, held_out=False, trace=None, duration_s=None, load=None, split=None):
             self.cfg = config or GraphMARLConfig()
@@ -146,6 +151,8 @@ def _env_class():
                     pool_region.append(ri)
             self.layout = graph_layout(len(clouds), len(cfg.regions), region_cloud, pool_region, inst_pool,
                                        len(cfg.classes))
+            for arr in (self.layout.node_type, self.layout.edge_index, self.layout.edge_type):
+                arr.setflags(write=False)  # handed to every agent at every step: an in-place edit raises
             self.n_pools = len(pool_region)
             nc = len(cfg.classes)
             self.possible_agents = list(AGENTS)
@@ -189,9 +196,12 @@ def _env_class():
             self._base = rule_decision(self.mc, RULE)  # the rule's decision in this state (the action corrects it)
             x, ea = graph_features(self.mc, self.layout, self._base["gpu"])
             self._x = x
-            o = {"x": np.clip(x, -10, 10), "node_type": self.layout.node_type, "edge_index": self.layout.edge_index,
-                 "edge_type": self.layout.edge_type, "edge_attr": np.clip(ea, -10, 10)}
-            return {a: o for a in self.agents}
+            x, ea = np.clip(x, -10, 10), np.clip(ea, -10, 10)
+            lay = self.layout  # (read-only arrays); each agent its own dict and feature arrays: an agent or a
+            # replay buffer that edits its observation in place changed every agent's
+            return {a: {"x": x if i == 0 else x.copy(), "node_type": lay.node_type, "edge_index": lay.edge_index,
+                        "edge_type": lay.edge_type, "edge_attr": ea if i == 0 else ea.copy()}
+                    for i, a in enumerate(self.agents)}
 
         def state(self):
             mc = self.mc

@@ -98,8 +98,13 @@ class TortaEnv(gym.Env):
     metadata = {"render_modes": []}
 
     def __init__(self, config: TortaConfig | None = None, held_out: bool = False, micro: str | None = None,
-                 kind: str = "residual", lagrangian=None, objective: str = "cost"):
+                 kind: str = "residual", lagrangian=None, objective: str = "cost", render_mode: str | None = None):
+        from fleetwise.envs import checked_render_mode
         from fleetwise.policies.planners import ResidualPlanner, make_micro
+
+        self.render_mode = checked_render_mode(render_mode, "Torta-v0")
+        if not isinstance(held_out, (bool, np.bool_)):  # ("x" was kept)
+            raise ValueError(f"TortaEnv held_out {held_out!r}: expected True or False")
 
         if kind not in ("residual", "ot"):
             raise ValueError(f"TortaEnv kind {kind!r}: expected 'residual' or 'ot'")

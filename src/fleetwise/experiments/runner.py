@@ -18,7 +18,7 @@ from typing import Callable
 import numpy as np
 
 from fleetwise.errors import InputError, check_replaceable
-from fleetwise.execution import run_local, run_ray
+from fleetwise.execution import check_workers, run_local, run_ray
 from fleetwise.experiments.spec import Run
 
 QUANTILES = np.linspace(0.0, 100.0, 101)
@@ -121,6 +121,11 @@ def run_sweep(runs: list[Run], store, *, backend: str = "local", workers: int | 
               address: str | None = None, on_progress: Callable[[int, int], None] | None = None,
               batch_write_s: float = 0.5) -> SweepResult:
     """Run what is not stored yet and store each result; ``on_progress(done, total)`` after each run."""
+    check_workers(workers)
+    if isinstance(runs, (str, bytes)) or not all(isinstance(r, Run) for r in runs):
+        raise InputError(f"runs {runs!r:.60}: expected a list of Run (fleetwise.experiments.expand)")
+    if not (hasattr(store, "done_ids") and hasattr(store, "write")):
+        raise InputError(f"store {store!r:.60}: expected a fleetwise.experiments.Store")
     t0 = time.perf_counter()
     done_ids = store.done_ids()
     todo = [r for r in runs if r.run_id not in done_ids]

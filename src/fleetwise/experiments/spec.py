@@ -50,6 +50,8 @@ LEVELS = ("router", "batcher")
 
 
 class ExperimentSpec(StrictModel):  # no unknown fields, NaN, infinity or true for a number
+    """An experiment file (``fleetwise sweep FILE``): scenarios x policies x a grid of parameters x seeds, each
+    combination one run stored in the results store (docs/experiments.md)."""
 
     name: str = Field(default="experiment", min_length=1, max_length=256)  # (it names the runs in the store)
     description: str = ""
@@ -170,6 +172,8 @@ def load_experiment(path_or_name: str | Path) -> ExperimentSpec:
 
 
 def parse_experiment(data: Any, where: str = "experiment") -> ExperimentSpec:
+    """An :class:`ExperimentSpec` from a mapping (a parsed YAML file); bad input is one ``InputError`` line naming
+    ``where`` and the field."""
     if not isinstance(data, dict):
         raise InputError(f"{where}: expected a mapping at the top level")
     try:

@@ -121,6 +121,11 @@ class Store:
     def __init__(self, path: str | Path | None = DEFAULT_DB, lock_timeout_s: float = 120.0, read_only: bool = False):
         import duckdb  # noqa: F401  (fail early with a clear message if missing)
 
+        if path is not None and not isinstance(path, (str, Path)):  # (123 was pathlib's TypeError)
+            raise InputError(f"Store path {path!r:.60}: expected a file path or None (in memory)")
+        if (isinstance(lock_timeout_s, bool) or not isinstance(lock_timeout_s, (int, float))
+                or not 0 <= lock_timeout_s <= 86_400):  # (-1 was taken)
+            raise InputError(f"Store lock_timeout_s {lock_timeout_s!r}: expected 0 to 86,400 seconds")
         self.path = None if path is None else Path(path)
         self.lock_timeout_s = lock_timeout_s
         self.read_only = read_only
@@ -265,6 +270,7 @@ class Store:
 
     # ------------------------------------------------------------------ writing
     def done_ids(self) -> set[str]:
+        """The ids of the runs stored with status ``ok`` (a sweep skips them)."""
         return {r[0] for r in self._with(lambda c: c.execute("SELECT run_id FROM runs WHERE status = 'ok'").fetchall())}
 
     def write(self, results: Iterable[dict]) -> int:
@@ -370,6 +376,8 @@ class Store:
         return self._with(q, read_only=True)
 
     def runs(self, where: str = "status = 'ok'") -> list[dict[str, Any]]:
+        """The stored runs as dicts (every column), ordered; ``where`` is a SQL condition written by fleetwise's
+        own code, never by a client."""
         def q(con):
             cur = con.execute(f"SELECT * FROM runs WHERE {where} ORDER BY experiment, scenario, router_label, "
                               "batcher_label, params, seed")
@@ -383,10 +391,12 @@ class Store:
         return out
 
     def count(self, where: str = "TRUE") -> int:
+        """How many runs match ``where`` (a SQL condition written by fleetwise's own code)."""
         return int(self._with(lambda c: c.execute(f"SELECT count(*) FROM runs WHERE {where}").fetchone()[0],
                               read_only=True))
 
     def export_parquet(self, out_dir: str | Path) -> list[Path]:
+        """Write the store's tables as Parquet files into ``out_dir`` (created); returns their paths."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         files = []

@@ -26,7 +26,7 @@ torch and Stable-Baselines3 are imported inside the functions that need them.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
@@ -44,6 +44,7 @@ class Lagrangian:
     ``lam * violation`` (the exact Lagrangian, which also pays the policy for slack)."""
 
     target: float
+    _: KW_ONLY  # (the rest by name: Lagrangian(0.98, 0.1) read 0.1 as the sense)
     sense: str = ">="
     lr: float = 0.5
     ki: float = 0.0
@@ -57,18 +58,26 @@ class Lagrangian:
     def __post_init__(self) -> None:
         if self.sense not in (">=", "<="):
             raise ValueError(f"Lagrangian sense {self.sense!r}: expected '>=' or '<='")
-        if not (math.isfinite(self.target) and self.scale > 0 and self.lr >= 0 and self.lam >= 0):
-            raise ValueError("Lagrangian: target finite, scale > 0, lr >= 0, lam >= 0")
+        for k, lo, strict in (("target", None, False), ("scale", 0.0, True), ("lr", 0.0, False), ("ki", 0.0, False),
+                              ("lam", 0.0, False), ("lam_max", 0.0, False)):
+            v = getattr(self, k)
+            ok = (not isinstance(v, bool) and isinstance(v, (int, float, np.integer, np.floating)) and math.isfinite(v)
+                  and (lo is None or (v > lo if strict else v >= lo)))
+            if not ok:
+                raise ValueError(f"Lagrangian {k} {v!r}: expected a finite number"
+                                 + ("" if lo is None else f" {'>' if strict else '>='} {lo:g}"))
 
     def violation(self, measured: float) -> float:
         v = (self.target - measured) if self.sense == ">=" else (measured - self.target)
         return v / self.scale
 
     def penalty(self, measured: float) -> float:
+        """What the reward loses for ``measured``: ``lam`` times the violation (only a positive one when ``hinge``)."""
         v = self.violation(measured)
         return self.lam * (max(v, 0.0) if self.hinge else v)
 
     def update(self, measured: float, step: int = 0) -> float:
+        """One step of dual ascent on what a rollout measured (NaN: no step); returns the new multiplier."""
         if not math.isfinite(measured):
             return self.lam
         v = self.violation(measured)
@@ -239,6 +248,7 @@ class CEM:
         self._pop: np.ndarray | None = None
 
     def ask(self) -> np.ndarray:
+        """A population of parameter vectors (``population`` x dimensions) drawn from the search distribution."""
         pop = self.mean + self.sigma * self.rng.standard_normal((self.population, self.mean.shape[0]))
         if self.keep_mean:
             pop[0] = self.mean
@@ -246,6 +256,8 @@ class CEM:
         return pop
 
     def tell(self, scores: Sequence[float]) -> np.ndarray:
+        """The scores of the last ``ask()``'s members (higher is better): refit the distribution to the elite;
+        returns the new mean."""
         if self._pop is None or len(scores) != len(self._pop):
             raise ValueError("CEM.tell: one score per member of the last ask()")
         order = np.argsort(np.asarray(scores, np.float64))[:self.elite]
@@ -261,8 +273,13 @@ def gate(policy: dict[Any, float], rule: dict[Any, float], *, lower_is_better: b
     against its rule on the primary metric, with its 95% bootstrap interval. It passes when the policy beat the
     rule — the interval's bound on the bad side is below ``margin`` (0: the whole interval is a gain) — and the
     service-level constraint held on those windows (``constraint_ok``)."""
+    from fleetwise.errors import InputError
     from fleetwise.metrics.stats import paired_change
 
+    if not isinstance(policy, dict) or not isinstance(rule, dict) or not set(policy) & set(rule):
+        raise InputError(f"gate: no validation window in both the policy's and the rule's results (policy windows "
+                         f"{list(policy)[:5] if isinstance(policy, dict) else policy!r:.60}, rule windows "
+                         f"{list(rule)[:5] if isinstance(rule, dict) else rule!r:.60})")
     ch = paired_change(rule, policy)
     bad_side = ch.hi if lower_is_better else -ch.lo
     passed = bool(constraint_ok and math.isfinite(bad_side) and bad_side < margin)

@@ -87,9 +87,24 @@ def symmetric_deltas(n: int) -> tuple[int, ...]:
     return tuple(range(-(n // 2), n // 2 + 1))
 
 
-def centre_action(max_groups: int, n_choices: int) -> np.ndarray:
-    """The action that reproduces the rule: index of the change 0 in every group."""
-    return np.full(max_groups, n_choices // 2, dtype=np.int64)
+def check_deltas(deltas, where: str = "deltas") -> tuple[int, ...]:
+    """Replica changes an action chooses among: distinct whole numbers, one of them 0 (the change that keeps the
+    rule's target: a learned scaler contains its rule). ``(-1, 0, 1, 2)`` is fine; ``(1, 2)`` has no 0."""
+    if (isinstance(deltas, (str, bytes)) or not hasattr(deltas, "__len__") or not len(deltas)
+            or not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in deltas)):
+        raise InputError(f"{where} = {deltas!r}: expected a non-empty tuple of whole replica changes")
+    d = tuple(int(x) for x in deltas)
+    if len(set(d)) != len(d):
+        raise InputError(f"{where} = {deltas!r}: a replica change appears twice")
+    if 0 not in d:
+        raise InputError(f"{where} = {deltas!r}: expected a change of 0 among them (the action that keeps the "
+                         "rule's target)")
+    return d
+
+
+def centre_action(max_groups: int, deltas: Sequence[int]) -> np.ndarray:
+    """The action that reproduces the rule: the index of the change 0 in every group."""
+    return np.full(max_groups, list(deltas).index(0), dtype=np.int64)
 
 
 def residual_targets(obs, action: Sequence[int], deltas: Sequence[int], rule_targets: dict[str, int],
@@ -99,7 +114,7 @@ def residual_targets(obs, action: Sequence[int], deltas: Sequence[int], rule_tar
     available)]``, and then the safety rules of :func:`targets_from_action` restore what a change broke (on-demand
     floor, never zero replicas for a model with demand). All changes 0: the rule's targets, unchanged."""
     a = np.asarray(action, dtype=np.int64).reshape(-1)
-    mid = len(deltas) // 2
+    mid = list(deltas).index(0) if 0 in deltas else len(deltas) // 2  # (short action: no change)
     d = [deltas[min(max(int(a[i]) if i < len(a) else mid, 0), len(deltas) - 1)] for i in range(len(obs.groups))]
     if not any(d):
         return dict(rule_targets)
@@ -116,7 +131,7 @@ def targets_from_action(obs, action: Sequence[int], deltas: Sequence[int], on_de
     the missing ones), and its targets never add up to zero (one replica in its cheapest group that can have
     one), so requests are never held until the horizon."""
     a = np.asarray(action, dtype=np.int64).reshape(-1)
-    mid = len(deltas) // 2
+    mid = list(deltas).index(0) if 0 in deltas else len(deltas) // 2  # (short action: no change)
     d = [deltas[min(max(int(a[i]) if i < len(a) else mid, 0), len(deltas) - 1)] for i in range(len(obs.groups))]
     base = {g.key: max(0, int(g.ready)) + max(0, int(g.starting)) for g in obs.groups}
     return _targets(obs, base, d, on_demand_floor)

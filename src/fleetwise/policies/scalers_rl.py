@@ -30,6 +30,7 @@ from fleetwise.policies.scaler_features import (
     N_GLOBAL_FEATURES,
     N_GROUP_FEATURES,
     RULE,
+    check_deltas,
     features,
     residual_targets,
     symmetric_deltas,
@@ -100,7 +101,12 @@ class RLScaler:
                 or len(set(act.nvec)) != 1):
             raise InputError(f"{str(path)!r} is not an Autoscaling-v0 policy (observation {shape}, "
                              f"action {act.to_json()})")
-        self.deltas = symmetric_deltas(int(act.nvec[0]))
+        n = int(act.nvec[0])
+        d = training.get("deltas")  # (the card names them; a checkpoint without: centred on 0)
+        self.deltas = symmetric_deltas(n) if d is None else check_deltas(d, f"{path.name}: model card training.deltas")
+        if len(self.deltas) != n:
+            raise CheckpointError(f"{str(path)!r}: model card training.deltas has {len(self.deltas)} changes, its "
+                                  f"action {n} choices per group")
         self.on_demand_floor = int(on_demand_floor)
 
     def _init_correction(self, path: Path, rule_params: dict) -> None:

@@ -475,10 +475,11 @@ def bench() -> dict:
     env.reset(seed=0)
     n = 0
     t0 = time.perf_counter()
-    nc = len(env.cfg.chunk_sizes)
+    bounds = np.concatenate([[0], np.cumsum(env.cfg.action_nvec)])
     while time.perf_counter() - t0 < 5.0:
-        m = env.action_masks()
-        a = [rng.choice(np.flatnonzero(m[:nc])), rng.choice(np.flatnonzero(m[nc:]))]
+        m = env.action_masks()  # a feasible choice per dimension (a 2-element action here, for the 3 dimensions
+        # since offload_greedy, was refused and ran the rule's action: the figure was the rule's speed)
+        a = np.array([rng.choice(np.flatnonzero(m[lo:hi])) for lo, hi in zip(bounds[:-1], bounds[1:])])
         _, _, term, _, _ = env.step(a)
         n += 1
         if term:

@@ -102,6 +102,9 @@ def _call_without_sim(fn: Callable, *args_then_sim) -> None:
 
 
 class Simulator:
+    """The event loop of a fleet of replicas over a workload (the module docstring: ``run(controller)``, or the
+    step API ``advance()`` / ``apply(action)``). Build one from a scenario with ``fleetwise.scenario.build``."""
+
     # the event heap is compacted (``_compact``) when it outgrows twice its size after the last compaction, and
     # never below this size (a small fleet's heap stays small and is never compacted); checked at each arrival and
     # each push of another kind, not at each lane event (_schedule: a few per request)
@@ -463,6 +466,9 @@ class Simulator:
             return dp
 
     def apply(self, action) -> None:
+        """Answer the pending decision point (from ``advance``): a replica index for ``route``, a ``BatchPlan`` for
+        ``batch``, the level's answer for the others. A refused answer raises ``InputError`` and the decision stays
+        pending."""
         dp = self._dp
         if dp is None:
             raise RuntimeError("apply() called with no decision pending; call advance() first")
