@@ -72,7 +72,7 @@ def calm_lift(**kw):
             self.first: dict[str, float] = {}
             self.restored: dict[str, float] = {}
 
-        def _apply(self, model, need, now, x):
+        def _apply(self, model, need, now, x, price=0.0):  # (price: the feature the learned correction reads)
             self.decisions += 1
             reps, q, w = x[1] * 4.0, x[2], x[3]  # the rule's need in replicas, worst p90 / SLO, waiting (features)
             h = self.seen.setdefault(model, deque())
