@@ -321,7 +321,7 @@ CASES = [
     ("bench-sizes-negative", "4", ["bench", "sim-speed", "--sizes=-5"], ["--sizes", "-5"]),
     ("bench-sizes-huge", "4", ["bench", "sim-speed", "--sizes", "1000000000000"], ["--sizes"]),
     ("bench-scenario-nope", "4", ["bench", "sim-speed", "--sizes", "10", "--scenario", "nope"], ["nope", "not found"]),
-    ("bench-requests-without-replicas", "4", ["bench", "sim-speed", "--requests", "0"], ["--requests", "--replicas"]),
+    ("bench-requests-without-replicas", "4", ["bench", "sim-speed", "--requests", "5"], ["--requests", "--replicas"]),
     ("bench-repeat-without-replicas", "4", ["bench", "sim-speed", "--repeat", "3"], ["--repeat", "--replicas"]),
     ("bench-sizes-with-replicas", "4", ["bench", "sim-speed", "--replicas", "4", "--sizes", "10"], ["--sizes", "--replicas"]),
     # §4: an option of another mode is refused, not ignored

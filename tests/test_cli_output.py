@@ -170,7 +170,8 @@ def test_simulate_records_csv_and_parquet(tmp_path):
 
 def test_simulate_records_bad_paths_fail_before_the_run(tmp_path):
     _bad(cli("simulate", "--records", str(tmp_path / "r.txt")), "r.txt", ".parquet or .csv")
-    _bad(cli("simulate", "--records", str(tmp_path / "nope" / "r.csv")), "does not exist")
+    (tmp_path / "afile").write_text("x")
+    _bad(cli("simulate", "--records", str(tmp_path / "afile" / "r.csv")), "--records", "afile is a file")
     # without pyarrow: one line naming the extra, and nothing written
     fake = tmp_path / "fake"
     (fake / "pyarrow").mkdir(parents=True)
@@ -180,7 +181,11 @@ def test_simulate_records_bad_paths_fail_before_the_run(tmp_path):
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fake), *filter(None, [os.environ.get("PYTHONPATH")])])}
     _bad(cli("simulate", "--records", str(tmp_path / "r.parquet"), env=env), "pyarrow", "parquet", ".csv")
-    assert sorted(q.name for q in tmp_path.iterdir()) == ["fake"]
+    assert sorted(q.name for q in tmp_path.iterdir()) == ["afile", "fake"]
+    # a missing folder is made when the records are written (as sweep --db and train --out make theirs)
+    r = cli("simulate", "-n", "50", "--records", str(tmp_path / "new" / "deeper" / "r.csv"))
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "new" / "deeper" / "r.csv").read_text().startswith("request_id,")
 
 
 # --- scenarios --copy --------------------------------------------------------------------------------------------
@@ -201,5 +206,18 @@ def test_scenarios_copy_writes_a_builtin_and_never_overwrites_without_force(tmp_
     assert cli("scenarios", "--copy", "platform", str(tmp_path / "p.yaml")).returncode == 0
     assert (tmp_path / "p.yaml").read_text() == (ROOT / "scenarios" / "platform.yaml").read_text()
     _bad(cli("scenarios", "--copy", "nope", cwd=tmp_path), "nope", "default")
-    _bad(cli("scenarios", "--copy", "default", str(tmp_path / "no" / "x.yaml")), "does not exist")
+    _bad(cli("scenarios", "--copy", "default", str(tmp_path / "p.yaml" / "x.yaml")), "p.yaml is a file")
     assert sorted(q.name for q in tmp_path.iterdir()) == ["default.yaml", "p.yaml", "sub"]
+    # a missing folder is made, as for every output file (sweep --db, train --out, --records)
+    assert cli("scenarios", "--copy", "default", str(tmp_path / "no" / "x.yaml")).returncode == 0
+    assert (tmp_path / "no" / "x.yaml").read_text() == builtin
+
+
+def test_version_and_a_group_without_its_command():
+    from fleetwise import __version__
+
+    r = cli("--version")
+    assert r.returncode == 0 and r.stdout.strip() == f"fleetwise {__version__}"
+    for args in ((), ("perf",), ("bench",)):  # the help text, not "error: Missing command."
+        r = cli(*args)
+        assert "Usage:" in r.stdout + r.stderr and "Missing command" not in r.stderr, (args, r.stderr)

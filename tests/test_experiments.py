@@ -306,3 +306,45 @@ def test_load_real_keeps_the_scenarios_time_scale_and_diurnal_origins_share_exac
                                     "origin": [{"region": "us-east-1", "utc_offset_h": -5},
                                                {"region": "eu-central-1", "utc_offset_h": 1}]})
         assert len(build_workload(spec, np.random.default_rng(0))) == n
+
+
+def test_sweep_json_names_every_scenario_and_batcher(tmp_path):
+    """`sweep --json` keyed rows by the router alone: of two scenarios (or batchers) one's numbers were kept."""
+    spec = tmp_path / "two.yaml"
+    spec.write_text(yaml.safe_dump(small(scenarios=["default", "vidur-parity"], grid={},
+                                         policies={"router": ["round_robin"], "batcher": ["vllm", "sarathi"]},
+                                         seeds=2, requests=60)))
+    r = cli("sweep", str(spec), "--db", str(tmp_path / "r.duckdb"), "--workers", "1", "--json")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)
+    assert isinstance(rows, list) and len(rows) == 4
+    assert {(x["scenario"], x["batcher"], x["router"]) for x in rows} == {
+        (s, b, "round_robin") for s in ("default", "vidur-parity") for b in ("vllm", "sarathi")}
+    for x in rows:
+        assert x["seeds"] == 2 and x["metrics"]["ttft_p99_s"]["n"] == 2 and x["params"] == {}
+    p99 = {x["scenario"]: x["metrics"]["ttft_p99_s"]["mean"] for x in rows if x["batcher"] == "vllm"}
+    assert p99["default"] != p99["vidur-parity"]
+
+
+def test_an_interrupted_store_query_is_a_ctrl_c():
+    """A Ctrl-C that lands inside a DuckDB query (a parallel sweep's writes) was a traceback ending in "Query
+    interrupted"; it is a KeyboardInterrupt, which the command line ends with "interrupted" and status 130."""
+    import duckdb
+
+    def boom(con):
+        raise duckdb.InterruptException("INTERRUPT Error: Interrupted!")
+
+    with pytest.raises(KeyboardInterrupt):
+        Store(None)._with(boom)
+
+
+def test_ctrl_c_prints_one_line_and_exits_130(monkeypatch, capsys):
+    import fleetwise.cli as cli_mod
+
+    def interrupted(*a, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_mod, "app", interrupted)
+    with pytest.raises(SystemExit) as e:
+        cli_mod.main(["simulate"])
+    assert e.value.code == 130 and capsys.readouterr().err.strip() == "error: interrupted"

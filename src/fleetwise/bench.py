@@ -137,12 +137,15 @@ def _child(code: str, what: str) -> dict:
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-def sim_speed(sizes: list[int], scenario: str = "vidur-parity", router: str = "round_robin") -> dict[str, dict]:
-    """Each size in a fresh interpreter, so that peak memory is that run's alone."""
+def sim_speed(sizes: list[int], scenario: str = "vidur-parity", router: str = "round_robin",
+              on_done=None) -> dict[str, dict]:
+    """Each size in a fresh interpreter, so that peak memory is that run's alone; ``on_done(size)`` after each."""
     res = {}
     for n in sizes:
         code = f"import json; from fleetwise.bench import _one; print(json.dumps(_one({int(n)}, {scenario!r}, {router!r})))"
         res[str(n)] = _child(code, f"bench run with {n} requests")
+        if on_done is not None:
+            on_done(n)
     return res
 
 

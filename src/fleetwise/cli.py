@@ -21,12 +21,16 @@ from rich.table import Table
 from fleetwise.errors import InputError, check_replaceable, not_a_file
 from fleetwise.limits import MAX_REPLICAS, MAX_REQUESTS, MAX_SEED, MAX_SEEDS, MAX_TRAIN_SEED, MAX_WORKERS
 
-app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,
+# a group named without its command prints its help (it said "error: Missing command.")
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Decide and learn how an LLM inference fleet spends its GPUs.")
-perf_app = typer.Typer(add_completion=False, help="The GPU performance model.")
-bench_app = typer.Typer(add_completion=False, help="Benchmarks (commands whose output goes into the docs).")
-reproduce_app = typer.Typer(add_completion=False, help="Reproduce a paper's experiment (see docs/).")
-train_app = typer.Typer(add_completion=False, help="Train a learned policy on the shared recipe (docs/learning.md).")
+perf_app = typer.Typer(add_completion=False, no_args_is_help=True, help="The GPU performance model.")
+bench_app = typer.Typer(add_completion=False, no_args_is_help=True,
+                        help="Benchmarks (commands whose output goes into the docs).")
+reproduce_app = typer.Typer(add_completion=False, no_args_is_help=True,
+                            help="Reproduce a paper's experiment (see docs/).")
+train_app = typer.Typer(add_completion=False, no_args_is_help=True,
+                        help="Train a learned policy on the shared recipe (docs/learning.md).")
 app.add_typer(perf_app, name="perf")
 app.add_typer(reproduce_app, name="reproduce")
 app.add_typer(bench_app, name="bench")
@@ -34,6 +38,20 @@ app.add_typer(train_app, name="train")
 
 console = Console(stderr=True)
 out = Console() if sys.stdout.isatty() else Console(width=200)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from fleetwise import __version__
+
+        print(f"fleetwise {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", "-V", callback=_version, is_eager=True,
+                                       help="print the version and exit")) -> None:
+    """Decide and learn how an LLM inference fleet spends its GPUs."""
 
 # keys shown in tables: (summary key, column label, unit scale, format, shown without --wide)
 TABLE_KEYS = [
@@ -212,15 +230,15 @@ def simulate(
                                            help="number of requests (a mix: its first ones)"),
     seed: Optional[int] = typer.Option(None, min=0, max=MAX_SEED, help="random seed (default: the scenario's)"),
     scaler: Optional[str] = typer.Option(None, help="autoscaler (runs the platform layer; overrides the scenario)"),
-    monitor_arg: Optional[str] = typer.Option(None, "--monitor", help="platform runs: write the monitoring series "
-                                              "here (Prometheus text, Parquet, PNG)"),
+    monitor_arg: Optional[str] = typer.Option(None, "--monitor", metavar="FOLDER", help="platform runs: write the "
+                                              "monitoring series into this folder (monitor.prom, .parquet, .png)"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
     records_file: Optional[Path] = typer.Option(None, "--records", metavar="FILE", help="write per-request records "
                                                 "(docs/metrics.md): FILE.parquet (the parquet extra) or FILE.csv"),
     wide: bool = _WIDE,
 ) -> None:
-    """Run one scenario (default: the embedded default) and print its summary. A scenario with a ``scaler``
-    (or ``--scaler``) runs with the platform layer: autoscaling, spot, faults, tenants (docs/platform.md)."""
+    """Run one scenario (default: the embedded default) and print its summary. A scenario with a scaler
+    (or --scaler) runs with the platform layer: autoscaling, spot, faults, tenants (docs/platform.md)."""
     from fleetwise.run import run_scenario
 
     if records_file is not None:
@@ -271,6 +289,8 @@ def simulate(
         except InputError as e:
             console.print(str(e), markup=False)
         plot_monitor(plat.monitor, monitor / "monitor.png", title=f"{sc.name} ({sc.scaler.name})", events=plat.events)
+        console.print(f"monitoring series written to {monitor}/ (monitor.prom, monitor.parquet, monitor.png)",
+                      highlight=False, soft_wrap=True, markup=False)
     if records_file is not None:
         write_records(records_file, record_columns(r.records, b))
         console.print(f"{len(r.records)} request records written to {records_file}", highlight=False, soft_wrap=True)
@@ -318,10 +338,12 @@ def _records_format(path: Path) -> str:
     suffix = path.suffix.lower()
     if suffix not in (".parquet", ".csv"):
         raise InputError(f"--records {path}: expected a .parquet or .csv file name")
-    if not path.parent.is_dir():
-        raise InputError(f"--records {path}: folder {path.parent} does not exist")
     if path.is_dir():
         raise InputError(f"--records {path}: is a directory")
+    try:
+        _check_writable(path)  # (a missing folder is made when the records are written, as for every output)
+    except InputError as e:
+        raise InputError(f"--records {e}") from None
     if suffix == ".parquet":
         try:
             import pyarrow  # noqa: F401
@@ -425,18 +447,28 @@ def _summary_tables(rows: list[dict], title: str, baseline: str | None = None, o
     return tables
 
 
-def _ci_json(rows: list[dict]) -> dict:
-    def c(ci):
-        return {"mean": None if math.isnan(ci.mean) else ci.mean,
-                "ci95": None if math.isnan(ci.lo) else [ci.lo, ci.hi], "n": ci.n}
+def _ci_dict(ci) -> dict:
+    return {"mean": None if math.isnan(ci.mean) else ci.mean,
+            "ci95": None if math.isnan(ci.lo) else [ci.lo, ci.hi], "n": ci.n}
 
+
+def _ci_json(rows: list[dict]) -> dict:
+    """``compare --json``: {router: {metric: {mean, ci95, n}, vs_baseline: {...}}} (one scenario, one batcher)."""
     out: dict = {}
     for r in rows:
         key = r["router"] if r["params"] == {} else f"{r['router']} {json.dumps(r['params'], sort_keys=True)}"
-        out[key] = {m: c(ci) for m, ci in r["ci"].items()}
+        out[key] = {m: _ci_dict(ci) for m, ci in r["ci"].items()}
         if r["vs_baseline"]:
-            out[key]["vs_baseline"] = {m: c(ci) for m, ci in r["vs_baseline"].items()}
+            out[key]["vs_baseline"] = {m: _ci_dict(ci) for m, ci in r["vs_baseline"].items()}
     return out
+
+
+def _rows_json(rows: list[dict]) -> list[dict]:
+    """``sweep --json``: one object per scenario x grid point x batcher x router, each named by those fields (a
+    mapping keyed by the router alone kept one scenario's numbers of several, and one batcher's)."""
+    return [{"scenario": r["scenario"], "params": r["params"], "batcher": r["batcher"], "router": r["router"],
+             "seeds": r["seeds"], "metrics": {m: _ci_dict(ci) for m, ci in r["ci"].items()},
+             "vs_baseline": {m: _ci_dict(ci) for m, ci in r["vs_baseline"].items()}} for r in rows]
 
 
 def _check_backend(backend: str, address: Optional[str]) -> None:
@@ -495,10 +527,10 @@ def sweep(
     spec_file: str = typer.Argument(..., metavar="EXPERIMENT", help="experiment YAML file or built-in name"),
     db: str = typer.Option(str(Path("results") / "fleetwise.duckdb"), help="results store (DuckDB file)"),
     backend: str = typer.Option("local", help="local (process pool) or ray"),
-    address: Optional[str] = typer.Option(None, help="Ray cluster address (with --backend ray)"),
+    address: Optional[str] = typer.Option(None, help="a Ray cluster's address (--backend ray)"),
     workers: Optional[int] = typer.Option(None, min=1, max=MAX_WORKERS, help="parallel runs (default: all cores)"),
     report: bool = typer.Option(False, "--report", help="write the HTML report when done"),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON on stdout (notes and progress on stderr)"),
     wide: bool = _WIDE,
 ) -> None:
     """Run an experiment: every scenario x policy x grid point x seed not already in the store."""
@@ -527,7 +559,7 @@ def sweep(
         console.print(f"[red]failed[/red] {f['scenario']} {f['router_label']} seed {f['seed']}: {f['error']}",
                       highlight=False)
     if as_json:
-        out.print_json(json.dumps(_jsonable(_ci_json(rows))))
+        out.print_json(json.dumps(_jsonable(_rows_json(rows))))
     else:
         base = next(iter(spec.baseline.values()), None)
         order = [ref_label for ref_label in (r.policy["router"] for r in runs)]
@@ -554,7 +586,7 @@ def compare(
     load: Optional[str] = typer.Option(None, help="with --trace: the arrival rate as a fraction of the fleet's "
                                        "capacity (0.7) or real (the trace's own rate; default)"),
     workers: Optional[int] = typer.Option(None, min=1, max=MAX_WORKERS, help="parallel runs (default: all cores)"),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON on stdout (notes and progress on stderr)"),
     wide: bool = _WIDE,
 ) -> None:
     """Compare routers on one scenario: mean ± 95% CI over seeds, and the paired change against the first."""
@@ -702,17 +734,16 @@ def scenarios(
 
 
 def _check_writable(target: Path) -> None:
-    """``target`` can be written by :func:`_write_atomic`: its folder exists, and it is not a directory, a device, a
-    pipe or a socket. Checked before a command's work, so that the work is not lost at the end."""
+    """``target`` can be written by :func:`_write_atomic`: its folder exists or can be made (as ``sweep --db`` and
+    ``train --out`` make theirs; ``--records`` and ``perf calibrate --out`` refused a missing one), and it is not a
+    directory, a device, a pipe or a socket. Checked before a command's work, so that the work is not lost at the
+    end; nothing is made until the file is written."""
     from fleetwise.experiments.store import check_writable_dir
 
     parent = target.parent
-    if not parent.is_dir():
-        for q in parent.parents:  # (def.yaml/x.json: def.yaml is a file, not a folder that does not exist)
-            if q.exists() and not q.is_dir():
-                raise InputError(f"{target}: {q} is a file, not a folder")
-        raise InputError(f"{target}: {parent} is a file, not a folder" if parent.exists()
-                         else f"{target}: folder {parent} does not exist")
+    for q in [parent, *parent.parents]:  # (def.yaml/x.json: def.yaml is a file, not a folder)
+        if q.exists() and not q.is_dir():
+            raise InputError(f"{target}: {q} is a file, not a folder")
     if target.is_dir():
         raise InputError(f"{target}: is a directory")
     check_replaceable(target)
@@ -728,6 +759,7 @@ def _write_atomic(target: Path, data: bytes | None = None, write=None) -> None:
     _check_writable(target)
     parent = target.parent
     try:
+        parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=parent)
     except OSError as e:
         raise InputError(f"{target}: cannot write ({e.strerror})") from None
@@ -761,7 +793,7 @@ def _of_profile(path: Path, fn, *args, **kw):
 
 @perf_app.command("validate")
 def perf_validate(
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON on stdout (notes and progress on stderr)"),
     profile: Optional[Path] = typer.Option(None, "--profile", help="a GPU profile (perf profile; or the H200 timings): "
                                            "held-out error of the calibration fitted from it"),
     gpu: Optional[str] = typer.Option(None, "--gpu", help="catalog GPU the profile is fitted as (default: its device)"),
@@ -853,7 +885,7 @@ def perf_predict(
     prefill_context: int = typer.Option(0, "--prefill-context", help="tokens that sequence already has cached"),
     decode_seqs: int = typer.Option(0, "--decode-seqs", help="sequences decoding one token each"),
     decode_context: int = typer.Option(0, "--decode-context", help="cached tokens of each decoding sequence"),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON on stdout (notes and progress on stderr)"),
 ) -> None:
     """The model's time for one iteration: iteration_s = gpu_s (per-GPU compute) + comm_s (collectives) + cpu_s."""
     from fleetwise.catalog import get_gpu, get_model
@@ -891,17 +923,18 @@ def perf_predict(
 
 @bench_app.command("sim-speed")
 def bench_sim_speed(
-    sizes: Optional[str] = typer.Option(None, help="comma-separated request counts [default: 10000,100000]"),
-    scenario: str = typer.Option("vidur-parity", help="scenario to simulate"),
-    router: str = typer.Option("round_robin"),
+    sizes: Optional[str] = typer.Option(None, help="comma-separated request counts \\[default: 10000,100000]"),
+    scenario: str = typer.Option("vidur-parity", "--scenario", "-s", help="scenario to simulate"),
+    router: str = typer.Option("round_robin", help="router (a registered name: fleetwise policies)"),
     replicas: Optional[str] = typer.Option(None, help="comma-separated fleet sizes (e.g. 4,1024,10000): simulate "
                                            "--requests requests at each size, the load per replica kept as in the "
                                            "scenario"),
-    requests: Optional[int] = typer.Option(None, help="requests per fleet size (with --replicas) [default: 50000]"),
+    requests: Optional[int] = typer.Option(None, "--requests", "-n", min=1, max=MAX_REQUESTS,
+                                           help="requests per fleet size (with --replicas) \\[default: 50000]"),
     repeat: Optional[int] = typer.Option(None, min=1, max=20, help="with --replicas: rounds of runs, every size once "
                                          "per round; each size's median run, and its rate over the first size's rate "
-                                         "in each round [default: 1]"),
-    as_json: bool = typer.Option(False, "--json"),
+                                         "in each round \\[default: 1]"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON on stdout (notes and progress on stderr)"),
 ) -> None:
     """Simulated requests per wall-second and peak memory, each size in a fresh process. With --replicas: the same
     against the number of replicas, printing [{replicas, requests, req_per_s, peak_rss_mb, ratio_to_first, ...}]."""
@@ -940,7 +973,9 @@ def bench_sim_speed(
         raise InputError(f"--sizes {sizes!r}: give at least one request count")
     load_scenario(scenario)  # a bad name or file fails here, before any child process
     make("router", router, where="--router: ")
-    res = sim_speed(ns, scenario=scenario, router=router)
+    with _progress() as prog:  # (each size runs in a child process; a large one took minutes without a sign)
+        task = prog.add_task(f"sim-speed {scenario}", total=len(ns))
+        res = sim_speed(ns, scenario=scenario, router=router, on_done=lambda n: prog.advance(task))
     if as_json:
         out.print_json(json.dumps(_jsonable(res)))  # (a run that completed nothing has no quantiles)
         return
@@ -1083,7 +1118,7 @@ def reproduce_torta(quick: bool = _QUICK, as_json: bool = _JSON, eval_trace: Opt
                                                               help="agents trained per kind and "
                                                               "topology (default 3; 1 with --quick)"),
                     workers: Optional[int] = typer.Option(None, min=1, max=MAX_WORKERS,
-                                                          help="processes (default: one per CPU)"),
+                                                          help="worker processes (default: all cores)"),
                     learner: str = typer.Option("cem", "--learner", help="the macro agent's learner: cem (policy "
                                                 "search on whole days, the default) or ppo (the paper's)"),
                     backend: str = typer.Option("local", help="training and evaluation jobs: local (worker "
@@ -1244,7 +1279,7 @@ def train_scaler_cmd(
                                            "never a training day (2-6)"),
     backend: str = typer.Option("local", help="local (worker processes) or ray"),
     address: Optional[str] = typer.Option(None, help="a Ray cluster's address (--backend ray)"),
-    workers: Optional[int] = typer.Option(None, min=1, max=MAX_WORKERS, help="worker processes (default: the CPUs)"),
+    workers: Optional[int] = typer.Option(None, min=1, max=MAX_WORKERS, help="worker processes (default: all cores)"),
     as_json: bool = _JSON,
 ) -> None:
     """The RL scaler of `reproduce platform`: a model-level correction of slo_aware (its need and zone redundancy,
@@ -1306,8 +1341,8 @@ def train_scaler_cmd(
 
 @bench_app.command("env-steps")
 def bench_env_steps(
-    name: str = typer.Argument(..., help="allocation, batching, torta or graph-marl"),
-    as_json: bool = typer.Option(False, "--json"),
+    name: str = typer.Argument(..., metavar="NAME", help="allocation, batching, torta, graph-marl or platform"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON on stdout (notes and progress on stderr)"),
 ) -> None:
     """Environment steps per second on one core (and training wall time where the paper needs it)."""
 
@@ -1316,7 +1351,9 @@ def bench_env_steps(
     if name not in PAPERS:
         raise InputError(f"unknown environment {name!r}; expected one of: {', '.join(PAPERS)}")
     try:
-        res = _paper_module(name).bench()
+        with _progress() as prog:  # (batching's ran for 50 s without a sign)
+            prog.add_task(f"env-steps {name}", total=None)
+            res = _paper_module(name).bench()
     except ModuleNotFoundError as e:
         raise InputError(_missing_rl(e)) from None
     if as_json:
@@ -1330,7 +1367,7 @@ def bench_env_steps(
 def bench_sweep(
     spec: str = typer.Option("default", help="experiment to run (file or built-in name)"),
     workers: Optional[int] = typer.Option(None, min=1, max=MAX_WORKERS, help="pool size (default: all cores)"),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON on stdout (notes and progress on stderr)"),
 ) -> None:
     """Sweep throughput: runs per minute one after another vs on the local process pool."""
     from fleetwise.bench import sweep_throughput
@@ -1407,11 +1444,11 @@ def serve(
     backend: Optional[list[str]] = typer.Option(None, "--backend", help="with --gateway: an OpenAI-compatible "
                                                 "server's base URL, e.g. http://127.0.0.1:8001 (repeat the option)"),
     max_attempts: Optional[int] = typer.Option(None, min=1, max=100, help="with --gateway: distinct backends tried per "
-                                               "request [default: 3]"),
+                                               "request \\[default: 3]"),
     backend_timeout: Optional[float] = typer.Option(None, parser=_finite(0.1, 86400.0),
                                                     help="with --gateway: seconds a backend may take for a whole "
                                                     "answer (a stream: for its first bytes), and its longest silence "
-                                                    "[default: 600]"),
+                                                    "\\[default: 600]"),
 ) -> None:
     """The decision service: route, scale and plan over HTTP (docs/serve.md, docs/security.md). With --gateway: an
     OpenAI-compatible proxy that routes each request to one of the --backend servers."""
@@ -1508,7 +1545,7 @@ def bench_serve(
     floor: bool = typer.Option(False, "--floor", help="the same load on a trivial app: HTTP + uvicorn alone"),
     repeat: int = typer.Option(1, min=1, max=100,
                                help="runs, each with a fresh service; prints every run and the median"),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON on stdout (notes and progress on stderr)"),
 ) -> None:
     """Decision latency (P50/P99) and throughput of `fleetwise serve` on loopback under a bounded open-loop load."""
     if rate * duration < 1:
@@ -1523,8 +1560,10 @@ def bench_serve(
     load_route_policy(router)  # (a bad name in one line here, not from the service's process)
     runs = []
     for i in range(repeat):
-        res = mod.run(rate=rate, duration_s=duration, connections=connections, replicas=replicas, router=router,
-                      pin=pin, floor=floor)
+        with _progress() as prog:  # (a run is seconds of load with nothing on the screen)
+            prog.add_task(f"bench serve run {i + 1} of {repeat}", total=None)
+            res = mod.run(rate=rate, duration_s=duration, connections=connections, replicas=replicas, router=router,
+                          pin=pin, floor=floor)
         runs.append(res)
         if not as_json:
             out.print((f"run {i + 1} of {repeat}: " if repeat > 1 else "") + mod.render(res), highlight=False)
@@ -1544,7 +1583,7 @@ def bench_scale(
     scaler: str = typer.Option("slo_aware", help="the scaler loaded in the service"),
     repeat: int = typer.Option(5, min=1, max=100, help="runs per size (the median is printed)"),
     columns: bool = typer.Option(False, "--columns", help="post the groups as columns (field -> list of values)"),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON on stdout (notes and progress on stderr)"),
 ) -> None:
     """How POST /v1/scale grows with the number of scaling groups: request wall time on loopback, and the CPU time
     of parsing and of the scaler's decision (docs/serve.md)."""
@@ -1572,12 +1611,12 @@ def bench_gateway(
                                                 "--servers local llama.cpp servers with a tiny random model"),
     servers: int = typer.Option(3, min=1, max=MAX_WORKERS,
                                 help="local llama.cpp servers to start when no --backend is given"),
-    requests: int = typer.Option(200, min=1, max=MAX_REQUESTS,
+    requests: int = typer.Option(200, "--requests", "-n", min=1, max=MAX_REQUESTS,
                                  help="requests per path (direct, gateway) and mode (plain, stream)"),
     concurrency: int = typer.Option(1, min=1, max=1000, help="client threads"),
     max_tokens: int = typer.Option(8, min=1, max=100_000),
     router: str = typer.Option("least_outstanding_tokens"),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON on stdout (notes and progress on stderr)"),
 ) -> None:
     """Gateway overhead: the same completions straight to the backends and through `fleetwise serve --gateway`."""
     mod = _serve_module("bench_gateway")
@@ -1628,9 +1667,15 @@ def main(argv: Optional[list[str]] = None) -> None:
                 _error_line(e.format_message().replace("\n", " ") + hint)
             sys.exit(e.exit_code)
         if type(e).__name__ == "Abort":
+            _error_line("interrupted")
             sys.exit(130)
         raise
+    except KeyboardInterrupt:  # (outside click's own handling)
+        _error_line("interrupted")
+        sys.exit(130)
     if isinstance(rc, int) and rc:  # e.g. 130 after Ctrl-C (typer returns it instead of exiting)
+        if rc == 130:
+            _error_line("interrupted")
         sys.exit(rc)
 
 

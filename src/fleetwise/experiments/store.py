@@ -256,6 +256,12 @@ class Store:
         con = self._connect(read_only)
         try:
             return fn(con)
+        except duckdb.InterruptException:  # Ctrl-C while a query ran: a Ctrl-C, not a traceback (the transaction
+            raise KeyboardInterrupt from None  # was rolled back; a sweep stores the batch again on its way out)
+        except RuntimeError as e:
+            if str(e).strip() == "Query interrupted":  # (how some DuckDB builds report it)
+                raise KeyboardInterrupt from None
+            raise
         except duckdb.Error as e:
             # a full disk, a read-only file system, a file that is not a DuckDB database: one line with the cause
             # (what was committed before stays intact: every write is one transaction)

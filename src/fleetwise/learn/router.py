@@ -192,15 +192,33 @@ def train_router(cfg: RouterTrainConfig, out: str | Path | None = None,
     return result
 
 
+def train_command(cfg: RouterTrainConfig, out: str | Path) -> str:
+    """The ``fleetwise train router`` command that trains ``cfg`` (its card's ``training.command``): every option
+    that differs from the default (the command left out ``--rates``, ``-n``, the search's sizes, seeds and seed)."""
+    import shlex
+
+    d = RouterTrainConfig()
+    parts = ["fleetwise train router", f"--scenario {shlex.quote(cfg.scenario)}", f"--out {shlex.quote(Path(out).name)}"]
+    if cfg.trace:
+        parts.append(f"--trace {shlex.quote(cfg.trace)}")
+    if cfg.trace or list(cfg.rates) != list(d.rates):  # (with a trace the rates are loads, always written)
+        parts.append(f"--rates {','.join(f'{r:g}' for r in cfg.rates)}")
+    for k, flag in (("requests", "-n"), ("iterations", "--iterations"), ("population", "--population"),
+                    ("elite", "--elite"), ("train_seeds", "--train-seeds"), ("val_seeds", "--val-seeds"),
+                    ("seed", "--seed")):
+        if getattr(cfg, k) != getattr(d, k):
+            parts.append(f"{flag} {getattr(cfg, k)}")
+    api = [f"{k}={getattr(cfg, k)!r}" for k in ("sigma", "ttft_slack") if getattr(cfg, k) != getattr(d, k)]
+    return " ".join(parts) + (f"  # and RouterTrainConfig({', '.join(api)}) (Python API only)" if api else "")
+
+
 def save_router(out: str | Path, params: np.ndarray, cfg: RouterTrainConfig, curve: list, g: dict) -> Path:
     from fleetwise.control.checkpoint import ModelCard, save_policy
 
     pol = policy_of(params)
     card = ModelCard(level="router", policy="learned", rule=RULE, validation=g,
                      training={"algorithm": "cem", "config": asdict(cfg), "curve": curve,
-                               "command": f"fleetwise train router --scenario {cfg.scenario} --out {Path(out).name}"
-                                          + (f" --trace {cfg.trace} --rates {','.join(f'{r:g}' for r in cfg.rates)}"
-                                             if cfg.trace else "")})
+                               "command": train_command(cfg, out)})
     return save_policy(out, level="router", algorithm="cem", obs_low=np.zeros(N_FEATURES, np.float32),
                        obs_high=OBS_HIGH, action=ACTION, layers=[(pol.w, pol.b)], activation="identity", card=card,
                        act_low=-np.ones(N_WEIGHTS, np.float32), act_high=np.ones(N_WEIGHTS, np.float32))

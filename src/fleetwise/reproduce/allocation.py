@@ -339,7 +339,8 @@ def render(result: dict[str, Any]):
     meta = result.get("_meta", {})
     load = f" at load {meta['load']}" if meta.get("load") is not None else ""
     t = Table(title=f"GPU-count x parallelism allocation ({meta.get('model')} on {meta.get('gpu')}; "
-                    f"{meta.get('seeds')} seeds; eval: {meta.get('eval')}{load}); mean [95% CI], paper in ()")
+                    f"{meta.get('seeds')} seed{'' if meta.get('seeds') == 1 else 's'}; eval: {meta.get('eval')}{load}); "
+                    "mean [95% CI], paper in ()")
     t.add_column("policy")
     for m in METRICS:
         t.add_column(m, justify="right")

@@ -20,6 +20,7 @@ import gc
 import json
 import logging
 import os
+import sys
 import threading
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -58,6 +59,7 @@ from fleetwise.serve.edge import (  # noqa: F401  (is_loopback, check_token, res
     http_protocol,
     is_loopback,
     resolve_token,
+    url_host,
 )
 from fleetwise.serve.edge import run as run_server
 from fleetwise.serve.policy import RoutePolicy, RouteRequest, load_route_policy
@@ -433,6 +435,7 @@ def _version() -> str:
 
 
 # --------------------------------------------------------------------------------------------- the command
+
 def main(host: str = "127.0.0.1", port: int = 8000, router: str = DEFAULT_ROUTER, scaler: str | None = None,
          planner: str | None = None, checkpoint: str | None = None, token_file: str | None = None, seed: int = 0,
          log_level: str = "warning", access_log: bool = False, checkpoint_dir: str | None = None,
@@ -446,14 +449,17 @@ def main(host: str = "127.0.0.1", port: int = 8000, router: str = DEFAULT_ROUTER
         raise InputError("--insecure-admin applies only without a token (with one, admin calls need it)")
     for backend in ("PYTORCH", "JAX", "CUPY", "TENSORFLOW"):  # POT (the planner's Sinkhorn) works on numpy here:
         os.environ.setdefault(f"POT_BACKEND_DISABLE_{backend}", "1")  # skip importing torch & co (seconds, 100s MB)
+    app = create_app(router, scaler=scaler, planner=planner, checkpoint=checkpoint, token=token, seed=seed,
+                     checkpoint_dir=checkpoint_dir, insecure_admin=insecure_admin, limits=limits, force=force)
+    # (after the policies are checked: a refused one is the only line)
     if token is None:
         print(f"warning: no token ({TOKEN_ENV} or --token-file): serving {host}:{port} without authentication, "
               "loopback only" + ("; admin endpoints open (--insecure-admin)" if insecure_admin else
-                                 "; admin endpoints refused"), flush=True)
-    app = create_app(router, scaler=scaler, planner=planner, checkpoint=checkpoint, token=token, seed=seed,
-                     checkpoint_dir=checkpoint_dir, insecure_admin=insecure_admin, limits=limits, force=force)
+                                 "; admin endpoints refused"), file=sys.stderr, flush=True)
     if force:
-        print("warning: --force: checkpoints that did not pass the deployment gate are served", flush=True)
+        print("warning: --force: checkpoints that did not pass the deployment gate are served", file=sys.stderr,
+              flush=True)
     gc.collect()
     gc.freeze()  # the ~250k objects of the imports never move again: full collections stop scanning them (ms)
+    print(f"serving on http://{url_host(host)}:{port} (Ctrl-C to stop)", file=sys.stderr, flush=True)
     run_server(app, host, port, limits, log_level=log_level, access_log=access_log)

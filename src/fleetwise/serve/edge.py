@@ -548,3 +548,8 @@ class ThreadedServer:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+def url_host(host: str) -> str:
+    """A host as it stands in a URL (an IPv6 address in brackets)."""
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host

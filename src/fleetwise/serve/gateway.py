@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import json
 import math
+import sys
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -296,5 +297,8 @@ def serve_gateway(backends: list[str], host: str = "127.0.0.1", port: int = 8080
     app = create_gateway_app(backends, route_policy=route_policy, token=token, seed=seed, limits=limits, **options)
     if token is None:
         print(f"warning: no token (FLEETWISE_SERVE_TOKEN or --token-file): gateway on {host}:{port} serves "
-              "loopback clients only, without authentication", flush=True)
+              "loopback clients only, without authentication", file=sys.stderr, flush=True)
+    from fleetwise.serve.edge import url_host
+
+    print(f"gateway on http://{url_host(host)}:{port} (Ctrl-C to stop)", file=sys.stderr, flush=True)
     run(app, host, port, limits, log_level=log_level)
