@@ -401,3 +401,25 @@ def test_allocation_and_autoscaling_configs_refuse_values_a_run_cannot_take():
                dict(slo_target=2.0)):
         with pytest.raises(InputError, match=f"AutoscalingConfig.{next(iter(kw))} = "):
             AutoscalingConfig(**kw)
+
+
+def test_the_reproduction_stores_its_rows_so_the_report_tables_them(tmp_path):
+    """Only the learning curves were stored, so `fleetwise report` of `reproduce allocation` said "0 runs" (a
+    helper's audit, 2026-12-07): every policy's per-seed metrics are runs of `reproduce-allocation`, paired with
+    `fixed`."""
+    from fleetwise.experiments.report import write_report
+    from fleetwise.experiments.store import Store
+    from fleetwise.policies.allocation_model import N_ACTIONS
+    from fleetwise.reproduce.allocation import METRICS, _write_outputs
+
+    rng = np.random.default_rng(0)
+    raw = {"per_seed": {n: {k: list(rng.uniform(0.2, 0.9, 3)) for k in METRICS} for n in ("fixed", "q_learning")},
+           "curves": {"q_learning": [[(0, 1.0), (10, 2.0)]] * 3},
+           "confusion": {n: np.eye(N_ACTIONS, dtype=np.int64) for n in ("fixed", "q_learning")}}
+    db = tmp_path / "a.duckdb"
+    _write_outputs(raw, str(db), "quick")
+    runs = Store(db).runs()
+    assert len(runs) == 6 and {r["experiment"] for r in runs} == {"reproduce-allocation"}
+    assert {r["router"] for r in runs} == {"fixed", "q_learning"}
+    page = write_report(Store(db, read_only=True), tmp_path / "report").read_text()
+    assert "6 runs" in page and "Accuracy" in page and "changes-reproduce-allocation" in page

@@ -235,6 +235,8 @@ def test_the_monitor_counts_add_up_to_the_runs_totals():
         done = int(rec.completed.sum())
         assert done > 0 and int(p.monitor.column("completed").sum()) == done
         assert int(p.monitor.column("rejected").sum()) == len(rec) - done
+        t, cost = p.monitor.column("time_s"), p.monitor.column("cost_usd")
+        assert cost[t == t.max()].sum() == pytest.approx(p.summary["cost_gpu_usd"], rel=1e-9)  # (the plot's total)
 
 
 def test_unknown_group_from_a_scaler_is_a_clear_error():

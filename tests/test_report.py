@@ -125,9 +125,35 @@ def test_report_says_so_when_data_is_missing(tmp_path):
     assert "No learned policies are in this store" in page
     assert "(in memory)" in page
     ids = PLOT_ID.findall(page)
-    assert sorted(ids) == sorted(["cdf-flat-default", "pareto-flat-default"]) == sorted(
+    # (round_robin is the baseline: power_of_two's paired changes are drawn too)
+    assert sorted(ids) == sorted(["cdf-flat-default", "changes-flat-default", "pareto-flat-default"]) == sorted(
         p.stem for p in index.parent.glob("*.png"))
     assert len(ids) == _declared(page)
+
+
+def test_names_are_text_changes_are_intervals_and_the_baseline_is_marked(tmp_path):
+    """A helper's audit (2026-12-07): a name with `$` went through matplotlib's TeX (`$\\badcmd$` failed the
+    report, `$5 to $10` lost its signs); a paired change printed `± half-width` for a lopsided interval; no plot drew
+    the paired changes; the baseline's line was hidden under a policy that follows it."""
+    store = Store(None)
+    qs = [float(q) for q in range(101)]
+    name = "p99 $\\badcmd$ x, budget $5 to $10"
+    results = []
+    for router, f in (("round_robin", 1.0), ("power_of_two", 1.5)):
+        for seed in (0, 1, 2):
+            m = {"ttft_p50_s": 0.1, "ttft_p99_s": 0.9 * f * (1 + 0.3 * seed * seed), "e2e_p99_s": 10.0,
+                 "goodput_rps": 5.0, "cost_per_mtok_usd": 0.4}
+            results.append({
+                "run_id": f"{router}-{seed}", "experiment": name, "scenario": "default", "params": "{}",
+                "router": router, "router_label": router, "batcher": "sarathi", "batcher_label": "sarathi",
+                "seed": seed, "status": "ok", "metrics": m,
+                "quantiles": {"ttft_s": (qs, [0.01 * (1 + q) for q in qs]), "e2e_s": (qs, [0.1 * (1 + q) for q in qs])}})
+    store.write(results)
+    page = write_report(store, tmp_path / "out").read_text()
+    assert "p99 $\\badcmd$ x, budget $5 to $10" in page  # (escaped for HTML, drawn as text)
+    assert any(p.stem.startswith("changes-") for p in (tmp_path / "out").glob("*.png"))
+    assert "+50.0% [" in page.replace("−", "-")  # the change's interval by its bounds, as the command line prints it
+    assert "(baseline)" in page
 
 
 def test_experiment_filter_baseline_and_stale_pngs(tmp_path):

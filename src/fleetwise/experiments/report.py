@@ -39,6 +39,7 @@ import numpy as np
 
 from fleetwise.errors import InputError, check_replaceable
 from fleetwise.metrics.pareto import pareto_front
+from fleetwise.metrics.plotting import literal_text
 from fleetwise.metrics.stats import CI, aggregate
 
 # (summary key, label, unit shown, scale applied for display, direction: +1 higher is better, -1 lower is, 0 neither)
@@ -68,6 +69,9 @@ REPRO_METRICS: list[tuple[str, str, str, float, int]] = [
     ("lost_requests", "Lost", "", 1.0, -1),
     ("switches", "Switches", "", 1.0, 0),
     ("rejected", "Rejected", "", 1.0, -1),
+    ("accuracy", "Accuracy", "%", 100.0, +1),  # (reproduce allocation: the oracle's labels)
+    ("f1", "F1", "", 1.0, +1),
+    ("mean_total_reward", "Episode reward", "", 1.0, +1),
 ]
 METRIC_INFO = {k: (label, unit, scale, better) for k, label, unit, scale, better in KEY_METRICS + REPRO_METRICS}
 LOAD_METRICS = ["ttft_p99_s", "e2e_p99_s", "goodput_rps", "gpu_util"]
@@ -77,6 +81,9 @@ DPI = 100
 MAX_FAILED_SHOWN = 50
 MAX_LOAD_ROWS = 6
 MAX_CDF_ROWS = 8
+MAX_CHANGE_ROWS = 40  # policies x grid points in the paired-change plot
+MAX_CHANGE_METRICS = 4
+CHANGE_HEADLINE = ("ttft_p99_s", "e2e_p99_s", "goodput_rps", "cost_per_mtok_usd")
 MIN_SEEDS_COLOUR = 3  # a bootstrap over two seeds is just their range: not coloured as a finding
 MANIFEST = "report-manifest.json"
 # figure margins in inches: left (tick labels + y label), right, top (figure title + axes title),
@@ -236,6 +243,24 @@ class _Experiment:
     def row(self, scenario: str, params: dict, pol: tuple[str, str]) -> dict | None:
         return self.agg.get((scenario, _pkey(params), pol[1], pol[0]))
 
+    def is_base(self, pol: tuple[str, str]) -> bool:
+        """Whether ``pol`` is the baseline of the paired changes."""
+        if not self.baseline:
+            return False
+        level, name = next(iter(self.baseline.items()))
+        return pol[0 if level == "router" else 1] == name
+
+    def label(self, pol: tuple[str, str]) -> str:
+        """A policy's name in a plot's legend, the baseline marked as the tables mark it."""
+        return self.names[pol] + (" (baseline)" if self.is_base(pol) else "")
+
+    def line_kw(self, pol: tuple[str, str]) -> dict:
+        """Its line: the baseline dashed, a little thicker and on top (drawn first, under the others, it was hidden
+        by a policy that follows it closely)."""
+        if self.is_base(pol):
+            return {"color": self.colors[pol], "lw": 2.1, "ls": "--", "zorder": 4}
+        return {"color": self.colors[pol], "lw": 1.6, "zorder": 3}
+
     @property
     def slug(self) -> str:
         return _slug(self.name)
@@ -385,6 +410,7 @@ class _Plots:
             pid, i = f"{base}-{i}", i + 1
         self.ids.add(pid)
         FigureCanvasAgg(fig)
+        literal_text(fig)  # (names, never TeX)
         buf = io.BytesIO()
         fig.savefig(buf, format="png", dpi=DPI, facecolor="white")
         data = buf.getvalue()
@@ -445,7 +471,7 @@ def _summary_html(ex: _Experiment) -> str:
         parts.append(f'<p class="note">Cells: mean <span class="pm">± half-width of the 95% bootstrap CI over seeds'
                      f'</span> (hover a cell for the interval). Second line: paired change against the baseline '
                      f'{_esc(level)} <b>{_esc(bname)}</b> (same seed, scenario and grid point) in %, '
-                     f'± the half-width of its 95% CI; <span class="good">green</span> = better, '
+                     f'with its 95% CI [low, high]; <span class="good">green</span> = better, '
                      f'<span class="bad">red</span> = worse, '
                      f'coloured only where the interval excludes 0 '
                      f'and at least {MIN_SEEDS_COLOUR} seeds are paired.</p>')
@@ -476,8 +502,7 @@ def _summary_html(ex: _Experiment) -> str:
             for i, pol in enumerate(pols):
                 row = ex.row(s, p, pol)
                 n_ok_g, n_f_g = oks.get((s, _pkey(p), *pol), 0), fails.get((s, _pkey(p), *pol), 0)
-                is_base = bool(ex.baseline) and pol[0 if "router" in ex.baseline else 1] == next(
-                    iter(ex.baseline.values()))
+                is_base = ex.is_base(pol)
                 cells = []
                 if i == 0:
                     if len(gk) == 1:
@@ -505,13 +530,14 @@ def _summary_html(ex: _Experiment) -> str:
                         cls = ""
                         if better and chg.n >= MIN_SEEDS_COLOUR and not _nan(chg.lo) and (chg.lo > 0 or chg.hi < 0):
                             cls = " good" if chg.mean * better > 0 else " bad"
-                        ctxt = f"{chg.mean * 100:+.1f}"
-                        ctitle = f"change vs baseline {ctxt}%"
-                        if not _nan(chg.lo):
-                            ctxt += f" ± {chg.half * 100:.1f}"
+                        ctxt = f"{chg.mean * 100:+.1f}%"
+                        ctitle = f"change vs baseline {ctxt}"
+                        if not _nan(chg.lo):  # (the bootstrap interval of a change is often lopsided: its bounds,
+                            # as the command line prints them, not a half-width that read as a symmetric one)
+                            ctxt += f" [{chg.lo * 100:+.1f}, {chg.hi * 100:+.1f}]"
                             ctitle += f", 95% CI [{chg.lo * 100:+.1f}%, {chg.hi * 100:+.1f}%]"
                         txt += (f'<br><span class="chg{cls}" title="{_esc(ctitle)}">'
-                                f'{_esc((ctxt + "%").replace("-", "−"))}</span>')
+                                f'{_esc(ctxt.replace("-", "−"))}</span>')
                     cells.append(f'<td title="{_esc(title)}">{txt}</td>')
                 body.append(f'<tr class="{"base" if is_base else ""}">' + "".join(cells) + "</tr>")
         parts.append(f"<h4>Scenario {_esc(s)}</h4>")
@@ -533,6 +559,64 @@ def _summary_html(ex: _Experiment) -> str:
                      + "".join(rows) + "</tbody></table></div>" + more)
     else:
         parts.append('<p class="note">No failed runs.</p>')
+    return "".join(parts)
+
+
+def _changes_html(ex: _Experiment, plots: _Plots) -> str:
+    """The paired changes against the baseline the summary's second lines give, drawn: per metric (the summary's
+    first ones with a direction), one row per policy and grid point, the mean change and its 95% CI; a filled
+    marker where the interval excludes 0 over at least MIN_SEEDS_COLOUR paired seeds."""
+    if not ex.baseline:
+        return ""
+    parts = []
+    for s in ex.scenarios:
+        rows = []
+        for p in ex.ok_points[s]:
+            tag = ex.tag(s, p, 30)
+            for pol in ex.policies:
+                row = ex.row(s, p, pol)
+                if not ex.is_base(pol) and row and row["vs_baseline"]:
+                    rows.append((tag or ex.names[pol], pol, row["vs_baseline"]))
+        usable = [m for m in ex.metrics if m[4] != 0 and any(
+            (c := r[2].get(m[0])) is not None and not _nan(c.mean) for r in rows)]
+        headline = [m for m in usable if m[0] in CHANGE_HEADLINE]  # (the tail, goodput and cost first)
+        metrics = (headline or usable)[:MAX_CHANGE_METRICS]
+        if not rows or not metrics:
+            continue
+        n_all = len(rows)
+        rows = rows[:MAX_CHANGE_ROWS]
+        pols = list(dict.fromkeys(r[1] for r in rows))
+        fig, axes = plots.grid(1, len(metrics), 11.5, 0.6 + 0.24 * len(rows),
+                               f"Paired change vs {next(iter(ex.baseline.values()))} · {_where(ex, s)} "
+                               f"(mean and 95% CI over seeds)", legend=[ex.names[q] for q in pols],
+                               legend_title="policy", sharey="row")
+        y = np.arange(len(rows))[::-1]
+        for ax, (key, label, _, _, better) in zip(axes[0], metrics):
+            for yi, (_, pol, chg) in zip(y, rows):
+                c = chg.get(key)
+                if c is None or _nan(c.mean):
+                    continue
+                lo = c.lo if not _nan(c.lo) else c.mean
+                hi = c.hi if not _nan(c.hi) else c.mean
+                sure = c.n >= MIN_SEEDS_COLOUR and not _nan(c.lo) and (c.lo > 0 or c.hi < 0)
+                ax.errorbar([c.mean * 100], [yi], xerr=[[(c.mean - lo) * 100], [(hi - c.mean) * 100]], fmt="o", ms=5,
+                            color=ex.colors[pol], mfc=ex.colors[pol] if sure else "white", capsize=2, elinewidth=1.2)
+            ax.axvline(0.0, color="black", lw=0.9)
+            ax.set_title(f"{label} ({'lower' if better < 0 else 'higher'} is better)", fontsize=10)
+            ax.set_xlabel("change vs baseline (%)")
+            ax.grid(True, axis="x", alpha=0.3)
+        axes[0][0].set_yticks(y)
+        axes[0][0].set_yticklabels([r[0][:22] for r in rows], fontsize=8)
+        from matplotlib.lines import Line2D
+
+        plots.legend(fig, [Line2D([], [], color=ex.colors[q], marker="o", lw=1.2) for q in pols],
+                     [ex.names[q] for q in pols])
+        parts.append(plots.html(
+            fig, f"changes-{ex.slug}-{s}", f"Paired changes against the baseline for scenario {s} of {ex.name}",
+            f"Scenario {s}: each row a policy at a grid point, its change against the baseline at the same seed, "
+            f"scenario and grid point (mean over seeds, bars: 95% bootstrap CI; filled where the interval excludes 0 "
+            f"over at least {MIN_SEEDS_COLOUR} seeds)" + (f"; the first {len(rows)} of {n_all} rows" if n_all > len(rows)
+                                                          else "") + "."))
     return "".join(parts)
 
 
@@ -563,7 +647,7 @@ def _cdf_html(ex: _Experiment, quant: dict, plots: _Plots) -> str:
                         continue
                     q, v = c
                     keep = v > 0
-                    ax.plot(v[keep], q[keep], color=ex.colors[pol], lw=1.6, label=ex.names[pol])
+                    ax.plot(v[keep], q[keep], label=ex.label(pol), **ex.line_kw(pol))
                 ax.set_xscale("log")
                 ax.set_ylim(0, 100)
                 ax.grid(True, which="major", alpha=0.3)
@@ -599,7 +683,7 @@ def _load_html(ex: _Experiment, plots: _Plots) -> str:
             ltitle = "policy (mean over seeds, bars and bands: 95% CI)"
             fig, axes = plots.grid(len(shown), len(LOAD_METRICS), 11.5, 2.1,
                                    f"Metrics vs {_short_key(k)} · {_where(ex, s)}",
-                                   legend=[ex.names[p] for p in ex.policies], legend_title=ltitle)
+                                   legend=[ex.label(p) for p in ex.policies], legend_title=ltitle)
             for i, (okey, pts) in enumerate(shown):
                 x = np.array([p[k] for p in pts], float)
                 otag = ex.tag(s, json.loads(okey), 34)
@@ -614,8 +698,8 @@ def _load_html(ex: _Experiment, plots: _Plots) -> str:
                         c = ex.colors[pol]
                         err = np.vstack([np.where(np.isfinite(lo), mean - lo, 0),
                                          np.where(np.isfinite(hi), hi - mean, 0)])
-                        ax.errorbar(x, mean, yerr=err, color=c, marker="o", ms=3.5, lw=1.5, capsize=2.5,
-                                    label=ex.names[pol])
+                        kw = ex.line_kw(pol)
+                        ax.errorbar(x, mean, yerr=err, marker="o", ms=3.5, capsize=2.5, label=ex.label(pol), **kw)
                         ok = np.isfinite(lo) & np.isfinite(hi)
                         if ok.sum() > 1:
                             ax.fill_between(x[ok], lo[ok], hi[ok], color=c, alpha=0.13, lw=0)
@@ -635,7 +719,7 @@ def _load_html(ex: _Experiment, plots: _Plots) -> str:
             for ax in axes.flat:
                 for h, lab in zip(*ax.get_legend_handles_labels()):
                     found.setdefault(lab, h)
-            labels = [ex.names[p] for p in ex.policies if ex.names[p] in found]
+            labels = [ex.label(p) for p in ex.policies if ex.label(p) in found]
             if labels:
                 plots.legend(fig, [found[lab] for lab in labels], labels)
             cap = (f"Scenario {s}: TTFT p99, E2E p99, goodput and GPU utilisation against {k}; one line per policy "
@@ -664,7 +748,7 @@ def _pareto_html(ex: _Experiment, plots: _Plots) -> str:
         axes = axes[0]
         for ax, lat in zip(axes, PARETO_LATENCIES):
             llabel, lunit, lscale, _ = METRIC_INFO[lat]
-            xs, ys = [], []
+            xs, ys, gs = [], [], []  # (gs: the grid point of each point: one front per grid point)
             for pol in ex.policies:
                 xm, xlo, xhi = _ci_arrays(ex, s, pts, pol, lat, lscale)
                 ym, ylo, yhi = _ci_arrays(ex, s, pts, pol, "cost_per_mtok_usd")
@@ -674,20 +758,29 @@ def _pareto_html(ex: _Experiment, plots: _Plots) -> str:
                 anything = True
                 xerr = np.vstack([np.nan_to_num(xm - xlo), np.nan_to_num(xhi - xm)])[:, ok]
                 yerr = np.vstack([np.nan_to_num(ym - ylo), np.nan_to_num(yhi - ym)])[:, ok]
-                ax.errorbar(xm[ok], ym[ok], xerr=xerr, yerr=yerr, fmt="o", ms=5, color=ex.colors[pol], capsize=2,
-                            elinewidth=1, label=ex.names[pol])
-                if show_tag:
-                    for p, xv, yv in zip(np.array(pts, dtype=object)[ok], xm[ok], ym[ok]):
-                        ax.annotate(", ".join(_short_val(p.get(k)) for k in keys)[:24], (xv, yv), fontsize=6.5,
-                                    xytext=(4, 3), textcoords="offset points", color="#444")
+                base = ex.is_base(pol)
+                ax.errorbar(xm[ok], ym[ok], xerr=xerr, yerr=yerr, fmt="D" if base else "o", ms=6 if base else 5,
+                            color=ex.colors[pol], capsize=2, elinewidth=1, label=ex.label(pol),
+                            zorder=4 if base else 3)
                 xs.append(xm[ok])
                 ys.append(ym[ok])
+                gs.append(np.flatnonzero(ok))
             if xs:
-                x, y = np.concatenate(xs), np.concatenate(ys)
-                f = pareto_front(x, y)
-                ax.plot(x[f], y[f], ls="--", color="black", lw=1, drawstyle="steps-post", zorder=1)
-                ax.scatter(x[f], y[f], s=130, facecolors="none", edgecolors="black", lw=1.4, zorder=3,
-                           label="Pareto front")
+                x, y, g = np.concatenate(xs), np.concatenate(ys), np.concatenate(gs)
+                # the cost of a token moves with the load far more than with the policy: a front over every grid
+                # point was a front of loads; each grid point gets its own, named once beside its cheapest point
+                for gi in np.unique(g):
+                    sel = np.flatnonzero(g == gi)
+                    f = sel[pareto_front(x[sel], y[sel])]
+                    f = f[np.argsort(x[f])]
+                    ax.plot(x[f], y[f], ls="--", color="black", lw=1, drawstyle="steps-post", zorder=1)
+                    ax.scatter(x[f], y[f], s=130, facecolors="none", edgecolors="black", lw=1.4, zorder=2,
+                               label="Pareto front (per grid point)" if gi == g.min() else None)
+                    if show_tag:
+                        k_low = sel[np.argmin(y[sel])]
+                        ax.annotate(", ".join(_short_val(pts[gi].get(k)) for k in keys)[:24], (x[k_low], y[k_low]),
+                                    fontsize=7, xytext=(0, -11), textcoords="offset points", ha="center",
+                                    color="#333")
                 if x.min() > 0 and x.max() / x.min() > 30:
                     ax.set_xscale("log")
             ax.set_xlabel(f"{llabel}{_unit(lunit)}")
@@ -704,8 +797,9 @@ def _pareto_html(ex: _Experiment, plots: _Plots) -> str:
             continue
         parts.append(plots.html(
             fig, f"pareto-{ex.slug}-{s}", f"Cost per million tokens against tail latency for scenario {s} of {ex.name}",
-            f"Scenario {s}: each point is a policy at a grid point (mean over seeds, bars: 95% CI); circled points "
-            f"form the Pareto front (no other point is both cheaper and faster)."))
+            f"Scenario {s}: each point is a policy at a grid point (mean over seeds, bars: 95% CI; the baseline a "
+            f"diamond); circled points form each grid point's Pareto front (no other policy at that grid point is both "
+            f"cheaper and faster), the grid point named below its cheapest policy."))
     return "".join(parts)
 
 
@@ -796,6 +890,21 @@ def _timeline_html(ex: _Experiment, with_tl: set, store, plots: _Plots) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------- section 6
+def _curve_band(vals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per step, over the runs (rows; NaN where a run has no value): the 95% CI of the mean (Student's t) with 3
+    runs or more, the min-max range with 2 (a two-run interval is their range anyway)."""
+    from scipy import stats
+
+    n = np.sum(np.isfinite(vals), axis=0)
+    mean = np.nanmean(vals, axis=0)
+    if vals.shape[0] < 3:
+        return np.nanmin(vals, axis=0), np.nanmax(vals, axis=0)
+    sd = np.nanstd(vals, axis=0, ddof=1)
+    half = stats.t.ppf(0.975, np.maximum(n - 1, 1)) * sd / np.sqrt(np.maximum(n, 1))
+    half = np.where(n >= 2, half, np.nan)
+    return mean - half, mean + half
+
+
 def _learning_html(data: dict, plots: _Plots, title_suffix: str) -> str:
     if not len(data["policy"]):
         return '<p class="empty">No learned policies are in this store (the <code>learning</code> table is empty).</p>'
@@ -811,9 +920,12 @@ def _learning_html(data: dict, plots: _Plots, title_suffix: str) -> str:
     ncols = min(3, len(metrics))
     nrows = -(-len(metrics) // ncols)
     fig, axes = plots.grid(nrows, ncols, min(11.5, 3.6 * ncols + 2.2), 2.6, "Learning curves" + title_suffix)
+    styles = ("-", "--", "-.", ":")  # (two curves that follow each other stay apart: q_learning hid under sarsa)
     for i, m in enumerate(metrics):
         ax = axes[i // ncols][i % ncols]
-        for pol, runs in by[m].items():
+        ends = [max(s for pts in runs.values() for s, _ in pts) for runs in by[m].values()]
+        log_x = min(ends) > 0 and max(ends) / min(ends) > 10  # (8k DQN steps squeezed beside 300k tabular ones)
+        for k, (pol, runs) in enumerate(by[m].items()):
             steps = sorted({s for pts in runs.values() for s, _ in pts})
             vals = np.full((len(runs), len(steps)), np.nan)
             pos = {s: j for j, s in enumerate(steps)}
@@ -827,14 +939,20 @@ def _learning_html(data: dict, plots: _Plots, title_suffix: str) -> str:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", RuntimeWarning)
                     mean = np.nanmean(vals, axis=0)
-                    lo, hi = np.nanmin(vals, axis=0), np.nanmax(vals, axis=0)
-            label = pol + (f" (mean of {len(runs)} runs, band: min–max)" if len(runs) > 1 else "")
-            ax.plot(x, mean, color=colors[pol], lw=1.6, marker="o" if len(x) <= 30 else None, ms=3, label=label)
-            if len(runs) > 1:
-                ax.fill_between(x, lo, hi, color=colors[pol], alpha=0.15, lw=0)
-        ax.set_xlabel("training step")
-        ax.set_ylabel(m + (" (reward units)" if m in ("return", "reward") else _param_unit(m)))
-        ax.set_title(f"{m} during training", fontsize=10)
+                    lo, hi = _curve_band(vals)
+            n = len(runs)
+            label = pol + (f" (mean of {n} runs, band: {'95% CI' if n >= 3 else 'min–max'})" if n > 1 else "")
+            keep = x > 0 if log_x else np.ones(len(x), bool)
+            ax.plot(x[keep], mean[keep], color=colors[pol], lw=1.6, ls=styles[k % len(styles)],
+                    marker="o" if len(x) <= 30 else None, ms=3, label=label)
+            if n > 1:
+                ax.fill_between(x[keep], lo[keep], hi[keep], color=colors[pol], alpha=0.15, lw=0)
+        if log_x:
+            ax.set_xscale("log")
+        ax.set_xlabel("training step" + (" (log scale)" if log_x else ""))
+        name = m.replace("_", " ")
+        ax.set_ylabel(name + (" (reward units)" if m in ("return", "reward", "episode_return") else _param_unit(m)))
+        ax.set_title(f"{name} during training", fontsize=10)
         ax.grid(True, alpha=0.25)
         ax.legend(fontsize=8, title="policy", title_fontsize=8)
     for idx in range(len(metrics), nrows * ncols):
@@ -933,6 +1051,7 @@ def _render(out: Path, plots: _Plots, exps: list, quant: dict, with_tl: set, sto
         for key, _ in SECTIONS[:5]:
             body[key].append(f'<h3 id="{key}-{_esc(ex.slug)}">Experiment {_esc(ex.name)}</h3>')
         body["summary"].append(_summary_html(ex))
+        body["summary"].append(_changes_html(ex, plots))
         if not ex.ok:
             for key in ("cdf", "load", "pareto", "timeline"):
                 body[key].append('<p class="empty">This experiment has no successful run, so there is nothing to '

@@ -414,7 +414,10 @@ def _save_png(fig, path: str | Path) -> Path:
 
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
+    from fleetwise.metrics.plotting import literal_text
+
     FigureCanvasAgg(fig)
+    literal_text(fig)  # (a scenario's name, never TeX)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100, facecolor="white")
     p = Path(path)
@@ -543,10 +546,10 @@ def plot_monitor(monitor: Monitor, path_png: str | Path, title: str = "Fleet mon
         ax_c.stackplot(x, *cost_layers, colors=[pcolor[p] for p in pools], alpha=0.8,
                        labels=[p or "pool" for p in pools])
         total = float(np.sum(cost_layers, axis=0)[-1])
-        ax_c.set_title(f"Cumulative cost by pool (total ${total:,.2f})", fontsize=9.5, loc="left")
+        ax_c.set_title(f"Cumulative GPU cost by pool (total ${total:,.2f})", fontsize=9.5, loc="left")
         ax_c.legend(**legend_kw)
     else:
-        ax_c.set_title("Cumulative cost by pool", fontsize=9.5, loc="left")
+        ax_c.set_title("Cumulative GPU cost by pool", fontsize=9.5, loc="left")
         ax_c.text(0.5, 0.5, "no samples", transform=ax_c.transAxes, ha="center", va="center", color="#777")
     ax_c.set_ylabel("USD")
     line_kw(ax_c)

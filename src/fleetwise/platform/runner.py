@@ -428,10 +428,11 @@ class Platform:
         if not self.done():
             sim.at(sim.now + self.spec.monitor_s, self._sample)
 
-    def _record(self) -> None:
+    def _record(self, at: float | None = None) -> None:
+        """One monitoring sample of every group, at ``at`` (default: now; the last one: the billing window's end)."""
         sim = self.sim
         reps = sim.replicas
-        now = sim.now
+        now = sim.now if at is None else at
         dt = max(now - self._mon_t, 1e-9)
         new = sim.completions[self._mon_seen:]
         self._mon_seen = len(sim.completions)
@@ -449,10 +450,15 @@ class Platform:
         cols: dict[str, list] = {k: [] for k in ("replicas_ready", "replicas_starting", "replicas_draining", "waiting",
                                                  "running", "kv_used", "busy", "arrivals_rps", "completed",
                                                  "rejected", "ttft_p90_s", "cost_usd", "spot_available")}
+        bill_t = now  # the billing window closes at end_s, or at the last request's end if later (finish): a sample
+        # past it, once every request has ended, bills no further (it showed an hour more than the summary)
+        if now > self.end_s and len(sim.completions) >= sim.n:
+            ends = np.frombuffer(sim.completion_s, dtype=np.float64)
+            bill_t = min(now, max(self.end_s, float(np.nanmax(ends)) if not np.isnan(ends).all() else 0.0))
         for g in self.groups:
             ready, starting, draining, waiting, running, kv, busy = self._group_now(g, dt, "m")
             m = g.model_index
-            cost = sum(reps[i].gpu_cost_usd(reps[i].active_s(now)) for i in g.replicas)
+            cost = sum(reps[i].gpu_cost_usd(reps[i].active_s(bill_t)) for i in g.replicas)
             t = tt.get(g.index)
             cols["replicas_ready"].append(ready)
             cols["replicas_starting"].append(starting)
@@ -520,15 +526,18 @@ class Platform:
     def finish(self) -> None:
         """Close the billing window: replicas still running stop at the end of the window (or now, if later)."""
         sim = self.sim
-        # a last monitoring sample at the end: a sample due after the horizon never fires, so the export's counts
-        # stopped at the last one (109 of 199 completed with monitor_s 30; none at all with monitor_s 1000). Taken
-        # before the billing window is closed below, so that the cumulative cost column never decreases
-        if self.monitor is not None and (sim.now > self._mon_t or self._mon_seen < len(sim.completions)):
-            self._record()
         # the window ends at end_s, or when the last request ended if later (not at a timer that fired after)
         done = np.frombuffer(sim.completion_s, dtype=np.float64)
         last = float(np.nanmax(done)) if sim.n and not np.isnan(done).all() else 0.0
         end = max(self.end_s, min(last, sim.now))
+        # a last monitoring sample at the end: a sample due after the horizon never fires, so the export's counts
+        # stopped at the last one (109 of 199 completed with monitor_s 30; none at all with monitor_s 1000). Taken
+        # at the billing window's end, before the window is closed below: the cumulative cost column never
+        # decreases, and its last value is the summary's cost_gpu_usd (taken at a timer's time after the end, an
+        # hour past a platform day, it billed that hour too: $862 in the plot against $827 in the summary)
+        at = max(min(sim.now, end), self._mon_t)
+        if self.monitor is not None and (at > self._mon_t or self._mon_seen < len(sim.completions)):
+            self._record(at)
         for r in sim.replicas:
             if r.stop_s is None:
                 r.stop_s = max(end, r.start_s)

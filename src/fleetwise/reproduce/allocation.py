@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -247,15 +248,23 @@ def summarize(raw: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _write_outputs(raw: dict[str, Any], db: str | None, tag: str) -> dict[str, str]:
-    """Learning curves into the results store, confusion matrices as PNGs beside it."""
+def _write_outputs(raw: dict[str, Any], db: str | None, tag: str, scenario: str = "planetlab") -> dict[str, str]:
+    """Every policy's per-seed metrics and the learning curves into the results store (``fleetwise report`` shows
+    them, each policy paired with ``fixed``, the paper's hand-written rule; only the curves were stored, so the
+    report of this reproduction had no table), confusion matrices as PNGs beside it."""
     written: dict[str, str] = {}
     from fleetwise.reproduce.common import out_dir as _out_dir
+    from fleetwise.reproduce.common import store_meta, store_rows
 
     out_dir = _out_dir(db, "allocation")
     if db:
         from fleetwise.experiments.store import Store
 
+        for name, ms in raw["per_seed"].items():
+            rows = [{"seed": i, **{k: float(ms[k][i]) for k in METRICS}} for i in range(len(ms["accuracy"]))]
+            store_rows(db, "reproduce-allocation", scenario, name, rows, level="allocator", params={"run": tag})
+        store_meta(db, "reproduce-allocation", baseline="fixed", level="allocator",
+                   metrics=("accuracy", "f1", "mean_total_reward"))
         store = Store(db)
         for name, runs in raw["curves"].items():
             for seed, curve in enumerate(runs):
@@ -320,7 +329,8 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
     raw = run_protocol(proto, eval_series=eval_series, eval_cfg=eval_cfg,
                        policies=tuple(policies) if policies else POLICIES)
     result = summarize(raw)
-    files = _write_outputs(raw, db, "quick" if quick else "full")
+    files = _write_outputs(raw, db, "quick" if quick else "full",
+                           scenario="planetlab" if eval_trace is None else Path(str(eval_trace)).name)
     result["_meta"] = {
         "seeds": proto.seeds, "quick": quick, "eval": eval_trace or "held-out PlanetLab VMs and days",
         **{k: v for k, v in raw["meta"].items()}, "q_steps": proto.q_steps, "dqn_steps": proto.dqn_steps,
