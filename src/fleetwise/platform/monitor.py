@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -426,6 +427,7 @@ def _save_png(fig, path: str | Path) -> Path:
 
 
 MAX_MODEL_PANELS = 4
+EVENT_STYLES = ("-", "--", ":", "-.")
 MAX_EVENT_LABELS = 8
 MAX_PLOT_POINTS = 1500  # longer runs are drawn as means over bins of consecutive sample times
 
@@ -438,7 +440,7 @@ def plot_monitor(monitor: Monitor, path_png: str | Path, title: str = "Fleet mon
     on every panel (preemptions orange, faults red, others grey), one legend entry per distinct label."""
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
-    from matplotlib.ticker import PercentFormatter
+    from matplotlib.ticker import MaxNLocator, PercentFormatter
 
     tab = monitor.table()
     n = len(monitor)
@@ -513,6 +515,7 @@ def plot_monitor(monitor: Monitor, path_png: str | Path, title: str = "Fleet mon
                 top = max(top, float(ceiling.max()))
             ax.set_ylim(0, max(1.0, top) * 1.12)
         ax.set_ylabel("replicas")
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # (0.2 replicas were ticked)
         ax.set_title(f"Replicas · {m or 'all models'}", fontsize=9.5, loc="left")
         if handles:
             ax.legend(handles=handles, **legend_kw)
@@ -531,6 +534,7 @@ def plot_monitor(monitor: Monitor, path_png: str | Path, title: str = "Fleet mon
             ax_u.plot(x, kv, color=mcolor[m], lw=1.3, label=f"{m or 'all'} KV used")
             ax_u.plot(x, busy, color=mcolor[m], lw=1.1, ls=":", label=f"{m or 'all'} GPU busy")
     ax_q.set_ylabel("requests")
+    ax_q.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax_q.set_title("Waiting requests", fontsize=9.5, loc="left")
     ax_u.set_ylabel("fraction")
     ax_u.set_ylim(0, 1.05)
@@ -557,10 +561,15 @@ def plot_monitor(monitor: Monitor, path_png: str | Path, title: str = "Fleet mon
 
     if events:
         seen: dict[str, Any] = {}
+        style: dict[str, str] = {}  # each distinct label its own line style within its colour's family (a zone
+        per_colour: dict[str, int] = defaultdict(int)  # fault and a GPU fault were the same red line)
         for t, label in sorted(events, key=lambda e: e[0]):
             c = _event_color(label)
+            if label not in style:
+                style[label] = EVENT_STYLES[per_colour[c] % len(EVENT_STYLES)]
+                per_colour[c] += 1
             for ax in axes:
-                ln = ax.axvline(float(t) / div, color=c, lw=1.0, alpha=0.8, zorder=3)
+                ln = ax.axvline(float(t) / div, color=c, lw=1.0, ls=style[label], alpha=0.8, zorder=3)
             if label not in seen and len(seen) < MAX_EVENT_LABELS:
                 seen[label] = ln
         h_c, l_c = ax_c.get_legend_handles_labels()
