@@ -348,3 +348,16 @@ def test_ctrl_c_prints_one_line_and_exits_130(monkeypatch, capsys):
     with pytest.raises(SystemExit) as e:
         cli_mod.main(["simulate"])
     assert e.value.code == 130 and capsys.readouterr().err.strip() == "error: interrupted"
+
+
+def test_sweep_without_a_baseline_pairs_with_round_robin_as_the_report_does(tmp_path):
+    """A spec naming no baseline: the report paired every router with round_robin while the sweep's own table showed
+    no paired change (a helper's audit, 2026-12-07). Both use `report.auto_baseline` now."""
+    spec = tmp_path / "nb.yaml"
+    spec.write_text(yaml.safe_dump(small(grid={}, seeds=3, requests=100)))
+    assert "baseline" not in yaml.safe_load(spec.read_text())
+    r = cli("sweep", str(spec), "--db", str(tmp_path / "r.duckdb"), "--workers", "1", "--json")
+    assert r.returncode == 0, r.stderr
+    rows = {x["router"]: x for x in json.loads(r.stdout)}
+    assert rows["least_outstanding_tokens"]["vs_baseline"]["ttft_p99_s"]["n"] == 3
+    assert rows["round_robin"]["vs_baseline"] == {}

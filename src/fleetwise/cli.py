@@ -551,7 +551,12 @@ def sweep(
     ids = {r.run_id for r in runs}  # (a set: a sweep may hold up to MAX_RUNS runs)
     stored = [r for r in store.runs() if r["run_id"] in ids]
     _warn_stored_overload(stored)
-    rows = aggregate(stored, SUMMARY_METRICS, spec.baseline or None)
+    from fleetwise.experiments.report import auto_baseline
+
+    # the baseline the report pairs with: the experiment's, else round_robin where every group has it (the table
+    # showed no paired change where the report showed them against round_robin)
+    baseline = spec.baseline or auto_baseline([r for r in stored if r.get("status") == "ok"]) or {}
+    rows = aggregate(stored, SUMMARY_METRICS, baseline or None)
     console.print(f"{res.total} runs: {res.ok} ran, {res.failed} failed, {res.skipped} already stored "
                   f"({res.wall_s:.1f} s) -> {db}", highlight=False)
     failed = [f for f in store.runs(where="status = 'failed'") if f["run_id"] in ids]
@@ -561,7 +566,7 @@ def sweep(
     if as_json:
         out.print_json(json.dumps(_jsonable(_rows_json(rows))))
     else:
-        base = next(iter(spec.baseline.values()), None)
+        base = next(iter(baseline.values()), None)
         order = [ref_label for ref_label in (r.policy["router"] for r in runs)]
         for t in _summary_tables(rows, spec.name, base, list(dict.fromkeys(order)), wide):
             print_tables(t, wide)

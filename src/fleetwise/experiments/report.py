@@ -266,7 +266,9 @@ class _Experiment:
         return _slug(self.name)
 
 
-def _auto_baseline(runs: list[dict]) -> dict | None:
+def auto_baseline(runs: list[dict]) -> dict | None:
+    """The baseline of an experiment that names none: the router ``round_robin`` when every group (scenario, grid
+    point, batcher) of ``runs`` has it beside another router; else None. ``sweep`` and the report use the same."""
     groups: dict[tuple, set] = defaultdict(set)
     for r in runs:
         groups[(r["scenario"], _pkey(r["params"]), r.get("batcher_label"))].add(r.get("router_label"))
@@ -309,7 +311,7 @@ def _build_experiment(name: str, runs: list[dict], baseline: dict | None, meta: 
     ex = _Experiment(name=name, ok=ok, failed=failed)
     meta = meta or {}
     ex.metrics = _meta_metrics(meta, ok)
-    ex.baseline = baseline if baseline is not None else (_meta_baseline(meta, ok) or _auto_baseline(ok))
+    ex.baseline = baseline if baseline is not None else (_meta_baseline(meta, ok) or auto_baseline(ok))
     ex.rows = aggregate(ok, [k for k, *_ in ex.metrics], ex.baseline or None) if ok else []
     for row in ex.rows:
         ex.agg[(row["scenario"], _pkey(row["params"]), row["batcher"], row["router"])] = row
@@ -447,6 +449,14 @@ def _ci_arrays(ex: _Experiment, scenario: str, points: list[dict], pol, metric: 
         lo.append(np.nan if ci is None or _nan(ci.lo) else ci.lo * scale)
         hi.append(np.nan if ci is None or _nan(ci.hi) else ci.hi * scale)
     return np.array(m, float), np.array(lo, float), np.array(hi, float)
+
+
+def _few_seeds(ex: _Experiment, scenario: str) -> str:
+    """A caption's warning when some policy of ``scenario`` has two seeds: its "interval" is just their range."""
+    if any(r["scenario"] == scenario and 1 < r["seeds"] < MIN_SEEDS_COLOUR for r in ex.rows):
+        return (f" Where a policy has fewer than {MIN_SEEDS_COLOUR} seeds, its bars are those seeds' range, not a "
+                f"confidence interval.")
+    return ""
 
 
 def _no_data(ax) -> None:
@@ -616,7 +626,7 @@ def _changes_html(ex: _Experiment, plots: _Plots) -> str:
             f"Scenario {s}: each row a policy at a grid point, its change against the baseline at the same seed, "
             f"scenario and grid point (mean over seeds, bars: 95% bootstrap CI; filled where the interval excludes 0 "
             f"over at least {MIN_SEEDS_COLOUR} seeds)" + (f"; the first {len(rows)} of {n_all} rows" if n_all > len(rows)
-                                                          else "") + "."))
+                                                          else "") + "." + _few_seeds(ex, s)))
     return "".join(parts)
 
 
@@ -723,7 +733,7 @@ def _load_html(ex: _Experiment, plots: _Plots) -> str:
             if labels:
                 plots.legend(fig, [found[lab] for lab in labels], labels)
             cap = (f"Scenario {s}: TTFT p99, E2E p99, goodput and GPU utilisation against {k}; one line per policy "
-                   f"with its 95% CI over seeds.")
+                   f"with its 95% CI over seeds.{_few_seeds(ex, s)}")
             if len(combos) > len(shown):
                 cap += f" Showing {len(shown)} of {len(combos)} combinations of the other grid parameters."
             elif len(combos) > 1:
@@ -799,7 +809,7 @@ def _pareto_html(ex: _Experiment, plots: _Plots) -> str:
             fig, f"pareto-{ex.slug}-{s}", f"Cost per million tokens against tail latency for scenario {s} of {ex.name}",
             f"Scenario {s}: each point is a policy at a grid point (mean over seeds, bars: 95% CI; the baseline a "
             f"diamond); circled points form each grid point's Pareto front (no other policy at that grid point is both "
-            f"cheaper and faster), the grid point named below its cheapest policy."))
+            f"cheaper and faster), the grid point named below its cheapest policy.{_few_seeds(ex, s)}"))
     return "".join(parts)
 
 
