@@ -71,3 +71,21 @@ def test_a_config_the_search_cannot_run_is_refused():
                        (dict(rates=[18.0], val_seeds=1), "2 validation runs")):
         with pytest.raises(ValueError, match=needle):
             RouterTrainConfig(**kw)
+
+
+def test_train_router_stores_its_learning_curve_for_the_report(tmp_path):
+    """The learned router's curve was only in its card and a table (a helper's audit, 2026-12-07): `--db` stores it
+    where `fleetwise report` draws learning curves."""
+    from fleetwise.experiments.report import write_report
+    from fleetwise.experiments.store import Store
+
+    db = tmp_path / "r.duckdb"
+    p = subprocess.run([sys.executable, "-m", "fleetwise", "train", "router", "--out", str(tmp_path / "x.npz"),
+                        "--iterations", "2", "--population", "3", "--elite", "1", "-n", "100", "--train-seeds", "1",
+                        "--val-seeds", "2", "--rates", "12", "--db", str(db)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    curve = Store(db, read_only=True).query("SELECT policy, step, metric FROM learning")
+    assert set(curve["policy"]) == {"learned router"} and sorted(set(curve["step"])) == [1, 2]
+    assert len(set(curve["metric"])) == 2
+    page = write_report(Store(db, read_only=True), tmp_path / "rep").read_text()
+    assert "learning" in page and (tmp_path / "rep" / "learning.png").exists()

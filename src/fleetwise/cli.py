@@ -1187,6 +1187,8 @@ def train_router_cmd(
     train_seeds: int = typer.Option(2, min=1, max=MAX_SEEDS, help="training seeds per rate (1000, 1001, ...)"),
     val_seeds: int = typer.Option(4, min=1, max=MAX_SEEDS, help="validation seeds per rate (2000, 2001, ...)"),
     seed: int = typer.Option(0, min=0, max=MAX_TRAIN_SEED, help="the search's seed"),
+    db: Optional[str] = typer.Option(None, "--db", help="also store the learning curve in this results store "
+                                     "(`fleetwise report --db` draws it)"),
     as_json: bool = _JSON,
 ) -> None:
     """The learned router: least outstanding tokens with a learned correction, found by the cross-entropy method
@@ -1201,6 +1203,12 @@ def train_router_cmd(
         raise InputError(f"--out {out_path}: expected a NAME.npz file name")
     check_writable_file(out_path, "checkpoint (--out)")
     check_writable_file(card_path(out_path), "model card (beside --out)")
+    if db is not None:
+        from fleetwise.experiments.store import check_store_file
+
+        if not db.strip():
+            raise InputError("--db '': expected a results store file name")
+        check_store_file(db)  # (before any work)
     rates = rates if rates is not None else ("0.5,0.7,0.9" if trace else "12,18,24")
     try:
         rate_list = [float(x) for x in _items(rates, "--rates")]
@@ -1237,6 +1245,17 @@ def train_router_cmd(
     with _progress() as prog:
         task = prog.add_task("training the learned router (CEM)", total=iterations)
         res = train_router(cfg, out=out_path, progress=lambda it, row: prog.update(task, completed=it))
+    if db is not None:  # the validation curve, as the reproductions store theirs (the report's learning section)
+        from fleetwise.experiments.store import Store
+
+        its = [int(r["iteration"]) for r in res["curve"]]
+        store, rid = Store(db), f"train-router-{out_path.stem}"
+        store.add_learning_curve("learned router", its, [100 * (math.exp(r["val_log_e2e_ratio"]) - 1)
+                                                         for r in res["curve"]],
+                                 metric="validation E2E mean vs rule (%)", run_id=rid)
+        store.add_learning_curve("learned router", its, [100 * (r["val_ttft_p99_ratio"] - 1) for r in res["curve"]],
+                                 metric="validation TTFT p99 vs rule (%)", run_id=rid)
+        console.print(f"learning curve stored in {db} (fleetwise report --db {db})", highlight=False, soft_wrap=True)
     if as_json:
         out.print_json(json.dumps(_jsonable(res)))
         return
