@@ -7,8 +7,9 @@ layer may use it.
 
 from __future__ import annotations
 
-# requests of one run: the simulator holds ~0.43 KB per request (bench sim-speed: 127 MB at 100k, 213 MB at
-# 300k requests), so 10 M requests are ~4.4 GB and ~13 minutes at the measured 12.7k requests/s
+# requests of one run: the simulator holds ~0.43 KB per request (bench sim-speed on 2026-12-07: 122 MB at 100k,
+# 209 MB at 300k requests), so 10 M requests are ~4.3 GB and ~7 minutes at the 24.6k requests/s measured then
+# (docs/limits.md)
 MAX_REQUESTS = 10_000_000
 # simulated time covered by arrivals (a generator's duration_s or num_requests / rate, a trace's span), and any
 # other time in a scenario (fault times, billing windows): one leap year
