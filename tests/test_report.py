@@ -10,6 +10,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from fleetwise.errors import InputError
@@ -324,3 +325,18 @@ def test_a_reproductions_report_pairs_with_its_rule_and_shows_its_metrics(tmp_pa
     # a store without meta (a sweep, or written before the table existed) keeps the usual columns
     page = write_report(_tiny_sweep(tmp_path / "s.duckdb"), tmp_path / "out2").read_text(encoding="utf-8")
     assert "TPOT p50" in page and "Within deadline" not in page
+
+
+def test_cdf_quantiles_carry_the_seeds_range():
+    """The CDFs averaged each percentile over seeds and hid the spread: the query returns the seeds' range too."""
+    from fleetwise.experiments.report import _query_quantiles
+
+    store = Store(None)
+    qs = [float(q) for q in range(101)]
+    store.write([{"run_id": f"r{seed}", "experiment": "e", "scenario": "default", "params": "{}",
+                  "router": "round_robin", "router_label": "round_robin", "batcher": "sarathi",
+                  "batcher_label": "sarathi", "seed": seed, "status": "ok", "metrics": {"ttft_p99_s": 1.0},
+                  "quantiles": {"ttft_s": (qs, [0.01 * (1 + q) * (1 + seed) for q in qs])}} for seed in (0, 1, 2)])
+    (q, v, lo, hi), = _query_quantiles(store, ["e"])["e"].values()
+    assert len(q) == 101 and np.allclose(lo, 0.01 * (1 + q)) and np.allclose(hi, 0.03 * (1 + q))
+    assert np.allclose(v, 0.02 * (1 + q))

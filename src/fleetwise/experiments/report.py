@@ -647,7 +647,7 @@ def _cdf_html(ex: _Experiment, quant: dict, plots: _Plots) -> str:
         if n_all > MAX_CDF_ROWS:  # evenly spaced grid points, the first and the last included
             pts = [pts[i] for i in sorted({round(j * (n_all - 1) / (MAX_CDF_ROWS - 1)) for j in range(MAX_CDF_ROWS)})]
         fig, axes = plots.grid(len(pts), 2, 10.5, 2.1, f"Latency CDFs · {_where(ex, s)} (quantiles averaged over "
-                               f"seeds)", sharex="col")
+                               f"seeds; band: their range)", sharex="col")
         for i, p in enumerate(pts):
             for j, (m, label) in enumerate((("ttft_s", "TTFT"), ("e2e_s", "E2E latency"))):
                 ax = axes[i][j]
@@ -655,9 +655,12 @@ def _cdf_html(ex: _Experiment, quant: dict, plots: _Plots) -> str:
                     c = quant.get((s, _pkey(p), *pol, m))
                     if c is None:
                         continue
-                    q, v = c
+                    q, v, lo, hi = c
                     keep = v > 0
                     ax.plot(v[keep], q[keep], label=ex.label(pol), **ex.line_kw(pol))
+                    band = keep & (lo > 0) & (hi > lo)  # (the seeds' range at each percentile: the spread the mean hid)
+                    if band.any():
+                        ax.fill_betweenx(q[band], lo[band], hi[band], color=ex.colors[pol], alpha=0.12, lw=0)
                 ax.set_xscale("log")
                 ax.set_ylim(0, 100)
                 ax.grid(True, which="major", alpha=0.3)
@@ -674,7 +677,8 @@ def _cdf_html(ex: _Experiment, quant: dict, plots: _Plots) -> str:
             fig, f"cdf-{ex.slug}-{s}", f"TTFT and E2E latency CDFs per policy for scenario {s} of {ex.name}",
             f"Scenario {s}: one row per grid point" + (f" ({len(pts)} of {n_all}, evenly spaced)" if n_all > len(pts)
                                                         else "") +
-            "; each line is a policy's latency distribution, the 0–100th percentiles averaged over seeds."))
+            "; each line is a policy's latency distribution, the 0–100th percentiles averaged over seeds, the band "
+            "their range over the seeds."))
     return "".join(parts)
 
 
@@ -980,17 +984,17 @@ def _query_quantiles(store, experiments: list[str]) -> dict[str, dict]:
         return {}
     ph = ", ".join("?" * len(experiments))
     d = store.query(
-        "SELECT r.experiment, r.scenario, r.params, r.router_label, r.batcher_label, q.metric, q.q, avg(q.value) AS v "
-        "FROM quantiles q JOIN runs r ON q.run_id = r.run_id "
+        "SELECT r.experiment, r.scenario, r.params, r.router_label, r.batcher_label, q.metric, q.q, avg(q.value) AS v, "
+        "min(q.value) AS lo, max(q.value) AS hi FROM quantiles q JOIN runs r ON q.run_id = r.run_id "
         f"WHERE r.status = 'ok' AND q.metric IN ('ttft_s', 'e2e_s') AND r.experiment IN ({ph}) "
         "GROUP BY ALL ORDER BY ALL", experiments)
-    acc: dict[str, dict[tuple, tuple[list, list]]] = defaultdict(lambda: defaultdict(lambda: ([], [])))
-    for e, s, p, rl, bl, m, q, v in zip(d["experiment"], d["scenario"], d["params"], d["router_label"],
-                                        d["batcher_label"], d["metric"], d["q"], d["v"]):
-        qs, vs = acc[e][(s, _pkey(json.loads(p) if p else {}), str(rl), str(bl), m)]
-        qs.append(float(q))
-        vs.append(float(v))
-    return {e: {k: (np.array(q), np.array(v)) for k, (q, v) in c.items()} for e, c in acc.items()}
+    acc: dict[str, dict[tuple, tuple[list, ...]]] = defaultdict(lambda: defaultdict(lambda: ([], [], [], [])))
+    for e, s, p, rl, bl, m, q, v, lo, hi in zip(d["experiment"], d["scenario"], d["params"], d["router_label"],
+                                                d["batcher_label"], d["metric"], d["q"], d["v"], d["lo"], d["hi"]):
+        cols = acc[e][(s, _pkey(json.loads(p) if p else {}), str(rl), str(bl), m)]
+        for col, x in zip(cols, (q, v, lo, hi)):
+            col.append(float(x))
+    return {e: {k: tuple(np.array(x) for x in cols) for k, cols in c.items()} for e, c in acc.items()}
 
 
 def write_report(store, out_dir: str | Path, experiment: str | None = None, baseline: dict | None = None) -> Path:
