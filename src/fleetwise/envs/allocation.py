@@ -17,7 +17,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from fleetwise.envs import checked_action
+from fleetwise.envs import checked_action, checked_render_mode
 from fleetwise.errors import InputError
 from fleetwise.policies.allocation_model import (
     N_ACTIONS,
@@ -104,8 +104,6 @@ class AllocationEnv(gym.Env):
             raise InputError("series: expected at least one CPU-utilisation series")
         self.action_space = spaces.Discrete(N_ACTIONS)
         self.observation_space = spaces.Box(0.0, 1.0, (N_OBS,), np.float32)
-        from fleetwise.envs import checked_render_mode
-
         self.render_mode = checked_render_mode(render_mode, "Allocation-v0")
         self._ep: Episode | None = None
         self._t = 0

@@ -97,6 +97,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from fleetwise.envs import checked_action, checked_render_mode
 from fleetwise.errors import InputError
 from fleetwise.workload.readers import cached_servegen  # noqa: F401  (re-exported)
 from fleetwise.policies.scaler_features import (  # noqa: F401  (re-exported: the env's observation and action)
@@ -254,8 +255,6 @@ class AutoscalingEnv(gym.Env):
 
     def __init__(self, scenario=None, config: AutoscalingConfig | None = None, held_out: bool = False,
                  router=None, batcher=None, render_mode: str | None = None):
-        from fleetwise.envs import checked_render_mode
-
         self.render_mode = checked_render_mode(render_mode, "Autoscaling-v0")
         if config is not None and not isinstance(config, AutoscalingConfig):
             raise InputError(f"Autoscaling-v0: config {config!r:.60}: expected an AutoscalingConfig")
@@ -421,8 +420,6 @@ class AutoscalingEnv(gym.Env):
         return None if self._dp is None else self._dp.payload
 
     def step(self, action):
-        from fleetwise.envs import checked_action
-
         if self._dp is None:
             raise RuntimeError("call reset() before step()" if self.sim is None else "episode is over; call reset()")
         # an action outside the space is refused, naming it, as in Allocation-v0 and Torta-v0 (NaN was cast to a

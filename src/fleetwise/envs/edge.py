@@ -76,6 +76,7 @@ import numpy as np
 from gymnasium import spaces
 
 from fleetwise.control.controller import Controller
+from fleetwise.envs import checked_action, checked_render_mode
 from fleetwise.workload.request import Workload
 from fleetwise.worlds.edge import SPLITS, EdgeConfig, EdgeView, TrainMix, n_features, segment
 
@@ -90,8 +91,6 @@ class EdgeBatchingEnv(gym.Env):
 
     def __init__(self, config: EdgeConfig | None = None, held_out: bool | str = False, trace: Workload | None = None,
                  mix: TrainMix | None = None, load: float | None = None, render_mode: str | None = None):
-        from fleetwise.envs import checked_render_mode
-
         self.render_mode = checked_render_mode(render_mode, "EdgeBatching-v0")
         # the arguments' types, named (trace="x" and mix="x" were AttributeErrors at the first reset)
         for name, v, t in (("config", config, EdgeConfig), ("trace", trace, Workload), ("mix", mix, TrainMix)):
@@ -185,8 +184,6 @@ class EdgeBatchingEnv(gym.Env):
         sim = self.view.sim
         if self._lane is None:
             raise RuntimeError("episode is over; call reset()")
-        from fleetwise.envs import checked_action
-
         # an action outside the space is refused, naming it, as in the other environments (None, "abc", NaN, 1.7
         # and 99 ran the rule's action with a flag, which hid the caller's bug); a choice in the space that the
         # mask forbids runs the rule's choice instead (per dimension), flagged

@@ -59,6 +59,7 @@ import numpy as np
 from gymnasium import spaces
 
 from fleetwise.control.views import HOURS_PER_DAY
+from fleetwise.envs import checked_action, checked_render_mode
 from fleetwise.worlds.torta import (
     MEAN_TOKENS,
     SERVICE_EFFICIENCY,
@@ -99,7 +100,6 @@ class TortaEnv(gym.Env):
 
     def __init__(self, config: TortaConfig | None = None, held_out: bool = False, micro: str | None = None,
                  kind: str = "residual", lagrangian=None, objective: str = "cost", render_mode: str | None = None):
-        from fleetwise.envs import checked_render_mode
         from fleetwise.policies.planners import ResidualPlanner, make_micro
 
         self.render_mode = checked_render_mode(render_mode, "Torta-v0")
@@ -163,8 +163,6 @@ class TortaEnv(gym.Env):
         return self.day.observe().vector(self.cfg.temporal), {}
 
     def step(self, action):
-        from fleetwise.envs import checked_action
-
         day = self.day
         if day is None:
             raise RuntimeError("call reset() before step()")

@@ -102,9 +102,14 @@ def check_deltas(deltas, where: str = "deltas") -> tuple[int, ...]:
     return d
 
 
+def _no_change(deltas: Sequence[int]) -> int:
+    """The index of the change 0 (what a group missing from a short action gets); the middle one without a 0."""
+    return list(deltas).index(0) if 0 in deltas else len(deltas) // 2
+
+
 def centre_action(max_groups: int, deltas: Sequence[int]) -> np.ndarray:
     """The action that reproduces the rule: the index of the change 0 in every group."""
-    return np.full(max_groups, list(deltas).index(0), dtype=np.int64)
+    return np.full(max_groups, _no_change(deltas), dtype=np.int64)
 
 
 def residual_targets(obs, action: Sequence[int], deltas: Sequence[int], rule_targets: dict[str, int],
@@ -114,7 +119,7 @@ def residual_targets(obs, action: Sequence[int], deltas: Sequence[int], rule_tar
     available)]``, and then the safety rules of :func:`targets_from_action` restore what a change broke (on-demand
     floor, never zero replicas for a model with demand). All changes 0: the rule's targets, unchanged."""
     a = np.asarray(action, dtype=np.int64).reshape(-1)
-    mid = list(deltas).index(0) if 0 in deltas else len(deltas) // 2  # (short action: no change)
+    mid = _no_change(deltas)
     d = [deltas[min(max(int(a[i]) if i < len(a) else mid, 0), len(deltas) - 1)] for i in range(len(obs.groups))]
     if not any(d):
         return dict(rule_targets)
@@ -131,7 +136,7 @@ def targets_from_action(obs, action: Sequence[int], deltas: Sequence[int], on_de
     the missing ones), and its targets never add up to zero (one replica in its cheapest group that can have
     one), so requests are never held until the horizon."""
     a = np.asarray(action, dtype=np.int64).reshape(-1)
-    mid = list(deltas).index(0) if 0 in deltas else len(deltas) // 2  # (short action: no change)
+    mid = _no_change(deltas)
     d = [deltas[min(max(int(a[i]) if i < len(a) else mid, 0), len(deltas) - 1)] for i in range(len(obs.groups))]
     base = {g.key: max(0, int(g.ready)) + max(0, int(g.starting)) for g in obs.groups}
     return _targets(obs, base, d, on_demand_floor)
