@@ -23,7 +23,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     a = ap.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    from fleetwise.metrics.stats import bootstrap_ci, paired_change
+    from fleetwise.metrics.stats import mean_ci, paired_change
     from fleetwise.reproduce.platform import _one, _workloads, with_trace
     from fleetwise.scenario import SCENARIO_DIR, read_yaml
 
@@ -38,11 +38,11 @@ def main() -> None:
     by = {n: {r["seed"]: r for r in rows if r["label"] == n} for n in jobs}
     out = {"trace": a.trace, "load": a.load, "fit": lines, "requests": by["rl"][0]["requests"]}
     for n in jobs:
-        out[n] = {k: bootstrap_ci([by[n][s][k] for s in seeds]).mean for k in
+        out[n] = {k: mean_ci([by[n][s][k] for s in seeds]).mean for k in
                   ("slo_attainment", "cost_per_mtok_usd", "oscillations", "lost_requests")}
     ch = paired_change({s: by["slo_aware"][s]["cost_per_mtok_usd"] for s in seeds},
                        {s: by["rl"][s]["cost_per_mtok_usd"] for s in seeds})
-    d = bootstrap_ci([by["rl"][s]["slo_attainment"] - by["slo_aware"][s]["slo_attainment"] for s in seeds])
+    d = mean_ci([by["rl"][s]["slo_attainment"] - by["slo_aware"][s]["slo_attainment"] for s in seeds])
     out["rl_vs_slo_aware"] = {"cost_per_mtok_change": [ch.mean, ch.lo, ch.hi],
                               "slo_attainment_diff_points": [d.mean * 100, d.lo * 100, d.hi * 100]}
     out["per_seed"] = [{"seed": s, "cost_per_mtok_change": by["rl"][s]["cost_per_mtok_usd"]

@@ -78,7 +78,7 @@ def main() -> None:
         days = [d + 1 for d in parse_days(a.days)]  # (1-based, as given)
     except ValueError as e:
         ap.error(f"--days {e}")
-    from fleetwise.metrics.stats import bootstrap_ci, paired_change
+    from fleetwise.metrics.stats import mean_ci, paired_change
 
     names = ["slo_aware"] + (["rl"] if a.checkpoint else []) + [p for p in a.probe.split("|") if p]
     if len(names) == 1:
@@ -88,12 +88,12 @@ def main() -> None:
     by = {n: {d: r for m, d, r in rows if m == n} for n in names}
     out = {"days": days, "seed": a.seed}
     for n in names:
-        out[n] = {k: bootstrap_ci([by[n][d][k] for d in days]).mean for k in KEYS}
+        out[n] = {k: mean_ci([by[n][d][k] for d in days]).mean for k in KEYS}
     for n in names[1:]:
         ch = paired_change({d: by["slo_aware"][d]["cost_per_mtok_usd"] for d in days},
                            {d: by[n][d]["cost_per_mtok_usd"] for d in days})
-        da = bootstrap_ci([100 * (by[n][d]["slo_attainment"] - by["slo_aware"][d]["slo_attainment"]) for d in days])
-        do = bootstrap_ci([by[n][d]["oscillations"] - by["slo_aware"][d]["oscillations"] for d in days])
+        da = mean_ci([100 * (by[n][d]["slo_attainment"] - by["slo_aware"][d]["slo_attainment"]) for d in days])
+        do = mean_ci([by[n][d]["oscillations"] - by["slo_aware"][d]["oscillations"] for d in days])
         out[f"{n}_vs_slo_aware"] = {
             "cost_per_mtok_change_pct": [round(100 * v, 2) for v in (ch.mean, ch.lo, ch.hi)],
             "slo_attainment_diff_points": [round(v, 3) for v in (da.mean, da.lo, da.hi)],

@@ -45,7 +45,7 @@ def main() -> None:
     cks = dict(c.partition("=")[::2] for c in a.checkpoint)
     if any(not p for p in cks.values()):
         ap.error("--checkpoint: expected NAME=PATH")
-    from fleetwise.metrics.stats import bootstrap_ci, paired_change
+    from fleetwise.metrics.stats import mean_ci, paired_change
 
     seeds = list(range(a.seeds))
     names = {"slo_aware": None} | cks
@@ -58,7 +58,7 @@ def main() -> None:
     rule = {s: by[("slo_aware", s)] for s in seeds}
     for n in cks:
         ch = paired_change({s: rule[s]["cost_per_mtok_usd"] for s in seeds}, {s: by[(n, s)]["cost_per_mtok_usd"] for s in seeds})
-        da = bootstrap_ci([100 * (by[(n, s)]["slo_attainment"] - rule[s]["slo_attainment"]) for s in seeds])
+        da = mean_ci([100 * (by[(n, s)]["slo_attainment"] - rule[s]["slo_attainment"]) for s in seeds])
         oc = paired_change({s: rule[s]["oscillations"] for s in seeds}, {s: by[(n, s)]["oscillations"] for s in seeds})
         print(f"{n} vs slo_aware, day {a.day}, {len(seeds)} seeds: cost per M tokens {ch.mean:+.1%} [{ch.lo:+.1%}, "
               f"{ch.hi:+.1%}]; SLO attainment {da.mean:+.3f} [{da.lo:+.3f}, {da.hi:+.3f}] points; oscillations "

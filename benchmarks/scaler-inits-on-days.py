@@ -33,7 +33,7 @@ def main() -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from fleetwise.execution import run_tasks
     from fleetwise.learn import scaler_cem as S
-    from fleetwise.metrics.stats import bootstrap_ci, paired_change
+    from fleetwise.metrics.stats import mean_ci, paired_change
     from fleetwise.platform.windows import DAY
     from fleetwise.scenario import SCENARIO_DIR, read_yaml
 
@@ -70,8 +70,8 @@ def main() -> None:
         runs = flat[k * n:(k + 1) * n]
         ch = paired_change({d: r["cost_per_mtok_usd"] for d, r in zip(keys, rule)},
                            {d: r["cost_per_mtok_usd"] for d, r in zip(keys, runs)})
-        da = bootstrap_ci([100 * (r["slo_attainment"] - q["slo_attainment"]) for r, q in zip(runs, rule)])
-        do = bootstrap_ci([r["oscillations"] - q["oscillations"] for r, q in zip(runs, rule)])
+        da = mean_ci([100 * (r["slo_attainment"] - q["slo_attainment"]) for r, q in zip(runs, rule)])
+        do = mean_ci([r["oscillations"] - q["oscillations"] for r, q in zip(runs, rule)])
         out[name] = {
             "cost_per_mtok_change_pct": [round(100 * v, 2) for v in (ch.mean, ch.lo, ch.hi)],
             "slo_attainment_diff_points": [round(v, 3) for v in (da.mean, da.lo, da.hi)],

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from fleetwise.data import data_dir
-from fleetwise.metrics.stats import bootstrap_ci
+from fleetwise.metrics.stats import mean_ci
 from fleetwise.run import simulate
 from fleetwise.scenario import Scenario, load_scenario
 from fleetwise.workload.readers import read_azure
@@ -57,7 +57,7 @@ def main() -> None:
                 _, s = simulate(sc, seed)
                 for k in METRICS:
                     rows[name][k].append(float(s[k]))
-    out = {name: {k: (lambda c: [c.mean, c.lo, c.hi])(bootstrap_ci(v)) for k, v in m.items()}
+    out = {name: {k: (lambda c: [c.mean, c.lo, c.hi])(mean_ci(v)) for k, v in m.items()}
            for name, m in rows.items()}
     if a.json:
         print(json.dumps(out, indent=1))

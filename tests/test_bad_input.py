@@ -528,8 +528,8 @@ CASES = [
      ["devnull.npz' is not a regular file"]),  # ("not found")
     ("report-out-proc", "5", ["report", "--db", "store.duckdb", "--out", "/proc/fleetwise-report"], ["/proc"]),
     ("calibrate-out-sys", "5", ["perf", "calibrate", "--profile", "ok.yaml", "--out", "/sys/x.json"], ["/sys"]),
-    ("train-router-one-validation-run", "6", ["train", "router", "--out", "ck.npz", "--val-seeds", "1", "--rates",
-                                              "12"], ["--val-seeds 1", "at least 2 validation runs"]),
+    ("train-router-one-gate-run", "6", ["train", "router", "--out", "ck.npz", "--gate-seeds", "1", "--rates",
+                                        "12"], ["--gate-seeds 1", "at least 2 gate runs"]),
     ("train-card-path-a-folder", "5", ["train", "router", "--out", "ckdir.npz"], ["ckdir.card.json", "folder"]),
     ("train-scaler-val-days-huge", "6", ["train", "scaler", "--out", "x.npz", "--val-days", "7-99999999999"],
      ["--val-days", "99999999999 is not one"]),

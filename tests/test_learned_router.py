@@ -48,12 +48,14 @@ def test_a_bad_checkpoint_is_one_line(tmp_path):
 
 
 def test_training_runs_the_recipe_and_writes_a_gated_checkpoint(tmp_path):
-    cfg = RouterTrainConfig(rates=[18.0], requests=200, train_seeds=1, val_seeds=2, iterations=2, population=3,
-                            elite=1)
+    cfg = RouterTrainConfig(rates=[18.0], requests=200, train_seeds=1, val_seeds=1, gate_seeds=3, iterations=2,
+                            population=3, elite=1)
     res = train_router(cfg, out=tmp_path / "r.npz")
     assert [row["iteration"] for row in res["curve"]] == [1, 2]
     assert all("lambda" in row for row in res["curve"])
-    assert res["gate"]["windows"] == 2 and isinstance(res["gate"]["passed"], bool)
+    # the gate's windows are its own: seeds 3000+, not the validation seeds that chose the parameters
+    assert res["gate"]["windows"] == 3 and isinstance(res["gate"]["passed"], bool)
+    assert "seeds 3000+" in res["gate"]["windows_detail"]
     r = make("router", "learned", {"checkpoint": str(tmp_path / "r.npz")})
     assert r.card.validation["passed"] == res["gate"]["passed"]
     card = json.loads((tmp_path / "r.card.json").read_text())
@@ -68,7 +70,7 @@ def test_a_config_the_search_cannot_run_is_refused():
     NaN; seed=-1 failed in numpy."""
     for kw, needle in ((dict(sigma=float("nan")), "sigma"), (dict(rates=[]), "rates"), (dict(val_seeds=0), "val_seeds"),
                        (dict(seed=-1), "seed"), (dict(elite=8), "elite"),
-                       (dict(rates=[18.0], val_seeds=1), "2 validation runs")):
+                       (dict(gate_seeds=0), "gate_seeds"), (dict(rates=[18.0], gate_seeds=1), "2 gate runs")):
         with pytest.raises(ValueError, match=needle):
             RouterTrainConfig(**kw)
 

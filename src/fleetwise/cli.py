@@ -394,18 +394,25 @@ def write_records(path: Path, cols: dict) -> None:
 SUMMARY_METRICS = [k for k, *_ in TABLE_KEYS]
 
 
-def _change_cell(ci) -> str:
-    """A paired relative change with its 95% CI: ``-20.3% [-31.6, -11.3]`` (the bounds in percent too)."""
+def _change_cell(ci, seeds: int | None = None) -> str:
+    """A paired relative change with its 95% CI: ``-20.3% [-31.6, -11.3]`` (the bounds in percent too), and
+    ``(n=2)`` when fewer pairs than ``seeds`` had a value (a missing or NaN metric, a zero baseline)."""
     if ci is None or math.isnan(ci.mean):
         return "-"
+    few = f" (n={ci.n})" if seeds is not None and ci.n < seeds else ""
     if math.isnan(ci.lo):
-        return f"{ci.mean:+.1%}"
-    return f"{ci.mean:+.1%} [{ci.lo * 100:+.1f}, {ci.hi * 100:+.1f}]"
+        return f"{ci.mean:+.1%}{few}"
+    return f"{ci.mean:+.1%} [{_pct(ci.lo)}, {_pct(ci.hi)}]{few}"
+
+
+def _pct(x: float) -> str:
+    """A bound in percent: one decimal, none from 100 on (a two-seed interval's bounds can be hundreds)."""
+    return f"{x * 100:+.1f}" if abs(x) < 1.0 else f"{x * 100:+.0f}"
 
 
 def _summary_tables(rows: list[dict], title: str, baseline: str | None = None, order: list[str] | None = None,
                     wide: bool = False) -> list[Table]:
-    """One table per scenario and grid point: mean ± 95% bootstrap CI over seeds, and the paired change vs the
+    """One table per scenario and grid point: mean ± 95% t interval over seeds, and the paired change vs the
     baseline's TTFT p99 and goodput. Without ``wide``, the main columns only (the HTML report has them all)."""
     from collections import defaultdict
 
@@ -439,9 +446,11 @@ def _summary_tables(rows: list[dict], title: str, baseline: str | None = None, o
                 cell = fmt.format(ci.mean * scale)
                 if not math.isnan(ci.lo) and key != "completed":
                     cell += " ± " + fmt.format(ci.half * scale)
+                if ci.n < r["seeds"]:  # seeds whose metric is missing or NaN (e.g. no request ended)
+                    cell += f" (n={ci.n})"
                 row.append(cell)
             if baseline:
-                row += [_change_cell(r["vs_baseline"].get(key)) for key, _ in CHANGE_KEYS]
+                row += [_change_cell(r["vs_baseline"].get(key), r["seeds"]) for key, _ in CHANGE_KEYS]
             t.add_row(*row)
         tables.append(t)
     return tables
@@ -1185,7 +1194,10 @@ def train_router_cmd(
     population: int = typer.Option(8, min=2, max=1000, help="parameter vectors tried per iteration"),
     elite: int = typer.Option(3, min=1, max=999, help="the best of them the next iteration is fitted to"),
     train_seeds: int = typer.Option(2, min=1, max=MAX_SEEDS, help="training seeds per rate (1000, 1001, ...)"),
-    val_seeds: int = typer.Option(4, min=1, max=MAX_SEEDS, help="validation seeds per rate (2000, 2001, ...)"),
+    val_seeds: int = typer.Option(4, min=1, max=MAX_SEEDS, help="validation seeds per rate (2000, 2001, ...): "
+                                  "choose the parameters kept"),
+    gate_seeds: int = typer.Option(4, min=1, max=MAX_SEEDS, help="gate seeds per rate (3000, 3001, ...): the "
+                                   "gate's own windows"),
     seed: int = typer.Option(0, min=0, max=MAX_TRAIN_SEED, help="the search's seed"),
     db: Optional[str] = typer.Option(None, "--db", help="also store the learning curve in this results store "
                                      "(`fleetwise report --db` draws it)"),
@@ -1193,7 +1205,7 @@ def train_router_cmd(
 ) -> None:
     """The learned router: least outstanding tokens with a learned correction, found by the cross-entropy method
     on training seeds (mean E2E latency, TTFT P99 within 2% of the rule's as a constraint), kept by validation,
-    gated against the rule (the gate's result goes into the model card)."""
+    gated against the rule on seeds of its own (the gate's result goes into the model card)."""
     from fleetwise.control.checkpoint import card_path
     from fleetwise.experiments.store import check_writable_file
     from fleetwise.learn.router import RouterTrainConfig, train_router
@@ -1225,13 +1237,13 @@ def train_router_cmd(
         resolve_trace(trace)  # a missing file fails here, with its name
     if elite >= population:
         raise InputError(f"--elite {elite}: expected fewer than --population {population}")
-    if val_seeds * len(rate_list) < 2:
-        raise InputError(f"--val-seeds {val_seeds}: the gate's 95% interval needs at least 2 validation runs "
-                         f"(--val-seeds x rates; {len(rate_list)} rate given)")
+    if gate_seeds * len(rate_list) < 2:
+        raise InputError(f"--gate-seeds {gate_seeds}: the gate's 95% interval needs at least 2 gate runs "
+                         f"(--gate-seeds x rates; {len(rate_list)} rate given)")
     try:
         cfg = RouterTrainConfig(scenario=scenario, rates=rate_list, trace=trace, requests=requests,
                                 iterations=iterations, population=population, elite=elite, train_seeds=train_seeds,
-                                val_seeds=val_seeds, seed=seed)
+                                val_seeds=val_seeds, gate_seeds=gate_seeds, seed=seed)
     except ValueError as e:
         raise InputError(str(e)) from None
     load_scenario(scenario)  # a bad name or file fails before any run
@@ -1269,7 +1281,7 @@ def train_router_cmd(
                   f"{row['val_ttft_p99_ratio'] - 1:+.2%}", f"{row['lambda']:.3g}")
     print_tables(t, False)
     lo, hi = g["ci95"]
-    console.print(f"gate ({g['windows']} validation runs, mean E2E latency against {g['rule']}): "
+    console.print(f"gate ({g['windows']} runs on gate seeds 3000+, mean E2E latency against {g['rule']}): "
                   f"{g['change']:+.2%} [{lo:+.2%}, {hi:+.2%}], TTFT P99 ratio {g['ttft_p99_ratio']:.3f}: "
                   f"{'passed' if g['passed'] else 'NOT passed (serve refuses it without --force)'}; "
                   f"checkpoint {res['checkpoint']}", highlight=False, soft_wrap=True)

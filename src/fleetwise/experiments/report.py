@@ -3,7 +3,7 @@ CSS, no script, no external reference: it opens offline) and one PNG file per pl
 
 Sections, each grouped by experiment (and inside by scenario and grid point):
 
-1. summary tables: mean ± 95% bootstrap CI over seeds of the key metrics (``stats.aggregate``), the paired
+1. summary tables: mean ± 95% t interval over seeds of the key metrics (``stats.aggregate``), the paired
    change against the baseline policy, ok/failed run counts and the failed runs' errors;
 2. latency CDFs (TTFT and E2E) from the ``quantiles`` table, the quantile curves averaged over seeds;
 3. metric-vs-load curves for every numeric grid parameter, with 95% CI bands;
@@ -84,7 +84,7 @@ MAX_CDF_ROWS = 8
 MAX_CHANGE_ROWS = 40  # policies x grid points in the paired-change plot
 MAX_CHANGE_METRICS = 4
 CHANGE_HEADLINE = ("ttft_p99_s", "e2e_p99_s", "goodput_rps", "cost_per_mtok_usd")
-MIN_SEEDS_COLOUR = 3  # a bootstrap over two seeds is just their range: not coloured as a finding
+MIN_SEEDS_COLOUR = 3  # two seeds: rests on one difference of two runs (its t interval is 12.7 standard errors wide)
 MANIFEST = "report-manifest.json"
 # figure margins in inches: left (tick labels + y label), right, top (figure title + axes title),
 # bottom (tick labels + x label), and between axes
@@ -478,7 +478,7 @@ def _summary_html(ex: _Experiment) -> str:
              f'{_plural(sum(len(v) for v in ex.points.values()), "(scenario, grid point) combination")}.</p>']
     if ex.baseline:
         level, bname = next(iter(ex.baseline.items()))
-        parts.append(f'<p class="note">Cells: mean <span class="pm">± half-width of the 95% bootstrap CI over seeds'
+        parts.append(f'<p class="note">Cells: mean <span class="pm">± half-width of the 95% t interval over seeds'
                      f'</span> (hover a cell for the interval). Second line: paired change against the baseline '
                      f'{_esc(level)} <b>{_esc(bname)}</b> (same seed, scenario and grid point) in %, '
                      f'with its 95% CI [low, high]; <span class="good">green</span> = better, '
@@ -486,7 +486,7 @@ def _summary_html(ex: _Experiment) -> str:
                      f'coloured only where the interval excludes 0 '
                      f'and at least {MIN_SEEDS_COLOUR} seeds are paired.</p>')
     else:
-        parts.append('<p class="note">Cells: mean <span class="pm">± half-width of the 95% bootstrap CI over seeds'
+        parts.append('<p class="note">Cells: mean <span class="pm">± half-width of the 95% t interval over seeds'
                      '</span> (hover a cell for the interval). No baseline policy (no router named '
                      f'<code>{DEFAULT_BASELINE_ROUTER}</code> in every group), so no paired changes.</p>')
     fails = defaultdict(int)
@@ -542,8 +542,7 @@ def _summary_html(ex: _Experiment) -> str:
                             cls = " good" if chg.mean * better > 0 else " bad"
                         ctxt = f"{chg.mean * 100:+.1f}%"
                         ctitle = f"change vs baseline {ctxt}"
-                        if not _nan(chg.lo):  # (the bootstrap interval of a change is often lopsided: its bounds,
-                            # as the command line prints them, not a half-width that read as a symmetric one)
+                        if not _nan(chg.lo):  # (its bounds, as the command line prints them)
                             ctxt += f" [{chg.lo * 100:+.1f}, {chg.hi * 100:+.1f}]"
                             ctitle += f", 95% CI [{chg.lo * 100:+.1f}%, {chg.hi * 100:+.1f}%]"
                         txt += (f'<br><span class="chg{cls}" title="{_esc(ctitle)}">'
@@ -624,7 +623,7 @@ def _changes_html(ex: _Experiment, plots: _Plots) -> str:
         parts.append(plots.html(
             fig, f"changes-{ex.slug}-{s}", f"Paired changes against the baseline for scenario {s} of {ex.name}",
             f"Scenario {s}: each row a policy at a grid point, its change against the baseline at the same seed, "
-            f"scenario and grid point (mean over seeds, bars: 95% bootstrap CI; filled where the interval excludes 0 "
+            f"scenario and grid point (mean over seeds, bars: 95% t interval; filled where the interval excludes 0 "
             f"over at least {MIN_SEEDS_COLOUR} seeds)" + (f"; the first {len(rows)} of {n_all} rows" if n_all > len(rows)
                                                           else "") + "." + _few_seeds(ex, s)))
     return "".join(parts)

@@ -8,7 +8,7 @@
   loads: ``{"name": "rl", "checkpoint": "path.npz"}``.
 - ``evaluate(policies, seeds)``: every policy through ``fleetwise.run.run_platform`` on the same held-out
   scenarios (ServeGen windows from the last 20% of the trace), one per seed, plus the environment's episode
-  return (the RL objective) from the same run driven through the env; mean and 95% bootstrap CI over seeds.
+  return (the RL objective) from the same run driven through the env; mean and 95% t interval over seeds.
 
 Command line (docs/autoscaling.md, "RL scaler")::
 
@@ -357,14 +357,14 @@ def evaluate(policies: dict[str, Any], seeds: Sequence[int], held_out: bool = Tr
 
 
 def summarize(rows: dict[str, list[dict]]) -> dict[str, dict]:
-    """Per policy and metric: mean and 95% bootstrap CI over seeds (fleetwise.metrics.stats)."""
-    from fleetwise.metrics.stats import bootstrap_ci
+    """Per policy and metric: mean and 95% t interval over seeds (fleetwise.metrics.stats)."""
+    from fleetwise.metrics.stats import mean_ci
 
     out: dict[str, dict] = {}
     for name, rs in rows.items():
         d: dict[str, Any] = {"seeds": len(rs)}
         for k in METRICS:
-            ci = bootstrap_ci([r[k] for r in rs if k in r])
+            ci = mean_ci([r[k] for r in rs if k in r])
             d[k] = {"mean": ci.mean, "lo": ci.lo, "hi": ci.hi}
         out[name] = d
     return out
@@ -372,8 +372,8 @@ def summarize(rows: dict[str, list[dict]]) -> dict[str, dict]:
 
 def paired(rows: dict[str, list[dict]], policy: str = "rl") -> dict[str, dict]:
     """``policy`` against every other, paired by seed: the difference in SLO attainment (points of the
-    fraction) and the relative change in cost per million tokens, mean and 95% bootstrap CI."""
-    from fleetwise.metrics.stats import bootstrap_ci, paired_change
+    fraction) and the relative change in cost per million tokens, mean and 95% t interval."""
+    from fleetwise.metrics.stats import mean_ci, paired_change
 
     mine = {r["seed"]: r for r in rows.get(policy, [])}
     out: dict[str, dict] = {}
@@ -381,7 +381,7 @@ def paired(rows: dict[str, list[dict]], policy: str = "rl") -> dict[str, dict]:
         if name == policy:
             continue
         base = {r["seed"]: r for r in rs if r["seed"] in mine}
-        d = bootstrap_ci([mine[k]["slo_attainment"] - b["slo_attainment"] for k, b in base.items()])
+        d = mean_ci([mine[k]["slo_attainment"] - b["slo_attainment"] for k, b in base.items()])
         c = paired_change({k: b["cost_per_mtok_usd"] for k, b in base.items()},
                           {k: mine[k]["cost_per_mtok_usd"] for k in base})
         out[name] = {"slo_attainment_diff": [d.mean, d.lo, d.hi], "cost_per_mtok_change": [c.mean, c.lo, c.hi]}

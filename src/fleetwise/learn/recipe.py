@@ -270,7 +270,7 @@ class CEM:
 def gate(policy: dict[Any, float], rule: dict[Any, float], *, lower_is_better: bool = True,
          margin: float = 0.0, constraint_ok: bool = True) -> dict[str, Any]:
     """The deployment gate on paired validation windows (keys: window ids): the policy's mean relative change
-    against its rule on the primary metric, with its 95% bootstrap interval. It passes when the policy beat the
+    against its rule on the primary metric, with its 95% t interval (n - 1 degrees of freedom). It passes when the policy beat the
     rule — the interval's bound on the bad side is below ``margin`` (0: the whole interval is a gain) — and the
     service-level constraint held on those windows (``constraint_ok``)."""
     from fleetwise.errors import InputError
@@ -390,8 +390,8 @@ def trained_by(out, level: str, key: str, n_params: int | None):
 
 
 def mean_ci(values: Iterable[float]) -> tuple[float, float, float]:
-    """(mean, lo, hi) with a 95% bootstrap interval (``fleetwise.metrics.stats``)."""
-    from fleetwise.metrics.stats import bootstrap_ci
+    """(mean, lo, hi) with a 95% t interval (``fleetwise.metrics.stats``)."""
+    from fleetwise.metrics.stats import mean_ci as ci95
 
-    ci = bootstrap_ci(list(values))
+    ci = ci95(list(values))
     return ci.mean, ci.lo, ci.hi

@@ -366,10 +366,10 @@ def gate_constraint(runs: list[dict], rule: list[dict], gate_slack: float) -> tu
     issue's bar is: the 95% interval's lower bound of the paired difference (its mean with one window). The mean
     alone let a checkpoint at the bar pass (docs/autoscaling-log.md, "A lift on a low need"). Returns (held,
     the attainment difference's CI)."""
-    from fleetwise.metrics.stats import bootstrap_ci
+    from fleetwise.metrics.stats import mean_ci
 
     c = compare_runs(runs, rule)
-    aci = bootstrap_ci([r["slo_attainment"] - q["slo_attainment"] for r, q in zip(runs, rule)])
+    aci = mean_ci([r["slo_attainment"] - q["slo_attainment"] for r, q in zip(runs, rule)])
     lo = aci.lo if math.isfinite(aci.lo) else aci.mean
     return bool(lo >= -gate_slack and c["oscillations_added"] <= 0 and c["lost"] == 0), aci
 

@@ -3,7 +3,7 @@
 Protocol: PlanetLab VM-days (real CPU traces). Training: the first ``train_vms`` VMs (by name) of the first
 ``train_days`` days. Evaluation: other VMs (held out: names after the training ones) on the remaining days, or
 the user's traces (``--eval-trace``). Per seed every learner is trained from scratch; labels are the one-step
-oracle's action in each visited state; metrics per seed, then mean and bootstrap 95% CI over seeds.
+oracle's action in each visited state; metrics per seed, then mean and 95% t interval over seeds.
 """
 
 from __future__ import annotations
@@ -116,9 +116,9 @@ def _split(proto: Protocol) -> tuple[list[np.ndarray], list[np.ndarray], dict[st
 
 
 def _ci(values: Sequence[float]) -> tuple[float, list[float]]:
-    from fleetwise.metrics.stats import bootstrap_ci
+    from fleetwise.metrics.stats import mean_ci
 
-    c = bootstrap_ci(values)
+    c = mean_ci(values)
     return c.mean, [c.lo, c.hi]
 
 

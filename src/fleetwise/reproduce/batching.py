@@ -8,7 +8,7 @@ traces fitted to the edge at several loads) drawn from the first 60% of each tra
 deadline attainment as a constraint (a Lagrange multiplier); the checkpoint is chosen on validation segments (60-70%)
 and gated against the rule there (``recipe.gate``, written into its model card). Every policy is then evaluated
 on the same held-out segments (the last 30%), one per seed: requests completed within their deadline per
-second (the paper's objective), goodput, TTFT/E2E P99 (mean and 95% bootstrap CI over seeds), the paired change of
+second (the paper's objective), goodput, TTFT/E2E P99 (mean and 95% t interval over seeds), the paired change of
 each learned policy against the best baseline, and a sweep across batch-size limits. Training jobs (variants x
 training seeds) run on the sweep backends (``recipe.run_jobs``).
 """

@@ -105,12 +105,12 @@ def progress(enabled: bool = True, counts: bool = False):
 
 
 def summarize_rows(rows: list[dict], metrics: Iterable[str]) -> dict:
-    """Per metric the mean over seeds and its 95% bootstrap interval (``<metric>_ci95``), plus ``seeds``."""
-    from fleetwise.metrics.stats import bootstrap_ci
+    """Per metric the mean over seeds and its 95% t interval (``<metric>_ci95``), plus ``seeds``."""
+    from fleetwise.metrics.stats import mean_ci
 
     out: dict = {}
     for k in metrics:
-        ci = bootstrap_ci([r[k] for r in rows])
+        ci = mean_ci([r[k] for r in rows])
         out[k] = ci.mean
         out[f"{k}_ci95"] = [ci.lo, ci.hi]
     out["seeds"] = len(rows)

@@ -7,7 +7,7 @@ at it, per-class SLO attainment as a Lagrangian constraint); choose its checkpoi
 against the best rule there and gate it (the model card beside the checkpoint); evaluate every policy on the same
 held-out segments (the last 30%), one segment per seed; report P50/P99 latency (TTFT as the user sees it, network
 included), throughput, GPU utilization, cost (USD and per million tokens), SLO attainment and mean model quality,
-mean and 95% bootstrap CI over seeds, and the paired change of each policy against the flat-MARL baseline (the
+mean and 95% t interval over seeds, and the paired change of each policy against the flat-MARL baseline (the
 paper's comparison) and against the best rule by cost among those meeting the SLO target (issue 18).
 """
 

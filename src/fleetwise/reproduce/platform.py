@@ -190,19 +190,19 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
             result[name][f"vs_hpa_{k}_change"] = ch.mean
             result[name][f"vs_hpa_{k}_change_ci95"] = [ch.lo, ch.hi]
         d = [b["slo_attainment"] - a["slo_attainment"] for a, b in zip(rows[ref], rs)]
-        from fleetwise.metrics.stats import bootstrap_ci
+        from fleetwise.metrics.stats import mean_ci
 
-        ci = bootstrap_ci(d)
+        ci = mean_ci(d)
         result[name]["vs_hpa_slo_attainment_diff"] = ci.mean
         result[name]["vs_hpa_slo_attainment_diff_ci95"] = [ci.lo, ci.hi]
     if "rl" in rows and "slo_aware" in rows:  # the learned scaler against the rule it contains, paired by seed
-        from fleetwise.metrics.stats import bootstrap_ci
+        from fleetwise.metrics.stats import mean_ci
 
         for k in ("cost_per_mtok_usd", "oscillations"):
             ch = paired_change({r["seed"]: r[k] for r in rows["slo_aware"]}, {r["seed"]: r[k] for r in rows["rl"]})
             result["rl"][f"vs_slo_aware_{k}_change"] = ch.mean
             result["rl"][f"vs_slo_aware_{k}_change_ci95"] = [ch.lo, ch.hi]
-        ci = bootstrap_ci([b["slo_attainment"] - a["slo_attainment"] for a, b in zip(rows["slo_aware"], rows["rl"])])
+        ci = mean_ci([b["slo_attainment"] - a["slo_attainment"] for a, b in zip(rows["slo_aware"], rows["rl"])])
         result["rl"]["vs_slo_aware_slo_attainment_diff"] = ci.mean
         result["rl"]["vs_slo_aware_slo_attainment_diff_ci95"] = [ci.lo, ci.hi]
     named = _best({k: v for k, v in rows.items() if "+" not in k})

@@ -6,7 +6,7 @@ the ablation, named ``reactive_ppo`` whichever the learner), training seeds 0..K
 the length traces and ServeGen days), with the CEM learner (``fleetwise.learn.torta_cem``, the default) or PPO
 (``fleetwise.learn.torta``, the paper's; ``learner="ppo"``);
 evaluate every policy on the same held-out days (one day per seed); report mean / P95 / P99 response time, load
-CV, cost, switches and migrations (mean and 95% bootstrap CI over days, and over training seeds for the RL
+CV, cost, switches and migrations (mean and 95% t interval over days, and over training seeds for the RL
 policies), and TORTA's paired change against the best baseline per metric and against the reactive PPO.
 Trained agents are saved under ``<results>/torta/checkpoints`` as the fleetwise checkpoint ``.npz`` +
 ``.card.json`` that ``fleetwise serve --checkpoint`` loads (evaluated here too), and for PPO also SB3's ``.zip``
