@@ -80,13 +80,13 @@ def test_graph_marl_eval_trace_fits_the_starting_fleet(data_dir, tmp_path):
     assert res["_meta"]["load"] == 0.7
     for name in ("graph_marl", "flat_marl", "ippo"):  # one row per (training seed, segment); each seed's gate
         r = res[name]
-        assert r["seeds"] == 4 and r["train_seeds"] == 2
+        assert r["seeds"] == 2 and r["train_seeds"] == 2  # intervals over the 2 segments, training seeds averaged
         assert [o["train_seed"] for o in r["by_train_seed"]] == [0, 1]
         assert r["gate"]["train_seeds"] == 2 and "vs_best_rule_cost_usd_change" in r["by_train_seed"][1]
         assert "fallback_vs_best_rule_cost_usd_change" in r["by_train_seed"][0]
         assert "vs_rule_latency_p99_s_change" in r and "fallback_vs_rule_latency_p99_s_change" in r["by_train_seed"][1]
         g = res[name + "+fallback"]  # the same checkpoints behind the run-time monitor
-        assert g["seeds"] == 4 and 0 <= g["rule_epochs_per_segment"] <= 2 and "vs_best_rule_latency_p99_s_change" in g
+        assert g["seeds"] == 2 and 0 <= g["rule_epochs_per_segment"] <= 2 and "vs_best_rule_latency_p99_s_change" in g
 
 
 def test_allocation_eval_trace_bitbrains_layout_at_load(data_dir, tmp_path):

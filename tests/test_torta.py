@@ -249,7 +249,8 @@ def test_reproduce_torta_tiny_run_with_two_training_seeds(tmp_path):
     for name, row in res.items():
         for k in ("response_time_mean_s", "response_time_p99_s", "load_cv", "cost_usd", "switches"):
             assert np.isfinite(row[k]) and len(row[f"{k}_ci95"]) == 2, (name, k)
-    assert res["torta"]["seeds"] == 2 and res["least_loaded"]["seeds"] == 1
+    # one day: a trained policy's training seeds are averaged on each day (the interval is over days)
+    assert res["torta"]["seeds"] == 1 and res["least_loaded"]["seeds"] == 1
     assert len(res["torta"]["response_time_mean_s_by_train_seed"]) == 2
     ch = res["torta"]["changes"]
     assert len(ch["vs_reactive_ppo_response_time"]["by_train_seed"]) == 2

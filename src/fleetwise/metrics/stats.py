@@ -77,6 +77,20 @@ def paired_change(base: dict, other: dict, **kw) -> CI:
     return mean_ci(rel, **kw)
 
 
+def _seed_means(members: Sequence[dict], metrics: Sequence[str]) -> dict:
+    """{seed: {metric: the mean over that seed's runs}} (several runs of a seed: one per training seed)."""
+    by: dict = defaultdict(list)
+    for r in members:
+        by[r["seed"]].append(r)
+    out = {}
+    for seed, rs in by.items():
+        out[seed] = {}
+        for m in metrics:
+            x = _finite(r.get(m) for r in rs)
+            out[seed][m] = float(x.mean()) if len(x) else math.nan
+    return out
+
+
 def group_key(run: dict) -> tuple:
     return (run["scenario"], json.dumps(run["params"], sort_keys=True), run["batcher_label"], run["router_label"])
 
@@ -92,8 +106,9 @@ def aggregate(runs: Sequence[dict], metrics: Sequence[str], baseline: dict[str, 
     for key, members in groups.items():
         row = {"scenario": key[0], "params": members[0]["params"], "batcher": key[2], "router": key[3],
                "seeds": len(members), "ci": {}, "vs_baseline": {}}
+        per_seed = _seed_means(members, metrics)  # (a learned policy's training seeds averaged on each seed)
         for m in metrics:
-            row["ci"][m] = mean_ci([r.get(m) for r in members])
+            row["ci"][m] = mean_ci(v[m] for v in per_seed.values())
         if baseline:
             level, name = next(iter(baseline.items()))
             bkey = list(key)
@@ -105,12 +120,12 @@ def aggregate(runs: Sequence[dict], metrics: Sequence[str], baseline: dict[str, 
                                      sort_keys=True)
             bkey = tuple(bkey)
             if bkey != key and bkey in groups:
-                base = {r["seed"]: r for r in groups[bkey]}
-                # paired by seed; a learned policy's rows of several training seeds each pair with the rule's row
-                # of their seed (the training seed a metric column, as reproduce graph-marl stores it)
-                mine = {(r["seed"], r.get("train_seed")): r for r in members if r["seed"] in base}
+                # paired by seed; a learned policy's rows of several training seeds (the training seed a metric
+                # column, as reproduce graph-marl stores it) give each seed their mean: rows of one seed are not
+                # independent samples
+                base = _seed_means(groups[bkey], metrics)
                 for m in metrics:
-                    row["vs_baseline"][m] = paired_change({k: base[k[0]].get(m) for k in mine},
-                                                          {k: r.get(m) for k, r in mine.items()})
+                    row["vs_baseline"][m] = paired_change({k: v[m] for k, v in base.items()},
+                                                          {k: v[m] for k, v in per_seed.items()})
         out.append(row)
     return out

@@ -107,9 +107,10 @@ def _default_budget(quick: bool) -> dict:
 
 
 def _summ(rows: list[dict]) -> dict:
-    from fleetwise.reproduce.common import summarize_rows
+    from fleetwise.reproduce.common import pooled_rows, summarize_rows
 
-    out = summarize_rows(rows, METRICS)
+    out = summarize_rows(pooled_rows(rows, METRICS), METRICS)  # (over segments: a learned policy's training seeds
+    # averaged on each, ``unit_means``)
     out["dropped_per_segment"] = float(np.mean([r["dropped"] for r in rows]))
     out["dropped_share"] = float(sum(r["dropped"] for r in rows) / max(1, sum(r["requests"] for r in rows)))
     if rows and "rule_epochs" in rows[0]:  # behind the run-time monitor: epochs per segment the rule decided
@@ -288,18 +289,12 @@ def _eval_job(job: dict) -> list[dict]:
 
 
 def _paired(base_rows: list[dict], rows: list[dict], k: str) -> tuple[dict, dict]:
-    """Metric ``k`` of two policies' rows keyed for ``paired_change``: by (training seed, segment) where a row has
-    a training seed; a policy without training seeds (a rule) pairs each segment with every training seed's
-    row of that segment."""
-    def keyed(rs):
-        return {(r.get("train_seed"), r["seed"]): r[k] for r in rs}
+    """Metric ``k`` of two policies' rows keyed for ``paired_change`` by segment: a policy with several training
+    seeds gives each segment the mean of its trained policies there (``common.unit_means``; rows of one segment
+    are not independent samples, so the interval is over segments), a rule its one value."""
+    from fleetwise.reproduce.common import unit_means
 
-    b, p = keyed(base_rows), keyed(rows)
-    if all(t is None for t, _ in b) and any(t is not None for t, _ in p):
-        b = {(t, s): b[(None, s)] for t, s in p}
-    elif all(t is None for t, _ in p) and any(t is not None for t, _ in b):
-        p = {(t, s): p[(None, s)] for t, s in b}
-    return b, p
+    return unit_means(base_rows, k), unit_means(rows, k)
 
 
 def _plot_tradeoff(result: dict, path: Path) -> None:

@@ -53,9 +53,10 @@ KEEP_DAY = ("torta", "nearest", "least_loaded")  # whose first day is drawn over
 
 
 def _summ(rows: list[dict]) -> dict:
-    from fleetwise.reproduce.common import summarize_rows
+    from fleetwise.reproduce.common import pooled_rows, summarize_rows
 
-    out = summarize_rows(rows, METRICS)
+    out = summarize_rows(pooled_rows(rows, METRICS), METRICS)  # (over days: a learned policy's training seeds
+    # averaged on each, ``unit_means``)
     out["rejected_share"] = float(sum(r["rejected"] for r in rows) / max(1, sum(r["requests"] for r in rows)))
     # slots whose plan a trained planner's guard handed to the rule (ResidualPlanner.long_share_max)
     out["guarded_slot_share"] = float(sum(r.get("guarded_slots", 0) for r in rows)
@@ -195,10 +196,12 @@ def _gate_text(g: dict) -> str:
 
 def _changes(rows: dict, train_seeds: int) -> dict:
     """TORTA's paired changes (lower is better for each metric): against the best baseline per metric (among
-    the baselines that left at most ``MAX_UNSERVED`` of the requests unserved), keyed by
-    (training seed, day) with the baseline's value of that day; against the reactive PPO by (training seed, day)
-    too, plus the mean change of each training seed on its own."""
+    the baselines that left at most ``MAX_UNSERVED`` of the requests unserved), paired by day, a trained policy's
+    value of a day being the mean of its training seeds' (``common.unit_means``: rows of one day are not
+    independent samples, so the interval is over days); against the reactive PPO too, plus the mean change of
+    each training seed on its own."""
     from fleetwise.metrics.stats import paired_change
+    from fleetwise.reproduce.common import unit_means
 
     def by_key(rs, m):
         return {(r.get("train_seed", 0), r["seed"]): r[m] for r in rs}
@@ -210,11 +213,7 @@ def _changes(rows: dict, train_seeds: int) -> dict:
                 <= MAX_UNSERVED]
     for metric in ("response_time_mean_s", "load_cv", "cost_usd"):
         best = min(complete or list(BASELINES), key=lambda b: np.mean([r[metric] for r in rows[b]]))
-        if best in USES_AGENT:
-            base = by_key(rows[best], metric)
-        else:
-            base = {(k, r["seed"]): r[metric] for k in ks for r in rows[best]}
-        ch = paired_change(base, by_key(rows["torta"], metric))
+        ch = paired_change(unit_means(rows[best], metric), unit_means(rows["torta"], metric))
         # every baseline left requests unserved: the least bad one, named as such (no "best" on such a run)
         vs = best if complete else f"{best} (every baseline left > {MAX_UNSERVED:.1%} unserved: no best)"
         out[metric] = {"vs": vs, "change": ch.mean, "ci95": [ch.lo, ch.hi]}
@@ -223,12 +222,11 @@ def _changes(rows: dict, train_seeds: int) -> dict:
     for rule in RULES:
         out[f"vs_{rule}"] = {}
         for metric in ("response_time_mean_s", "load_cv", "cost_usd"):
-            base = {(k, r["seed"]): r[metric] for k in ks for r in rows[rule]}
-            ch = paired_change(base, by_key(rows["torta"], metric))
+            ch = paired_change(unit_means(rows[rule], metric), unit_means(rows["torta"], metric))
             out[f"vs_{rule}"][metric] = {"change": ch.mean, "ci95": [ch.lo, ch.hi]}
     m = "response_time_mean_s"
+    ch = paired_change(unit_means(rows["reactive_ppo"], m), unit_means(rows["torta"], m))
     base, other = by_key(rows["reactive_ppo"], m), by_key(rows["torta"], m)
-    ch = paired_change(base, other)
     per_seed = [paired_change({d: v for (k, d), v in base.items() if k == s},
                               {d: v for (k, d), v in other.items() if k == s}).mean for s in ks]
     out["vs_reactive_ppo_response_time"] = {"vs": "reactive_ppo", "change": ch.mean, "ci95": [ch.lo, ch.hi],
