@@ -137,7 +137,7 @@ def require_gate(card: ModelCard | None, where: str, force: bool = False) -> Non
             what += ")"
         if v.get("constraint_ok") is False and isinstance(v.get("constraint"), str):  # the saving held, a bound did not
             what += f"; its constraint did not hold: {v['constraint'][:200]}"
-        raise CheckpointError(f"{where}: did not pass the deployment gate on validation{what}; serve it anyway with "
+        raise CheckpointError(f"{where}: did not pass its deployment gate{what}; serve it anyway with "
                               "--force")
 
 
