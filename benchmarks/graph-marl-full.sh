@@ -38,7 +38,8 @@ for f in sorted(pathlib.Path(sys.argv[1]).glob("*.json")):
               + (f"  vs {best}: P99 {ch(x, 'vs_best_rule_latency_p99_s_change')} cost {ch(x, 'vs_best_rule_cost_usd_change')}"
                  if n != best else "")
               + (f"  gates passed by training seeds {x['gate']['passed_train_seeds']}" if "gate" in x else "")
-              + (f"  rule took over in {x['segments_handed_to_rule']}/{x['seeds']}" if "segments_handed_to_rule" in x else ""))
+              + (f"  rule took over in {x['segments_handed_to_rule']} (training seed, segment) pairs"
+                 if "segments_handed_to_rule" in x else ""))
         for o in x.get("by_train_seed", []):
             print(f"    training seed {o['train_seed']}: P99 {ch(o, 'vs_best_rule_latency_p99_s_change')} cost "
                   f"{ch(o, 'vs_best_rule_cost_usd_change')}; behind the monitor P99 "
