@@ -204,6 +204,26 @@ def _files(d: Path) -> None:
                                       "health_check_s: 1000}\n")
     w("workload_model.yaml", DEP + "workload: {kind: poisson, rate_rps: 5, num_requests: 20, model: nope}\n")
     w("notduckdb.duckdb", "not a DuckDB file\n")
+    # a fuzzing audit, 2026-12-07 (hangs, tracebacks, bad values taken)
+    w("diurnal_period.yaml", DEP + "workload: {kind: diurnal, mean_rate_rps: 5, num_requests: 20, period_h: 1.0e-310}\n")
+    (d / "sg2/m-g").mkdir(parents=True)
+    w("sg2/m-g/chunk-0-trace.csv", "0,1,1,Gamma,1.0e-300,1\n600,1,1,Gamma,1,1\n")
+    w("servegen_gamma_tiny.yaml", DEP + "workload: {kind: servegen, servegen_model: m-g, path: sg2}\n")
+    (d / "sg3/m-w").mkdir(parents=True)
+    w("sg3/m-w/chunk-0-trace.csv", "0,1,1,Weibull,0.001,1\n600,1,1,Weibull,1,1\n")
+    w("servegen_weibull_tiny.yaml", DEP + "workload: {kind: servegen, servegen_model: m-w, path: sg3}\n")
+    w("fault_digits.yaml", "deployments: [{model: llama-3-8b, gpu: a100-80gb, replicas: 2, min_replicas: 1}]\n" + WL
+      + "scaler: {name: hpa}\nplatform: {faults: [{kind: gpu, at_s: 1, target: r" + "9" * 5000 + "}]}\n")
+    w("load_yes.yaml", DEP + "workload: {kind: trace, path: azure-conv, num_requests: 20, load: yes}\n")
+    w("bucket_huge.yaml", "name: bh\nscenarios: [ok.yaml]\npolicies: {router: [round_robin]}\nseeds: 1\n"
+      "timeline_bucket_s: 1.0e+308\n")
+    w("grid_zero.yaml", "name: gz\nscenarios: [ok.yaml]\npolicies: {router: [round_robin]}\nseeds: 1\n"
+      "grid: {deployments.0.replicas: [0]}\n")
+    w("with_records.yaml", "name: wr\nscenarios: [ok.yaml]\npolicies: {router: [round_robin]}\nseeds: 1\n"
+      "records: true\n")
+    (d / "rf").mkdir()
+    w("rf/records", "a file where the records folder goes\n")
+    wb("rt.parquet", b"PAR1\xc0\x00 not really\n")
 
 
 @pytest.fixture
@@ -370,7 +390,7 @@ CASES = [
      ["simulator alone", "platform"]),
     # the regression pass, 2026-12-06: booleans were read as counts; a catalog model no deployment serves ran
     # with every request rejected (no_replica), exit 0
-    ("sweep-requests-bool", "4", ["sweep", "requests_bool.yaml", "--db", "g.duckdb"], ["requests", "True"]),
+    ("sweep-requests-bool", "4", ["sweep", "requests_bool.yaml", "--db", "g.duckdb"], ["requests", "got true"]),
     ("sweep-seeds-bools", "4", ["sweep", "seeds_bools.yaml", "--db", "g.duckdb"], ["seeds"]),
     ("workload-model-not-deployed", "4", ["simulate", "-s", "model_not_deployed.yaml"],
      ["CodeLlama-34B", "served by no deployment"]),
@@ -561,12 +581,24 @@ CASES = [
     ("bench-replicas-empty-item", "6", ["bench", "sim-speed", "--replicas", "4,,10"], ["an empty item"]),
     ("compare-routers-empty-item", "6", ["compare", "--routers", "round_robin,,random"], ["an empty item"]),
     ("serve-header-timeout-inf", "6", ["serve", "--header-timeout", "inf"], ["--header-timeout", "from 0.1 to 3600"]),
-    ("load-above-100", "6", ["simulate", "--trace", "one.csv", "--load", "1000"], ["at most 100"]),
+    ("load-above-100", "6", ["simulate", "--trace", "one.csv", "--load", "1000"], ["to 100"]),
     ("train-router-rates-1e300", "6", ["train", "router", "--out", "r.npz", "--rates", "1e300"], ["at most 1e+06"]),
     ("calibrate-out-under-a-file", "5", ["perf", "calibrate", "--profile", "ok.yaml", "--out", "afile/c.json"],
      ["afile is a file"]),  # ("folder afile does not exist")
     ("predict-does-not-fit", "6", ["perf", "predict", "--gpu", "t4", "--model", "llama-2-70b", "--decode-seqs", "8",
                                    "--decode-context", "512"], ["Llama-2-70B", "does not fit"]),  # (printed a time)
+    ("diurnal-period-tiny-hung", "4", ["simulate", "-s", "diurnal_period.yaml"], ["period_h"]),
+    ("servegen-gamma-shape-tiny-hung", "4", ["simulate", "-s", "servegen_gamma_tiny.yaml"], ["row 1", "Gamma shape"]),
+    ("servegen-weibull-shape-overflow", "4", ["simulate", "-s", "servegen_weibull_tiny.yaml"],
+     ["row 1", "Weibull shape"]),
+    ("fault-target-5000-digits", "4", ["simulate", "-s", "fault_digits.yaml"], ["faults[0]", "target"]),
+    ("trace-load-yes", "4", ["simulate", "-s", "load_yes.yaml"], ["load", "expected a number"]),
+    ("trace-parquet", "4", ["simulate", "--trace", "rt.parquet", "-n", "20"], ["rt.parquet", "Parquet"]),
+    ("sweep-timeline-bucket-huge", "5", ["sweep", "bucket_huge.yaml", "--db", "r/a.duckdb"], ["timeline_bucket_s"]),
+    ("sweep-grid-no-replicas", "5", ["sweep", "grid_zero.yaml", "--db", "r/b.duckdb"], ["no replicas"]),
+    ("sweep-records-folder-a-file", "5", ["sweep", "with_records.yaml", "--db", "rf/x.duckdb"], ["records", "file"]),
+    ("train-router-rate-twice", "6", ["train", "router", "--out", "ck.npz", "--rates", "12,12"], ["given twice"]),
+    ("report-out-empty", "5", ["report", "--db", "store.duckdb", "--out", ""], ["--out ''", "empty"]),
     ("predict-kv-beyond-capacity", "6", ["perf", "predict", "--gpu", "h100", "--model", "llama-3-8b", "--decode-seqs",
                                          "2000", "--decode-context", "100000"], ["tokens of KV cache", "that fit"]),
 ]
@@ -1198,3 +1230,31 @@ def test_environments_refuse_what_they_cannot_take_and_go_on():
     pol = load_policy(packaged_checkpoint())
     with pytest.raises(InputError, match="NaN or infinity"):
         pol.predict(np.full(pol.obs_shape, np.nan))
+
+
+def test_names_and_paths_are_text_not_console_markup(work, capsys):
+    """A fuzzing audit, 2026-12-07: a scenario named "x [/foo]" failed the table title with a MarkupError after the
+    run, and "[baseline]" in a name vanished from it."""
+    (work / "mk.yaml").write_text('name: "x [/foo] [baseline] v2"\n' + DEP + WL)
+    rc, out, err = run_cli(["simulate", "-s", "mk.yaml"], capsys)
+    assert rc == 0, err
+    assert "x [/foo] [baseline] v2" in out.replace("\n", " ") or "[baseline]" in out
+
+
+def test_an_output_file_that_is_a_folder_is_refused_before_the_report_and_the_run(work, capsys):
+    _store_with_runs(work / "store.duckdb")
+    (work / "rep" / "index.html").mkdir(parents=True)
+    rc, out, err = run_cli(["report", "--db", "store.duckdb", "--out", "rep"], capsys)
+    assert rc == 2 and "index.html" in err and "folder" in err
+    assert sorted(p.name for p in (work / "rep").iterdir()) == ["index.html"]  # no index.html.tmp, no PNG
+    (work / "mon" / "monitor.png").mkdir(parents=True)
+    rc, out, err = run_cli(["simulate", "-s", "platform", "-n", "50", "--monitor", "mon"], capsys)
+    assert rc == 2 and "monitor.png" in err
+    assert sorted(p.name for p in (work / "mon").iterdir()) == ["monitor.png"]
+
+
+def test_compare_on_a_workload_that_draws_nothing_says_so_in_one_line(work, capsys):
+    """compare and sweep printed a summary of nothing, exit 0 (only simulate refused it)."""
+    (work / "tiny.yaml").write_text(DEP + "workload: {kind: poisson, rate_rps: 1.0e-9, duration_s: 1}\n")
+    rc, out, err = run_cli(["compare", "-s", "tiny.yaml", "--seeds", "2", "--workers", "1"], capsys)
+    assert rc == 2 and err.count("\n") == 1 and "drew no request" in err and "InputError" not in err, err

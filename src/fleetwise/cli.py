@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
+from rich.text import Text
 
 from fleetwise.errors import InputError, check_replaceable, not_a_file
 from fleetwise.limits import MAX_REPLICAS, MAX_REQUESTS, MAX_SEED, MAX_SEEDS, MAX_TRAIN_SEED, MAX_WORKERS
@@ -36,8 +37,10 @@ app.add_typer(reproduce_app, name="reproduce")
 app.add_typer(bench_app, name="bench")
 app.add_typer(train_app, name="train")
 
-console = Console(stderr=True)
-out = Console() if sys.stdout.isatty() else Console(width=200)
+# no console markup: names, paths and errors are the user's text ("[/foo]" in a scenario's name failed the table
+# title after the run; "[baseline]" vanished); styles are given as styles
+console = Console(stderr=True, markup=False)
+out = Console(markup=False) if sys.stdout.isatty() else Console(width=200, markup=False)
 
 
 def _version(value: bool) -> None:
@@ -118,7 +121,7 @@ def print_tables(renderable, wide: bool = False) -> None:
     if wide:
         need = _natural_width(renderable)
         if need > out.width and not out.is_terminal:  # a pipe or file: as wide as the table, nothing cut
-            Console(width=need, file=out.file).print(renderable)
+            Console(width=need, file=out.file, markup=False).print(renderable)
         else:
             out.print(renderable)
         return
@@ -127,7 +130,7 @@ def print_tables(renderable, wide: bool = False) -> None:
 
 
 def _progress() -> Progress:
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+    return Progress(TextColumn("{task.description}", style="bold", markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                     TimeRemainingColumn(), console=console, transient=True, disable=not console.is_terminal)
 
 
@@ -248,12 +251,15 @@ def simulate(
         raise InputError("--monitor '': an empty path")
     monitor = None if monitor_arg is None else Path(monitor_arg)
     if monitor is not None:
-        from fleetwise.experiments.store import check_writable_dir
+        from fleetwise.experiments.store import check_writable_dir, check_writable_file
 
         if scaler is None and sc.scaler is None:  # (only the platform layer records the series)
             raise InputError(f"--monitor: {sc.name} is not a platform run; give --scaler (e.g. --scaler hpa) to "
                              "record its monitoring series")
         check_writable_dir(monitor, "--monitor folder")
+        if monitor.is_dir():  # (a folder named monitor.png in it failed after the other two files were written)
+            for name in ("monitor.prom", "monitor.parquet", "monitor.png"):
+                check_writable_file(monitor / name, "monitoring")
     from fleetwise.policies import make
 
     for level, name in (("router", router), ("batcher", batcher), ("scaler", scaler)):
@@ -552,6 +558,8 @@ def sweep(
     if report:
         check_writable_dir(Path(db).parent / "report", "report folder")
     spec = load_experiment(spec_file)
+    if spec.records:  # (a file named records beside the store failed every run)
+        check_writable_dir(Path(db).parent / "records", "records folder (beside --db)")
     if spec.trace is not None or spec.load is not None:
         _print_experiment_fit(spec, spec_file)
     store, runs, res = _execute(spec, db, backend, workers, address, spec_file)
@@ -570,7 +578,8 @@ def sweep(
                   f"({res.wall_s:.1f} s) -> {db}", highlight=False)
     failed = [f for f in store.runs(where="status = 'failed'") if f["run_id"] in ids]
     for f in failed[:5]:
-        console.print(f"[red]failed[/red] {f['scenario']} {f['router_label']} seed {f['seed']}: {f['error']}",
+        console.print(Text.assemble(("failed", "red"), f" {f['scenario']} {f['router_label']} seed {f['seed']}: "
+                                    f"{f['error']}"),
                       highlight=False)
     if as_json:
         out.print_json(json.dumps(_jsonable(_rows_json(rows))))
@@ -672,7 +681,14 @@ def _report(db: str, out_dir: str, experiment: Optional[str] = None, baseline: O
     if not Path(db).is_file():
         raise InputError(f"{db}: {not_a_file(db, 'results store')}"
                          + (" (run `fleetwise sweep` first)" if not Path(db).exists() else ""))
+    if not str(out_dir).strip():  # (as a path, '' is the current folder: the report was written into it)
+        raise InputError("--out '': an empty path; give the report's folder")
     check_writable_dir(out_dir, "report folder (--out)")
+    if Path(out_dir).is_dir():  # (a folder named index.html there failed at the end, leaving index.html.tmp)
+        from fleetwise.experiments.store import check_writable_file
+
+        for name in ("index.html", "report-manifest.json"):
+            check_writable_file(Path(out_dir) / name, "report")
     import duckdb
 
     try:
@@ -712,7 +728,7 @@ def policies() -> None:
 
     for level in LEVELS:
         n = names(level)
-        out.print(f"[bold]{level}[/bold]: {', '.join(n) if n else '-'}")
+        out.print(Text.assemble((level, "bold"), f": {', '.join(n) if n else '-'}"))
 
 
 @app.command("scenarios")
@@ -733,7 +749,7 @@ def scenarios(
         if dest is not None or force:
             raise InputError("DEST and --force go with --copy NAME")
         for n in scenario_names():
-            out.print(f"[bold]{n}[/bold]  {load_scenario(n).description}", highlight=False)
+            out.print(Text.assemble((n, "bold"), f"  {load_scenario(n).description}"), highlight=False)
         console.print("copy one to edit: fleetwise scenarios --copy NAME [DEST]", highlight=False, soft_wrap=True)
         return
     builtin = builtin_files(SCENARIO_DIR)
@@ -1716,7 +1732,7 @@ def main(argv: Optional[list[str]] = None) -> None:
 
 
 def _error_line(msg: str) -> None:
-    console.print("[red]error:[/red] ", end="", soft_wrap=True)
+    console.print("error: ", style="red", end="", soft_wrap=True)
     console.print(msg, soft_wrap=True, highlight=False, markup=False)
 
 

@@ -133,6 +133,9 @@ def run_scenario(scenario: Scenario | str, seed: int | None = None, *, router=No
     ctl = built.controller(router, batcher)
     if on_built is not None:
         on_built(built)
+    if len(built.workload) == 0:  # (compare and sweep printed a summary of nothing, exit 0)
+        raise InputError(f"{scenario.name}: the workload drew no request (a rate or a window too small for any "
+                         "arrival); nothing to simulate")
     if scenario.scaler is None and scaler_obj is None:
         records = built.sim.run(ctl, progress=progress)
         summary = built.summary(records)

@@ -478,6 +478,8 @@ def check_deployments(scenario: Scenario) -> None:
     fleet = build_fleet(scenario.fleet_spec, np.random.default_rng(0))
     for di, d in enumerate(scenario.deployments):
         _deployment(fleet, di, d, fit=False)
+    if scenario.scaler is None and not any(d.replicas for d in scenario.deployments):  # (as build refuses it)
+        raise InputError("deployments: no replicas (every deployment has replicas: 0)")
 
 
 def build(scenario: Scenario, seed: int | None = None, *, workload=None, num_requests: int | None = None,

@@ -17,9 +17,11 @@ def _numeric(annotation: Any) -> bool:
     """A number type, or a union of one with others but not with bool (``int | None`` yes, ``bool | int`` no)."""
     if annotation in _NUMBERS:
         return True
+    if typing.get_origin(annotation) is typing.Annotated:  # Annotated[float, Field(...)] (`load: yes` was 1.0)
+        return _numeric(typing.get_args(annotation)[0])
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         args = typing.get_args(annotation)
-        return bool not in args and any(a in _NUMBERS for a in args)
+        return bool not in args and any(_numeric(a) for a in args)
     return False
 
 

@@ -1102,8 +1102,12 @@ def _render(out: Path, plots: _Plots, exps: list, quant: dict, with_tl: set, sto
     index = out / "index.html"
     check_replaceable(index)
     tmp = out / "index.html.tmp"
-    tmp.write_text(page, encoding="utf-8")
-    os.replace(tmp, index)
+    try:
+        tmp.write_text(page, encoding="utf-8")
+        os.replace(tmp, index)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # (nothing half-written left behind)
+        raise
     _clean_stale(out, plots.files)
     return index
 

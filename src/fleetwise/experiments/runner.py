@@ -89,9 +89,14 @@ def execute_run(run: Run) -> dict:
         if isinstance(e, KeyboardInterrupt):
             raise
         res["status"] = "failed"
-        tb = traceback.extract_tb(e.__traceback__)
-        where = f" at {Path(tb[-1].filename).name}:{tb[-1].lineno}" if tb else ""
-        res["error"] = f"{type(e).__name__}: {e}{where}"
+        from fleetwise.errors import InputError
+
+        if isinstance(e, InputError):  # the input's fault, said in its own words (no type, no source line)
+            res["error"] = str(e)
+        else:
+            tb = traceback.extract_tb(e.__traceback__)
+            where = f" at {Path(tb[-1].filename).name}:{tb[-1].lineno}" if tb else ""
+            res["error"] = f"{type(e).__name__}: {e}{where}"
     res["wall_s"] = time.perf_counter() - t0
     res["finished_at"] = time.time()
     return res

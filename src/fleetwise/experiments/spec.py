@@ -35,7 +35,15 @@ from pydantic import Field, ValidationError, StrictInt, field_validator
 
 from fleetwise.strict import StrictModel
 from fleetwise.errors import InputError
-from fleetwise.limits import MAX_REQUESTS, MAX_RUNS, MAX_SEED, MAX_SEEDS, MAX_TIMELINE_BUCKETS, MIN_TIMELINE_BUCKET_S
+from fleetwise.limits import (
+    MAX_REQUESTS,
+    MAX_RUNS,
+    MAX_SEED,
+    MAX_SEEDS,
+    MAX_SPAN_S,
+    MAX_TIMELINE_BUCKETS,
+    MIN_TIMELINE_BUCKET_S,
+)
 from fleetwise.scenario import (
     PolicyRef,
     check_deployments,
@@ -63,7 +71,7 @@ class ExperimentSpec(StrictModel):  # no unknown fields, NaN, infinity or true f
     requests: StrictInt | None = Field(default=None, gt=0, le=MAX_REQUESTS)
     baseline: dict[str, str] = Field(default_factory=dict)
     records: bool = False
-    timeline_bucket_s: float | None = Field(default=None, ge=MIN_TIMELINE_BUCKET_S)
+    timeline_bucket_s: float | None = Field(default=None, ge=MIN_TIMELINE_BUCKET_S, le=MAX_SPAN_S)  # (the run's bound)
     # a user's trace in place of every scenario's arrivals and lengths (docs/workloads.md#bring-your-own-trace)
     trace: str | None = Field(default=None, min_length=1)
     load: float | str | None = None  # a fraction of the fleet's capacity, or "real" (default with a trace)

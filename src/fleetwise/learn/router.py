@@ -79,6 +79,8 @@ class RouterTrainConfig:
                 raise ValueError(f"RouterTrainConfig.{k} = {v!r}: expected a number from {lo:g} to {hi:g}")
         if not self.rates or not all(isinstance(r, (int, float)) and math.isfinite(r) and r > 0 for r in self.rates):
             raise ValueError(f"RouterTrainConfig.rates = {self.rates!r}: expected at least one number > 0")
+        if len(set(self.rates)) != len(self.rates):  # (12,12: the windows of the two were one, a gate of NaN)
+            raise ValueError(f"RouterTrainConfig.rates = {self.rates!r}: a rate given twice")
         if self.gate_seeds * len(self.rates) < 2:
             raise ValueError("RouterTrainConfig.gate_seeds: the gate's 95% interval needs at least 2 gate runs "
                              "(gate_seeds x rates)")

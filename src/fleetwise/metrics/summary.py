@@ -136,7 +136,8 @@ def summarize(records: Records, replicas: Sequence["Replica"], *, slo_classes: S
     s["cost_energy_usd"] = energy_usd
     s["cost_egress_usd"] = egress_usd
     s["cost_usd"] = gpu_usd + energy_usd + egress_usd
-    s["cost_per_mtok_usd"] = s["cost_usd"] / max(out_tokens + in_tokens, 1) * 1e6
+    # no token served: no cost per token (NaN, null in JSON); max(tokens, 1) made it the cost x 1e6
+    s["cost_per_mtok_usd"] = s["cost_usd"] / (out_tokens + in_tokens) * 1e6 if out_tokens + in_tokens else math.nan
 
     if with_ideal and done.any():
         i_ttft, i_e2e = ideal_latency(records, replicas, chunk_tokens)

@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         from rich.console import Console
 
-        Console().print(render_table(res))
+        Console(markup=False).print(render_table(res))
     return 0
 
 

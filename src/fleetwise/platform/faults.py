@@ -29,8 +29,9 @@ class FaultRecord:
 
 
 def _index(s: str) -> int | None:
-    """The index in a target's ``g<N>`` / ``r<N>`` (ASCII digits only: ``str.isdigit`` also takes '²'), or None."""
-    return int(s) if s.isascii() and s.isdigit() else None
+    """The index in a target's ``g<N>`` / ``r<N>`` (ASCII digits only: ``str.isdigit`` also takes '²'; at most 9 of
+    them: 5,000 digits failed Python's integer-string limit), or None."""
+    return int(s) if s.isascii() and s.isdigit() and len(s) <= 9 else None
 
 
 def check_fault_targets(faults, zones: list[str], n_groups: int, regions: list[str]) -> None:

@@ -31,7 +31,7 @@ from typing import Iterable, Iterator
 import numpy as np
 
 from fleetwise.errors import InputError, short_repr
-from fleetwise.limits import MAX_LINE_CHARS, MAX_REQUESTS, MAX_SPAN_S, MAX_TOKENS
+from fleetwise.limits import MAX_CV, MAX_LINE_CHARS, MAX_REQUESTS, MAX_SPAN_S, MAX_TOKENS
 from fleetwise.workload.request import Workload
 
 __all__ = [
@@ -604,6 +604,10 @@ def read_servegen(
                     raise InputError(f"{f.name} row {r}: pattern {p!r} is not one of Gamma, Weibull or empty")
                 if p and (vals[3] <= 0 or vals[4] <= 0):
                     raise InputError(f"{f.name} row {r}: pattern {p} needs shape > 0 and scale > 0")
+                if p and vals[3] < MIN_SHAPE[p]:  # (a Gamma shape of 1e-300 drew gaps of 0 for ever; a Weibull
+                    # shape of 0.001 overflowed math.gamma): beyond a CV of about MAX_CV
+                    raise InputError(f"{f.name} row {r}: {p} shape {vals[3]!r} is below {MIN_SHAPE[p]:g} (a "
+                                     f"coefficient of variation of the gaps above {MAX_CV:g}; docs/limits.md)")
                 ts.append(vals[0]); rate.append(vals[1]); cv.append(vals[2]); pat.append(_PATTERN_CODES[p])
                 shp.append(vals[3]); scl.append(vals[4])
         t = np.asarray(ts)
@@ -621,6 +625,11 @@ def read_servegen(
         model=d.name, clients=[f"chunk-{i}" for i in idx], window_start_s=grid - grid[0], window_s=window,
         **{k: np.vstack(v) for k, v in cols.items()},
     )
+
+
+# the smallest fitted shape a window may have: Gamma's CV is 1/sqrt(shape) (MAX_CV at 1e-4); Weibull's is MAX_CV at
+# a shape of about 0.13 (e.g. 430 at 0.1)
+MIN_SHAPE = {"Gamma": 1.0 / MAX_CV ** 2, "Weibull": 0.13}
 
 
 def _is_float(s: str) -> bool:

@@ -38,6 +38,7 @@ from fleetwise.workload.default import default_lengths
 from fleetwise.workload.request import Workload
 from fleetwise.workload.slo import DEFAULT_SLO_CLASSES, get_slo
 from fleetwise.workload.synthetic import (
+    MIN_PERIOD_H,
     EmpiricalLengths,
     LognormalLengths,
     as_generator,
@@ -121,6 +122,9 @@ def _sniff_format(p: Path) -> str:
         return "mooncake"
     if "burstgpt" in name:
         return "burstgpt"
+    if name.endswith(".parquet"):  # (it said "not UTF-8 text (byte 0xc0)")
+        raise InputError(f"trace {p}: a Parquet file; traces are .csv or .jsonl (gzipped or not): the records that "
+                         "`fleetwise simulate --records FILE.csv` writes replay as a trace")
     try:
         with readers.open_text(p) as f:
             header = next(csv.reader(readers.bounded_lines(f, p)), [])
@@ -198,6 +202,9 @@ def known_model(v: str) -> str:
         except InputError as e:
             raise ValueError(str(e)) from None
     return v
+
+
+MIN_LOAD = 1e-6  # the smallest fraction of a fleet's capacity a trace may be fitted to
 
 
 class _Model(StrictModel):  # no unknown fields, NaN, infinity or true for a number
@@ -357,7 +364,7 @@ class DiurnalSpec(_Generated):
     kind: Literal["diurnal"]
     mean_rate_rps: float = Field(gt=0)  # total over all origins
     peak_to_trough: float = Field(default=3.0, ge=1)
-    period_h: float = Field(default=24.0, gt=0)
+    period_h: float = Field(default=24.0, ge=MIN_PERIOD_H)  # (1e-310 overflowed the phase: NaN rates, a hang)
     peak_hour_local: float = Field(default=14.0, ge=0, lt=24)
     utc_offset_h: float = Field(default=0.0, ge=-12, le=14)  # for origins without their own offset
     start_hour_utc: float = Field(default=0.0, ge=0, lt=24)
@@ -386,7 +393,7 @@ class TraceSpec(_Common):
     time_scale: float = Field(default=1.0, gt=0)  # multiplies arrival times (Vidur's time_scale_factor): 2 = half rate
     target_rate_rps: float | None = Field(default=None, gt=0)  # alternative to time_scale
     # fitting the trace to the fleet (fleetwise.workload.adapt): a fraction of the fleet's capacity, or "real"
-    load: Union[Annotated[float, Field(gt=0, le=100)], Literal["real"]] = "real"
+    load: Union[Annotated[float, Field(ge=MIN_LOAD, le=100)], Literal["real"]] = "real"
     window_s: float | None = Field(default=None, gt=0)  # trace seconds each seed replays (with resample: window)
     duration_s: float | None = Field(default=None, gt=0)  # or: simulated seconds of arrivals (bootstrap repeats)
     resample: Literal["auto", "window", "bootstrap", "none"] = "auto"
@@ -697,8 +704,8 @@ def parse_load(value: str | float | None) -> float | str:
         x = float(value)
     except (TypeError, ValueError):
         raise InputError(f"--load {value!r}: expected a fraction of the fleet's capacity (e.g. 0.7) or 'real'") from None
-    if not (0 < x <= 100):
-        raise InputError(f"--load {value!r}: expected a number above 0 and at most 100 (a fraction of the fleet's "
+    if not (MIN_LOAD <= x <= 100):  # (1e-320, a denormal, spilled numpy's overflow warnings)
+        raise InputError(f"--load {value!r}: expected a number from {MIN_LOAD:g} to 100 (a fraction of the fleet's "
                          "capacity) or 'real'")
     return x
 

@@ -16,6 +16,8 @@ import numpy as np
 from fleetwise.errors import InputError
 from fleetwise.workload.request import Workload
 
+MIN_PERIOD_H = 1.0 / 60.0  # a diurnal period of at least a minute
+
 __all__ = [
     "poisson_arrivals",
     "gamma_arrivals",
@@ -206,7 +208,8 @@ def diurnal_arrivals(
     r = _positive("peak_to_trough", peak_to_trough)
     if r < 1:
         raise InputError(f"peak_to_trough={peak_to_trough}: expected >= 1 (peak rate / trough rate)")
-    _positive("period_h", period_h)
+    if not _positive("period_h", period_h) >= MIN_PERIOD_H:
+        raise InputError(f"period_h={period_h}: expected at least {MIN_PERIOD_H:.4g} hours (one minute)")
     for name, v in (("peak_hour_local", peak_hour_local), ("utc_offset_h", utc_offset_h),
                     ("start_hour_utc", start_hour_utc)):
         _number(name, v)
