@@ -577,7 +577,7 @@ def test_serve_refuses_a_checkpoint_that_did_not_pass_the_gate_unless_forced(ckp
     _scaler_checkpoint(ckpt_dir, "passed", {"passed": True, "change": -0.12, "ci95": [-0.15, -0.09]})
     with pytest.raises(InputError, match=r"ungated.npz: not validated .*--force"):
         create_app(token=TOKEN, scaler="rl?checkpoint=ungated.npz", checkpoint_dir=str(ckpt_dir))
-    with pytest.raises(InputError, match=r"failed.npz: did not pass the deployment gate .*\+3\.0% \[-1\.0%, \+7\.0%\]"):
+    with pytest.raises(InputError, match=r"failed.npz: did not pass its deployment gate .*\+3\.0% \[-1\.0%, \+7\.0%\]"):
         create_app(token=TOKEN, scaler="rl?checkpoint=failed.npz", checkpoint_dir=str(ckpt_dir))
     # a saving whose constraint did not hold: the line says which bound
     _scaler_checkpoint(ckpt_dir, "bound", {"passed": False, "change": -0.15, "ci95": [-0.17, -0.14],
@@ -618,7 +618,7 @@ def test_the_learned_routers_checkpoint_is_gated_and_confined(ckpt_dir, tmp_path
     router_ckpt(ckpt_dir, "r-failed", False)
     router_ckpt(ckpt_dir, "r-passed", True)
     router_ckpt(tmp_path, "outside", True)
-    with pytest.raises(InputError, match=r"r-failed.npz: did not pass the deployment gate .*--force"):
+    with pytest.raises(InputError, match=r"r-failed.npz: did not pass its deployment gate .*--force"):
         create_app(token=TOKEN, route_policy="learned?checkpoint=r-failed.npz", checkpoint_dir=str(ckpt_dir))
     forced = create_app(token=TOKEN, route_policy="learned?checkpoint=r-failed.npz", checkpoint_dir=str(ckpt_dir),
                         force=True)

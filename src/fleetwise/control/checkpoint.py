@@ -397,6 +397,9 @@ def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, shape: tuple[int, .
         got, dtype = _read_header(fp, where)
         if not _numeric(dtype) or dtype.kind not in kinds:
             raise CheckpointError(f"{where}: dtype {dtype} is not allowed (numeric arrays only)")
+        if dtype.kind == "f" and dtype.itemsize not in (4, 8):  # (float16 and long double: 255 MiB of float16
+            # became 1.3 GB as the float64 the layers are kept in, past the size limit, which counts declared bytes)
+            raise CheckpointError(f"{where}: dtype {dtype} is not allowed (float32 or float64 weights)")
         if shape is None and len(got) != 1 or shape is not None and got != shape:
             raise CheckpointError(f"{where}: shape {got}, expected {shape if shape is not None else '1-D'}")
         nbytes = int(np.prod(got, dtype=np.int64)) * dtype.itemsize
@@ -433,7 +436,8 @@ def _open_regular(path: Path, max_bytes: int, what: str) -> io.BufferedReader:
 
 def _zip_directory(f: io.BufferedReader) -> tuple[int, int] | None:
     """(members, bytes) of the zip's central directory as its end record declares them (zip64's markers read as
-    the largest values), or None when there is no end record (zipfile then says what is wrong)."""
+    the largest values; (-1, -1): a zip64 archive), or None when there is no end record (zipfile then says what
+    is wrong)."""
     size = f.seek(0, 2)
     n = min(size, 22 + 0xFFFF)  # the end record (22 bytes) and its comment (at most 64 KiB)
     f.seek(size - n)
@@ -442,6 +446,10 @@ def _zip_directory(f: io.BufferedReader) -> tuple[int, int] | None:
     i = tail.rfind(b"PK\x05\x06")
     if i < 0 or i + 22 > len(tail):
         return None
+    if i >= 20 and tail[i - 20:i - 16] == b"PK\x06\x07":  # a zip64 locator: its own counts, which zipfile follows
+        # (1.2 million members behind a classic record that said 1: 13 s and 591 MB before the refusal). A
+        # checkpoint (numpy's savez of a few arrays) never needs zip64's end records.
+        return -1, -1
     return int.from_bytes(tail[i + 10:i + 12], "little"), int.from_bytes(tail[i + 12:i + 16], "little")
 
 
@@ -463,6 +471,9 @@ def load_policy(path: str | os.PathLike, *, level: str | None = None, card: bool
     where = f"checkpoint {p}"
     with _open_regular(p, max_file_bytes, "checkpoint") as f:
         d = _zip_directory(f)
+        if d == (-1, -1):
+            raise CheckpointError(f"{where}: a zip64 archive (its own member counts): not a policy checkpoint, which "
+                                  "numpy's savez writes as a plain zip")
         if d is not None and (d[0] > MAX_MEMBERS or d[1] > MAX_DIRECTORY_BYTES):
             raise CheckpointError(f"{where}: a zip of {d[0]:,} members ({d[1]:,}-byte directory), more than a policy "
                                   f"checkpoint holds (at most {MAX_MEMBERS} members, {MAX_DIRECTORY_BYTES:,} bytes)")

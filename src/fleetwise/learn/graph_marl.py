@@ -346,9 +346,27 @@ def save_checkpoint(path: str | Path, payload: dict) -> None:
 def load_checkpoint(path: str | Path) -> dict:
     """A checkpoint written by :func:`save_checkpoint`, read with ``torch.load(weights_only=True)``: tensors and
     plain values only, nothing unpickled (docs/security.md); anything else is one-line ``InputError``."""
+    import zipfile
+
+    from fleetwise.control.checkpoint import MAX_FILE_BYTES, MAX_UNCOMPRESSED_BYTES, CheckpointError, _open_regular
+
     torch = _torch()
     try:
-        ck = torch.load(path, weights_only=True, map_location="cpu")
+        # a regular file under the checkpoints' size bound, a zip whose declared contents are bounded too (a FIFO
+        # hung; a 1 MB file declared a 1 GiB tensor, 1.26 GB of memory), then torch's weights-only reader
+        with _open_regular(Path(path), MAX_FILE_BYTES, "checkpoint") as f:
+            with zipfile.ZipFile(f) as zf:
+                infos = zf.infolist()
+                total = sum(i.file_size for i in infos)
+            if len(infos) > 10_000 or total > MAX_UNCOMPRESSED_BYTES:
+                raise InputError(f"{path}: not a fleetwise graph-marl checkpoint ({len(infos)} members, {total:,} "
+                                 f"bytes uncompressed: more than the limit of {MAX_UNCOMPRESSED_BYTES:,})")
+            f.seek(0)
+            ck = torch.load(f, weights_only=True, map_location="cpu")
+    except InputError:
+        raise
+    except (CheckpointError, zipfile.BadZipFile, OSError) as e:
+        raise InputError(f"{path}: not a fleetwise graph-marl checkpoint ({str(e).splitlines()[0][:200]})") from None
     except Exception as e:  # noqa: BLE001 - torch raises several types; the first line says what was refused
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise InputError(f"{path}: not a fleetwise graph-marl checkpoint ({first[:200]})") from None

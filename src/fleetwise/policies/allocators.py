@@ -193,6 +193,7 @@ class TabularPolicy:
         file is refused, nothing in it runs), its metadata checked before use."""
         import os
         import stat
+        import zipfile
 
         from fleetwise.errors import nonblocking_opener
 
@@ -206,17 +207,29 @@ class TabularPolicy:
                     raise ValueError("not a regular file (a device, a pipe or a socket)")
                 if st.st_size > MAX_TABLE_BYTES:
                     raise ValueError(f"larger than {MAX_TABLE_BYTES >> 20} MiB")
+                from fleetwise.control.checkpoint import _zip_directory
+
+                d = _zip_directory(f)  # (the end record's count, before zipfile reads the directory: a zip of 1.2
+                if d is not None and not 0 <= d[0] <= 8:  # million members took 10-15 s to refuse; -1: a zip64)
+                    raise ValueError(f"a zip of {'zip64' if d[0] < 0 else d[0]} members, not a Q table (q, meta)")
+                with zipfile.ZipFile(f) as zf:
+                    infos = zf.infolist()
+                    if len(infos) > 8 or sum(i.file_size for i in infos) > MAX_TABLE_BYTES:
+                        raise ValueError(f"{len(infos)} members: more than a Q table (q, meta) or larger than "
+                                         f"{MAX_TABLE_BYTES >> 20} MiB")
+                f.seek(0)
                 with np.load(f, allow_pickle=False) as z:
-                    if sum(i.file_size for i in z.zip.infolist()) > MAX_TABLE_BYTES:
-                        raise ValueError(f"its arrays are larger than {MAX_TABLE_BYTES >> 20} MiB")
-                    q = np.asarray(z["q"], dtype=np.float64)
-                    meta = json.loads(str(z["meta"]))
+                    raw = z["q"]
+                    if raw.dtype.kind not in "fiu":  # (strings, records, complex and bools were converted)
+                        raise ValueError(f"q has dtype {raw.dtype}, expected a number type")
+                    q = np.asarray(raw, dtype=np.float64)
+                    meta = json.loads(str(z["meta"]), parse_constant=_no_constant)
             d = meta["discretizer"]
             if not (isinstance(meta, dict) and isinstance(d, dict) and set(d) <= {"cpu_bins", "bw_bins", "deployed"}):
                 raise ValueError("its metadata is not {name, discretizer: {cpu_bins, bw_bins, deployed}, curve}")
             disc = Discretizer(**d)
             curve = [(int(a), float(b)) for a, b in meta.get("curve", [])]
-        except (OSError, KeyError, ValueError, TypeError, RecursionError, EOFError) as e:
+        except (OSError, KeyError, ValueError, TypeError, RecursionError, EOFError, zipfile.BadZipFile) as e:
             raise InputError(f"{p}: not a saved tabular policy ({type(e).__name__}: {str(e)[:200]})") from None
         if q.shape != (disc.n_states, N_ACTIONS):
             raise InputError(f"{p}: Q table shape {q.shape} does not match its discretizer "
@@ -225,6 +238,11 @@ class TabularPolicy:
             raise InputError(f"{p}: the Q table holds NaN or infinite values")
         return cls(q, disc, str(meta.get("name", "tabular")), curve)
 
+
+
+def _no_constant(name: str):
+    """``json.loads``' hook for NaN and Infinity: refused (a curve of NaN loaded)."""
+    raise ValueError(f"{name} in the metadata")
 
 @dataclass
 class DQNPolicy:

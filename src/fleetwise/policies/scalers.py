@@ -200,7 +200,8 @@ class _Split:
             if floor is not None:
                 return floor - od_total
             gap = need_units - total_units
-            m = ceil(gap / unit[i] - 1e-9) if gap > 1e-9 else 0
+            q = gap / unit[i] - 1e-9 if gap > 1e-9 else 0.0
+            m = ceil(q) if q < 1e15 else 10**15  # (an infinite need, e.g. no capacity_rps: ceil(inf) raised)
             return m if m >= min_total - total_count else min_total - total_count
 
         def grow(i: int, k: int) -> None:

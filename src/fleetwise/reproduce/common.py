@@ -99,8 +99,8 @@ def progress(enabled: bool = True, counts: bool = False):
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    console = Console(stderr=True)
-    cols = [TextColumn("[bold]{task.description}"), BarColumn(), *([MofNCompleteColumn()] if counts else []),
+    console = Console(stderr=True, markup=False)
+    cols = [TextColumn("{task.description}", style="bold", markup=False), BarColumn(), *([MofNCompleteColumn()] if counts else []),
             TimeElapsedColumn()]
     return console, Progress(*cols, console=console, transient=True, disable=not (enabled and console.is_terminal))
 

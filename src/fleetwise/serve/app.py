@@ -77,6 +77,7 @@ from fleetwise.serve.schemas import (  # noqa: F401  (the examples: public, used
     ScaleResponse,
     ValidationErrorBody,
     error_bytes,
+    MAX_ERRORS_SHOWN,
     validation_bytes,
     validation_detail,
 )
@@ -144,8 +145,10 @@ def _parse_fast(model: Any, scope: dict, body: bytes) -> Any:
     try:
         return model.model_validate_json(body)
     except ValidationError as e:
-        errs = [{**err, "loc": ("body", *err.get("loc", ()))} for err in e.errors(include_url=False)]
-        return 422, validation_bytes(errs)
+        n = e.error_count()
+        errs = [{**err, "loc": ("body", *err.get("loc", ()))}
+                for err in e.errors(include_url=False, include_input=False)[:MAX_ERRORS_SHOWN]]
+        return 422, validation_bytes(errs, n)
 
 
 class _NoCollection:
@@ -346,7 +349,9 @@ async def metrics_text(request: Request) -> Response:
 
 
 async def _invalid(request: Request, exc: RequestValidationError) -> Response:
-    return Response(validation_bytes(list(exc.errors())), status_code=422, media_type="application/json")
+    errs = exc.errors()
+    return Response(validation_bytes(list(errs[:MAX_ERRORS_SHOWN]), len(errs)), status_code=422,
+                    media_type="application/json")
 
 
 async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:

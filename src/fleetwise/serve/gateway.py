@@ -79,6 +79,15 @@ def _estimate_prompt_tokens(req: Any, chars_per_token: float) -> int:
     return text(req.prompt)
 
 
+def _no_duplicate_keys(pairs: list) -> dict:
+    seen = set()
+    for k, _ in pairs:
+        if k in seen:
+            raise ValueError(f"key {k[:60]!r} given twice in one object")
+        seen.add(k)
+    return dict(pairs)
+
+
 def parse_request(raw: bytes, path: str, cfg: GatewayConfig) -> tuple[Any, int, int]:
     """(checked request, prompt-token estimate, output-token estimate) of a completion or chat body; ValueError
     with one line when it is not a valid request."""
@@ -89,11 +98,17 @@ def parse_request(raw: bytes, path: str, cfg: GatewayConfig) -> tuple[Any, int, 
     model = ChatRequest if path.endswith("/chat/completions") else CompletionRequest
     try:
         req = model.model_validate_json(raw)
-    except ValidationError as e:
-        errs = e.errors(include_url=False)
+    except ValidationError as e:  # (lists fail fast: a prompt of 600,000 bad ids is one error, schemas._Fast)
+        errs = e.errors(include_url=False, include_input=False)
         if errs and errs[0].get("type") in ("json_invalid", "model_type") and not errs[0].get("loc"):
             raise ValueError("request body is not a JSON object: " + validation_detail(errs)) from None
         raise ValueError("invalid request: " + validation_detail(errs)) from None
+    import json
+
+    try:  # the body is forwarded as sent: a key given twice is refused ({"max_tokens": 99999999999, "max_tokens": 4}
+        json.loads(raw, object_pairs_hook=_no_duplicate_keys)  # was checked as 4 and forwarded; a backend whose
+    except ValueError as e:  # parser keeps the first value saw another request)
+        raise ValueError(f"invalid request: {e}") from None
     from fleetwise.yamlio import non_finite
 
     extra = req.model_extra or {}

@@ -138,8 +138,9 @@ class RoutePolicy:
     def _model_index(self, model: str | None) -> int:
         m = self._models.get(model)
         if m is None:
-            m = len(self._models) if len(self._models) < 4096 else 0  # bounded: unknown names beyond share 0
-            self._models[model] = m
+            if len(self._models) >= 4096:  # bounded: names beyond the 4,096th share 0 and are not stored (each one
+                return 0  # was kept: 200,000 names took 68 MB)
+            m = self._models[model] = len(self._models)
         return m
 
     def view(self, req: RouteRequest) -> SnapshotRouteView:
