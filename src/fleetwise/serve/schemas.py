@@ -111,7 +111,7 @@ class ErrorBody(BaseModel):
 
 
 class ValidationErrorBody(ErrorBody):
-    errors: list[dict[str, Any]] = Field(default_factory=list, description="every error: loc, msg, type")
+    errors: list[dict[str, Any]] = Field(default_factory=list, description="the first 20 errors: loc, msg, type")
 
 
 # fractions of a whole, at most 1 (a busy of 1.5 or 1e15 was taken and moved the target: 7 replicas for 4)
