@@ -415,7 +415,7 @@ def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, shape: tuple[int, .
     return arr
 
 
-def _open_regular(path: Path, max_bytes: int, what: str) -> io.BufferedReader:
+def open_regular(path: Path, max_bytes: int, what: str) -> io.BufferedReader:
     try:
         f = open(path, "rb", opener=nonblocking_opener)
     except FileNotFoundError:
@@ -434,7 +434,7 @@ def _open_regular(path: Path, max_bytes: int, what: str) -> io.BufferedReader:
     return f
 
 
-def _zip_directory(f: io.BufferedReader) -> tuple[int, int] | None:
+def zip_directory(f: io.BufferedReader) -> tuple[int, int] | None:
     """(members, bytes) of the zip's central directory as its end record declares them (zip64's markers read as
     the largest values; (-1, -1): a zip64 archive), or None when there is no end record (zipfile then says what
     is wrong)."""
@@ -469,8 +469,8 @@ def load_policy(path: str | os.PathLike, *, level: str | None = None, card: bool
         raise CheckpointError(f"level {level!r:.40}: expected None or one of {', '.join(LEVELS)}")
     p = Path(path)
     where = f"checkpoint {p}"
-    with _open_regular(p, max_file_bytes, "checkpoint") as f:
-        d = _zip_directory(f)
+    with open_regular(p, max_file_bytes, "checkpoint") as f:
+        d = zip_directory(f)
         if d == (-1, -1):
             raise CheckpointError(f"{where}: a zip64 archive (its own member counts): not a policy checkpoint, which "
                                   "numpy's savez writes as a plain zip")

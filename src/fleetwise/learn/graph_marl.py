@@ -348,13 +348,13 @@ def load_checkpoint(path: str | Path) -> dict:
     plain values only, nothing unpickled (docs/security.md); anything else is one-line ``InputError``."""
     import zipfile
 
-    from fleetwise.control.checkpoint import MAX_FILE_BYTES, MAX_UNCOMPRESSED_BYTES, CheckpointError, _open_regular
+    from fleetwise.control.checkpoint import MAX_FILE_BYTES, MAX_UNCOMPRESSED_BYTES, CheckpointError, open_regular
 
     torch = _torch()
     try:
         # a regular file under the checkpoints' size bound, a zip whose declared contents are bounded too (a FIFO
         # hung; a 1 MB file declared a 1 GiB tensor, 1.26 GB of memory), then torch's weights-only reader
-        with _open_regular(Path(path), MAX_FILE_BYTES, "checkpoint") as f:
+        with open_regular(Path(path), MAX_FILE_BYTES, "checkpoint") as f:
             with zipfile.ZipFile(f) as zf:
                 infos = zf.infolist()
                 total = sum(i.file_size for i in infos)

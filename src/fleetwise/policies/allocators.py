@@ -207,9 +207,9 @@ class TabularPolicy:
                     raise ValueError("not a regular file (a device, a pipe or a socket)")
                 if st.st_size > MAX_TABLE_BYTES:
                     raise ValueError(f"larger than {MAX_TABLE_BYTES >> 20} MiB")
-                from fleetwise.control.checkpoint import _zip_directory
+                from fleetwise.control.checkpoint import zip_directory
 
-                d = _zip_directory(f)  # (the end record's count, before zipfile reads the directory: a zip of 1.2
+                d = zip_directory(f)  # (the end record's count, before zipfile reads the directory: a zip of 1.2
                 if d is not None and not 0 <= d[0] <= 8:  # million members took 10-15 s to refuse; -1: a zip64)
                     raise ValueError(f"a zip of {'zip64' if d[0] < 0 else d[0]} members, not a Q table (q, meta)")
                 with zipfile.ZipFile(f) as zf:
