@@ -5,8 +5,12 @@ the baseline run with the same seed, scenario and grid point (paired: the same a
 95% interval of its mean is Student's t interval with n - 1 degrees of freedom (SciPy's ``stats.t``).
 
 Not a bootstrap: with the 3-10 seeds or segments a comparison has, the percentile bootstrap's interval is too
-narrow (with 3 values it is their range; its coverage of a 95% interval is about 73% at n = 3, 84% at n = 5 and
-87% at n = 10, docs/metrics.md), while the t interval holds its 95% for normal values at every n >= 2.
+narrow (with 3 values it is their range; it held the mean 74.0% of the time at n = 3, 82.8% at n = 5 and 89.7% at
+n = 10 in ``benchmarks/ci_coverage.py``, docs/experiments.md), while the t interval holds its 95% for normal
+values at every n >= 2.
+
+A learned policy has a run per training seed on each seed (segment, day): those runs are not independent samples,
+so their mean is the seed's value (``unit_means``) before the interval.
 """
 
 from __future__ import annotations
@@ -77,18 +81,23 @@ def paired_change(base: dict, other: dict, **kw) -> CI:
     return mean_ci(rel, **kw)
 
 
+def unit_means(rows: Sequence[dict], metric: str) -> dict:
+    """{seed (an evaluation unit: a seed, segment or day): the mean of ``metric`` over that seed's rows, None and
+    NaN left out (NaN if none)}, in the rows' order."""
+    by: dict = defaultdict(list)
+    for r in rows:
+        by[r["seed"]].append(r.get(metric))
+    out = {}
+    for seed, vs in by.items():
+        x = _finite(vs)
+        out[seed] = float(x.mean()) if len(x) else math.nan
+    return out
+
+
 def _seed_means(members: Sequence[dict], metrics: Sequence[str]) -> dict:
     """{seed: {metric: the mean over that seed's runs}} (several runs of a seed: one per training seed)."""
-    by: dict = defaultdict(list)
-    for r in members:
-        by[r["seed"]].append(r)
-    out = {}
-    for seed, rs in by.items():
-        out[seed] = {}
-        for m in metrics:
-            x = _finite(r.get(m) for r in rs)
-            out[seed][m] = float(x.mean()) if len(x) else math.nan
-    return out
+    means = {m: unit_means(members, m) for m in metrics}
+    return {seed: {m: means[m][seed] for m in metrics} for seed in means[metrics[0]]} if metrics else {}
 
 
 def group_key(run: dict) -> tuple:

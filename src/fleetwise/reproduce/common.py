@@ -100,29 +100,18 @@ def progress(enabled: bool = True, counts: bool = False):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     console = Console(stderr=True, markup=False)
-    cols = [TextColumn("{task.description}", style="bold", markup=False), BarColumn(), *([MofNCompleteColumn()] if counts else []),
-            TimeElapsedColumn()]
+    cols = [TextColumn("{task.description}", style="bold", markup=False), BarColumn(),
+            *([MofNCompleteColumn()] if counts else []), TimeElapsedColumn()]
     return console, Progress(*cols, console=console, transient=True, disable=not (enabled and console.is_terminal))
 
 
-def unit_means(rows: list[dict], metric: str) -> dict:
-    """{evaluation unit (a row's ``seed``: a held-out segment or day): the mean of ``metric`` over that unit's rows}.
-    A learned policy has a row per training seed on each unit; its interval is then over the units, of the mean of
-    its trained policies on each (as ``reproduce batching`` has always computed it): rows of one unit are not
-    independent samples. The variation between training runs is reported per training seed beside it."""
-    by: dict = {}
-    for r in rows:
-        v = r.get(metric)
-        by.setdefault(r["seed"], []).append(math.nan if v is None else float(v))
-    out = {}
-    for u, vs in by.items():
-        ok = [v for v in vs if not math.isnan(v)]
-        out[u] = sum(ok) / len(ok) if ok else math.nan
-    return out
-
-
 def pooled_rows(rows: list[dict], metrics: Iterable[str]) -> list[dict]:
-    """One row per evaluation unit with each metric's mean over its rows (``unit_means``)."""
+    """One row per evaluation unit with each metric's mean over its rows (``metrics.stats.unit_means``: a learned
+    policy has a row per training seed on each segment or day, not independent samples; its interval is over the
+    units, as ``reproduce batching`` has always computed it; the variation between training runs is reported per
+    training seed beside it)."""
+    from fleetwise.metrics.stats import unit_means
+
     metrics = list(metrics)
     means = {m: unit_means(rows, m) for m in metrics}
     return [{"seed": u, **{m: means[m][u] for m in metrics}} for u in dict.fromkeys(r["seed"] for r in rows)]

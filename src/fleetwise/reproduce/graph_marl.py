@@ -290,9 +290,9 @@ def _eval_job(job: dict) -> list[dict]:
 
 def _paired(base_rows: list[dict], rows: list[dict], k: str) -> tuple[dict, dict]:
     """Metric ``k`` of two policies' rows keyed for ``paired_change`` by segment: a policy with several training
-    seeds gives each segment the mean of its trained policies there (``common.unit_means``; rows of one segment
+    seeds gives each segment the mean of its trained policies there (``metrics.stats.unit_means``; rows of one segment
     are not independent samples, so the interval is over segments), a rule its one value."""
-    from fleetwise.reproduce.common import unit_means
+    from fleetwise.metrics.stats import unit_means
 
     return unit_means(base_rows, k), unit_means(rows, k)
 

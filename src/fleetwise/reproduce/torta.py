@@ -197,11 +197,11 @@ def _gate_text(g: dict) -> str:
 def _changes(rows: dict, train_seeds: int) -> dict:
     """TORTA's paired changes (lower is better for each metric): against the best baseline per metric (among
     the baselines that left at most ``MAX_UNSERVED`` of the requests unserved), paired by day, a trained policy's
-    value of a day being the mean of its training seeds' (``common.unit_means``: rows of one day are not
+    value of a day being the mean of its training seeds' (``metrics.stats.unit_means``: rows of one day are not
     independent samples, so the interval is over days); against the reactive PPO too, plus the mean change of
     each training seed on its own."""
     from fleetwise.metrics.stats import paired_change
-    from fleetwise.reproduce.common import unit_means
+    from fleetwise.metrics.stats import unit_means
 
     def by_key(rs, m):
         return {(r.get("train_seed", 0), r["seed"]): r[m] for r in rs}
