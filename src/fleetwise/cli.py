@@ -130,8 +130,9 @@ def print_tables(renderable, wide: bool = False) -> None:
 
 
 def _progress() -> Progress:
-    return Progress(TextColumn("{task.description}", style="bold", markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    TimeRemainingColumn(), console=console, transient=True, disable=not console.is_terminal)
+    return Progress(TextColumn("{task.description}", style="bold", markup=False), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=True,
+                    disable=not console.is_terminal)
 
 
 def _load(scenario: Optional[str], trace: Optional[str], load: Optional[str] = None, requests: Optional[int] = None):

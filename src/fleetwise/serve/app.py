@@ -65,6 +65,7 @@ from fleetwise.serve.edge import run as run_server
 from fleetwise.serve.policy import RoutePolicy, RouteRequest, load_route_policy
 from fleetwise.serve.scale_wire import decode_scale, encode_targets
 from fleetwise.serve.schemas import (  # noqa: F401  (the examples: public, used by tests and docs)
+    MAX_ERRORS_SHOWN,
     PLAN_EXAMPLE,
     SCALE_EXAMPLE,
     ErrorBody,
@@ -77,7 +78,6 @@ from fleetwise.serve.schemas import (  # noqa: F401  (the examples: public, used
     ScaleResponse,
     ValidationErrorBody,
     error_bytes,
-    MAX_ERRORS_SHOWN,
     validation_bytes,
     validation_detail,
 )
