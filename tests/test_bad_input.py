@@ -512,6 +512,8 @@ CASES = [
     ("serve-empty-planner", "5", ["serve", "--planner", ""], ["--planner", "empty"]),
     ("serve-body-limit-1e20", "6", ["serve", "--max-body-bytes", "99999999999999999999"], ["max_body_bytes"]),
     ("serve-concurrency-1e6", "6", ["serve", "--max-concurrency", "1000000"], ["max_concurrency", "100,000"]),
+    ("serve-buffered-1e12", "6", ["serve", "--max-buffered-bytes", "1000000000000"],
+     ["max_buffered_bytes", "68,719,476,736"]),
     # found by a fuzzing pass (2026-12-06): each was a traceback, an Infinity result or a stored failed run
     ("fault-target-unicode-digit", "6", ["simulate", "-s", "fault_gpu_digit.yaml"], ["platform.faults[0]", "g\u00b2"]),
     ("grid-key-unicode-digit", "6", ["sweep", "exp_grid_digit.yaml", "--db", "r/x.duckdb"], ["grid key"]),

@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import zipfile
 
 import pytest
@@ -307,6 +308,53 @@ def test_concurrency_limit_answers_503_beyond_it(server):
         finally:
             for s in idle:
                 s.close()
+
+
+@pytest.mark.parametrize("server,chunked", [("service", False), ("service", True), ("gateway", False)])
+def test_bodies_held_in_memory_together_are_bounded(server, chunked):
+    """A body that would take the bodies held at once past max_buffered_bytes, while another is held, is a 503 with
+    Retry-After; a small one still fits; once the held body is gone, the large one is answered."""
+    lim = Limits(max_body_bytes=64 << 10, max_buffered_bytes=100 << 10, header_timeout_s=30.0, body_timeout_s=30.0)
+    app = create_app(token=TOKEN) if server == "service" else _gateway_app()
+    path = "/v1/route" if server == "service" else "/v1/completions"
+    big = json.dumps(ROUTE_EXAMPLE).encode().ljust(60_000)  # valid JSON, padded with spaces
+    with serving(app, lim) as url:
+        s = _raw(url)  # holds 60,000 bytes: announced (reserved before a byte is read) or one chunk received
+        try:
+            head = (b"POST " + path.encode() + b" HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                    b"Authorization: Bearer %s\r\n" % TOKEN.encode())
+            if chunked:
+                s.sendall(head + b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n%s\r\n" % (60_000, b" " * 60_000))
+            else:
+                s.sendall(head + b"Content-Length: 60000\r\n\r\n" + b" " * 100)
+            deadline = time.monotonic() + 10
+            while True:  # until the held body is counted
+                r = httpx.post(f"{url}{path}", content=big, headers={**AUTH, "content-type": "application/json"})
+                if r.status_code == 503 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            assert r.status_code == 503 and r.headers["retry-after"] == "1", r.text
+            assert "max_buffered_bytes" in one_line(r)
+            if server == "service":
+                assert httpx.post(f"{url}{path}", json=ROUTE_EXAMPLE, headers=AUTH).status_code == 200
+        finally:
+            s.close()
+        deadline = time.monotonic() + 10
+        while True:  # the held body is released when its connection goes
+            r = httpx.post(f"{url}{path}", content=big, headers={**AUTH, "content-type": "application/json"})
+            if "max_buffered_bytes" not in r.text or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert "max_buffered_bytes" not in r.text, r.text  # (the gateway, without a backend: then its own 503)
+        if server == "service":
+            assert r.status_code == 200, r.text
+
+
+def test_the_buffered_bytes_limit_is_bounded():
+    from fleetwise.errors import InputError
+
+    with pytest.raises(InputError, match="max_buffered_bytes"):
+        Limits(max_buffered_bytes=1 << 40)
 
 
 @pytest.mark.parametrize("server", ["service", "gateway"])

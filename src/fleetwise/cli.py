@@ -1490,6 +1490,8 @@ def serve(
     log_level: str = typer.Option("warning", help="uvicorn log level"),
     max_body_bytes: int = typer.Option(8 << 20, min=1, help="largest request body, every path (413 beyond)"),
     max_concurrency: int = typer.Option(500, min=1, help="connections + requests in progress (503 beyond)"),
+    max_buffered_bytes: int = typer.Option(256 << 20, min=1, help="request bodies held in memory at once, all "
+                                           "requests together (503 beyond; one body always fits)"),
     header_timeout: float = typer.Option(5.0, parser=_finite(0.1, 3600.0),
                                          help="seconds to receive a whole request head (0.1-3600)"),
     gateway: bool = typer.Option(False, "--gateway", help="run the OpenAI-compatible gateway in front of --backend "
@@ -1510,7 +1512,8 @@ def serve(
     if log_level.lower() not in LOG_LEVELS:
         raise InputError(f"--log-level {log_level!r}: expected one of {', '.join(LOG_LEVELS)}")
     log_level = log_level.lower()
-    limits = Limits(max_body_bytes=max_body_bytes, max_concurrency=max_concurrency, header_timeout_s=header_timeout)
+    limits = Limits(max_body_bytes=max_body_bytes, max_concurrency=max_concurrency, header_timeout_s=header_timeout,
+                    max_buffered_bytes=max_buffered_bytes)
     _check_port_free(host, port)
     if gateway:
         if not backend:

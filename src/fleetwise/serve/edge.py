@@ -7,7 +7,9 @@
 - ``Edge``: a pure ASGI front (no Starlette middleware stack on the hot path): the guard, then the request body
   read once with one size limit for every path (a larger ``Content-Length`` is refused with 413 before a byte of
   the body is read; a chunked body at the first byte past the limit) and a read timeout (408), then the app with
-  the body replayed, or a fast handler that takes the body bytes directly.
+  the body replayed, or a fast handler that takes the body bytes directly. The bodies held in memory at once, all
+  requests together, are bounded too (``max_buffered_bytes``: a body that would pass it, while others are held,
+  is a 503 with ``Retry-After``), so that many concurrent large bodies cannot take the host's memory.
 - ``server_config`` / ``run`` / ``ThreadedServer``: uvicorn with a header timeout (a connection that has not sent
   a whole request head within ``header_timeout_s`` is closed), a bound on the request head's size (431), the
   keep-alive timeout, a concurrency limit (503 beyond it) and coalesced writes.
@@ -44,6 +46,9 @@ class Limits:
     max_header_bytes: int = 64 << 10  # request line + headers
     keep_alive_s: float = 5.0  # an idle kept-alive connection is closed after this
     max_concurrency: int = 500  # connections + requests in progress; beyond: 503
+    # request bodies held in memory at once, all requests together (being read or being answered); beyond: 503.
+    # A body is always admitted when no other is held, so one body of max_body_bytes always fits.
+    max_buffered_bytes: int = 256 << 20
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -56,7 +61,8 @@ class Limits:
 
 # the largest value an operator may give each limit (docs/security.md)
 LIMIT_MAX = {"max_body_bytes": 1 << 30, "body_timeout_s": 3600.0, "header_timeout_s": 3600.0,
-             "max_header_bytes": 1 << 20, "keep_alive_s": 3600.0, "max_concurrency": 100_000}
+             "max_header_bytes": 1 << 20, "keep_alive_s": 3600.0, "max_concurrency": 100_000,
+             "max_buffered_bytes": 1 << 36}
 
 
 # --------------------------------------------------------------------------------------------- tokens
@@ -187,16 +193,28 @@ class _Disconnected(Exception):
     pass
 
 
-async def read_body(scope: dict, receive: Any, limits: Limits) -> bytes:
+def _busy_bodies(limits: Limits) -> BodyError:
+    return BodyError(503, f"server busy: request bodies in memory would exceed {limits.max_buffered_bytes} bytes "
+                          "(max_buffered_bytes); retry later")
+
+
+async def read_body(scope: dict, receive: Any, limits: Limits,
+                    admit: Callable[[int], bool] | None = None) -> bytes:
     """The whole request body: 413 (``BodyError``) when ``Content-Length`` or the bytes received exceed
-    ``max_body_bytes`` (nothing more is read), 408 when it takes longer than ``body_timeout_s``."""
+    ``max_body_bytes`` (nothing more is read), 408 when it takes longer than ``body_timeout_s``. ``admit(n)``
+    reserves ``n`` more bytes of the server's body memory (``Content-Length`` before a byte is read, else each
+    chunk as it arrives): False is a 503."""
     limit = limits.max_body_bytes
     cl = _headers(scope, b"content-length")
+    declared = False
     if cl:
         if len(cl) > 1 or not (cl[0].strip().isascii() and cl[0].strip().isdigit()):
             raise BodyError(400, "Content-Length: expected one non-negative integer")
         if int(cl[0]) > limit:
             raise BodyError(413, f"body: {int(cl[0])} bytes, more than the limit of {limit}")
+        if admit is not None and not admit(int(cl[0])):
+            raise _busy_bodies(limits)
+        declared = True
     chunks: list[bytes] = []
     n = 0
     try:
@@ -210,6 +228,8 @@ async def read_body(scope: dict, receive: Any, limits: Limits) -> bytes:
                     n += len(b)
                     if n > limit:
                         raise BodyError(413, f"body: more than the limit of {limit} bytes")
+                    if admit is not None and not declared and not admit(len(b)):
+                        raise _busy_bodies(limits)
                     chunks.append(b)
                 if not msg.get("more_body", False):
                     break
@@ -261,6 +281,7 @@ is observed with ``seconds`` None."""
         self.app, self.guard, self.limits, self.render = app, guard, limits, render
         self.observe = observe
         self.fast = fast or {}
+        self.held = 0  # bytes of request bodies held now, all requests together (limits.max_buffered_bytes)
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -278,10 +299,27 @@ is observed with ``seconds`` None."""
             self.observe(scope["path"], status, time.perf_counter() - t0)
 
     async def _handle(self, scope: dict, receive: Any, send: Any) -> int:
+        mine = 0  # bytes this request holds (released when it is answered)
+
+        def admit(n: int) -> bool:
+            nonlocal mine
+            if self.held + n > self.limits.max_buffered_bytes and self.held > mine:  # others hold bodies too
+                return False
+            self.held += n
+            mine += n
+            return True
+
         try:
-            body = await read_body(scope, receive, self.limits)
+            return await self._answer(scope, receive, send, admit)
+        finally:
+            self.held -= mine
+
+    async def _answer(self, scope: dict, receive: Any, send: Any, admit: Callable[[int], bool]) -> int:
+        try:
+            body = await read_body(scope, receive, self.limits, admit)
         except BodyError as e:
-            await respond(send, e.status, self.render(e.status, str(e), "invalid_request"), close=True)
+            kind, headers = ("server_busy", ((b"retry-after", b"1"),)) if e.status == 503 else ("invalid_request", ())
+            await respond(send, e.status, self.render(e.status, str(e), kind), headers, close=True)
             return e.status
         except _Disconnected:
             return 499
