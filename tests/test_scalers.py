@@ -428,3 +428,66 @@ def test_a_capacity_too_small_to_mean_anything_is_read_as_unknown():
                       for c in (5e-324, 0.0))
         assert tiny == zero
     assert MIN_UNIT_RPS == 1e-6
+
+
+def test_stabilization_window_drops_only_dominated_recommendations():
+    """The kept recommendations are pruned (a newer one no lower, or no higher for the scale-up window, makes an
+    older one irrelevant), with the answers of the unpruned window, whatever the clock does; and a clock that does
+    not advance no longer grows the lists."""
+    from fleetwise.policies.scalers import _Window
+
+    class Unpruned:
+        def __init__(self, w, up):
+            self.w, self.up, self.recs, self.raw = w, up, [], []
+
+        def stabilize(self, now, rec, current):
+            if self.up > 0.0:
+                self.raw = [(t, r) for t, r in self.raw if t > now - self.up]
+                self.raw.append((now, rec))
+                rec = min(r for _, r in self.raw)
+            self.recs = [(t, r) for t, r in self.recs if t > now - self.w]
+            self.recs.append((now, rec))
+            return rec if rec > current else min(current, max(r for _, r in self.recs))
+
+    rng = np.random.default_rng(0)
+    for trial in range(300):
+        up = [0.0, 60.0][trial % 2]
+        a, b = _Window(300.0, up), Unpruned(300.0, up)
+        t = 0.0
+        for _ in range(200):
+            t += float(rng.choice([0.0, 1.0, 30.0, 200.0, -50.0])) if trial % 3 else 30.0  # also backwards
+            rec, cur = int(rng.integers(0, 12)), int(rng.integers(0, 12))
+            assert a.stabilize(t, rec, cur) == b.stabilize(t, rec, cur)
+    w = _Window(300.0, 60.0)
+    for k in range(10_000):
+        w.stabilize(0.0, k % 7, 3)
+    assert len(w.recs) <= 7 and len(w.raw) <= 7
+
+
+@pytest.mark.parametrize("name", ["static", "hpa", "slo_aware", "predictive", "corrected"])
+def test_state_for_ever_new_models_is_bounded_and_the_fleets_own_is_kept(name, monkeypatch):
+    """A client sending ever new model names cannot grow a scaler's state past MAX_KEYS_KEPT; the models of every
+    call (a fleet's own) are never forgotten, so their decisions are those of a scaler that forgets nothing."""
+    import fleetwise.policies.scalers as sc
+
+    def call(t, k):
+        gs = [grp(key=f"m/{z}/od", zone=z, ready=2, busy=0.2 + 0.05 * (k % 5), rps=3.0 + k % 4) for z in "ab"]
+        gs += [grp(key=f"x{k}-{i}/a/od", model=f"x{k}-{i}", rps=1.0) for i in range(10)]
+        return obs(t, *gs)
+
+    def new():  # "corrected": the rl scaler's rule with its correction (a zero policy)
+        from fleetwise.policies.scaler_correction import CorrectedSLOAware
+
+        return CorrectedSLOAware() if name == "corrected" else make("scaler", name, {})
+
+    keep = new()
+    monkeypatch.setattr(sc, "MAX_KEYS_KEPT", 50)
+    small = new()
+    for k in range(40):
+        a, b = small.scale(call(30.0 * k, k)), keep.scale(call(30.0 * k, k))
+        assert {g: a[g] for g in ("m/a/od", "m/b/od")} == {g: b[g] for g in ("m/a/od", "m/b/od")}
+    state = small.target if name == "static" else small._win
+    assert len(small._recent.last) <= 50 and len(state) <= 50
+    if name == "corrected":
+        assert len(small._memory) <= 50 and len(small._drop) <= 50
+    assert ("m/a/od" if name == "static" else "m") in state and len(keep._recent.last) > 300

@@ -99,6 +99,10 @@ def price_feature(prices: np.ndarray) -> float:
 CALM_NEED_REPLICAS = 0.5  # a calm epoch: the rule's need below half a replica,
 CALM_RATIO = 0.8  # the worst p90 / SLO ratio below 0.8, and nothing waiting
 SHORT_S, LONG_S, HOLD_S = 900.0, 3600.0, 900.0  # the memory's windows
+# epochs a model's memory keeps, each window together: all of LONG_S at epochs of 1 s (a scenario's shortest) or
+# longer; a client of the decision service whose clock does not advance cannot grow it past this
+MEMORY_EPOCHS = 4096
+LIFT_LOG = 100_000  # lifts and restores kept (the latest), a diagnostic
 
 
 class ModelMemory:
@@ -118,8 +122,8 @@ class ModelMemory:
 
     def __init__(self, now: float):
         self.first = now
-        self.calm: deque = deque()  # (time, calm) of the epochs of the last LONG_S
-        self.needs: deque = deque()  # (time, need) of the last HOLD_S
+        self.calm: deque = deque(maxlen=MEMORY_EPOCHS)  # (time, calm) of the epochs of the last LONG_S
+        self.needs: deque = deque(maxlen=MEMORY_EPOCHS)  # (time, need) of the last HOLD_S
         self.restored = -math.inf
 
     def features(self, now: float, x: np.ndarray, need: float, lifted: bool) -> np.ndarray:
@@ -259,7 +263,11 @@ class CorrectedSLOAware(SLOAware):
         self._drop: dict[str, bool] = {}  # model -> redundancy lifted this epoch
         self._memory: dict[str, ModelMemory] = {}
         self.decisions = 0  # (model, epoch) pairs the policy answered
-        self.lift_log: list[tuple[float, str, bool]] = []  # (time, model, lifted): each lift and each restore
+        # (time, model, lifted): each lift and each restore, the latest LIFT_LOG
+        self.lift_log: deque[tuple[float, str, bool]] = deque(maxlen=LIFT_LOG)
+
+    def _state(self) -> tuple[dict, ...]:
+        return (*super()._state(), self._drop_since, self._drop, self._memory)
 
     def _apply(self, model: str, need: float, now: float, x: np.ndarray, price: float) -> float:
         mem = self._memory.get(model)

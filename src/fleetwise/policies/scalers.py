@@ -280,12 +280,16 @@ class _Window:
         a recommendation counts for the lowest of the last ``up_window_s`` (as HPA's ``behavior.scaleUp
         .stabilizationWindowSeconds``): a rise that one epoch alone sees is not acted on. It is the lowest
         *recommendation*, not HPA's comparison with the current replicas: a zone-redundant scaler's current
-        capacity counts the spare zone, which would let a one-epoch rise through (docs/autoscaling.md)."""
+        capacity counts the spare zone, which would let a one-epoch rise through (docs/autoscaling.md).
+
+        A kept recommendation that the new one dominates (no later in time, and no lower for the scale-down
+        window or no higher for the scale-up one) is dropped: whenever it would still be inside a window, so is
+        the new one, so no answer changes; and the lists stay short when a client's clock does not advance."""
         if self.up_window_s > 0.0:
-            self.raw = [(t, r) for t, r in self.raw if t > now - self.up_window_s]
+            self.raw = [(t, r) for t, r in self.raw if t > now - self.up_window_s and (t > now or r < rec)]
             self.raw.append((now, rec))
             rec = min(r for _, r in self.raw)
-        self.recs = [(t, r) for t, r in self.recs if t > now - self.window_s]
+        self.recs = [(t, r) for t, r in self.recs if t > now - self.window_s and (t > now or r > rec)]
         self.recs.append((now, rec))
         if rec > current:
             return rec
@@ -295,6 +299,35 @@ class _Window:
     def reset(self) -> None:
         self.recs.clear()
         self.raw.clear()
+
+
+MAX_KEYS_KEPT = 20_000  # models (groups for `static`) a scaler keeps state for: twice a /v1/scale call's groups
+
+
+class _Recent:
+    """The call that last saw each model (or group) a scaler keeps state for. Beyond ``MAX_KEYS_KEPT``, the least
+    recently seen (never those of the current call) are forgotten from every dict given, down to 90% of it: a
+    model that comes back after that is new to the scaler. A fleet's own models are seen every epoch and never
+    forgotten; what this bounds is a decision-service client sending ever new names (docs/security.md)."""
+
+    __slots__ = ("calls", "last", "cap")
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.last: dict[str, int] = {}
+        self.cap = MAX_KEYS_KEPT
+
+    def saw(self, keys: Any, *state: dict) -> None:
+        self.calls += 1
+        c, last = self.calls, self.last
+        for k in keys:
+            last[k] = c
+        if len(last) > self.cap:
+            old = heapq.nsmallest(len(last) - self.cap * 9 // 10, ((v, k) for k, v in last.items() if v != c))
+            for _, k in old:
+                del last[k]
+                for d in state:
+                    d.pop(k, None)
 
 
 class _Idle:
@@ -332,6 +365,7 @@ class Static:
             raise ValueError(f"replicas must be 0 to {MAX_REPLICAS:,} (docs/limits.md), got {replicas}")
         self.replicas = replicas
         self.target: dict[str, int] = {}
+        self._recent = _Recent()
 
     def scale(self, obs: ScaleObs) -> dict[str, int]:
         fields = ("key", "ready", "starting", "min_replicas")
@@ -352,6 +386,7 @@ class Static:
         g = GroupCols(obs.groups, cols)
         cap = g.cap()
         t = np.minimum(np.maximum(np.array(targets, np.int64), np.minimum(g.ints("min_replicas"), cap)), cap)
+        self._recent.saw(keys, self.target)
         return dict(zip(keys, t.tolist()))
 
 
@@ -396,6 +431,7 @@ class HPA:
         self.on_demand_floor, self.min_zones = int(on_demand_floor), int(min_zones)
         self._win: dict[str, _Window] = {}
         self._idle = _Idle()
+        self._recent = _Recent()
 
     def recommend(self, groups: list[GroupState], cols: GroupCols | None = None) -> int:
         """HPA's raw recommendation for one model (before stabilization, rate limit and the model minimum),
@@ -474,6 +510,7 @@ class HPA:
                                                         self.min_zones)
             out.update(res if res is not None else split_replicas(
                 groups, desired, min_total=desired, on_demand_floor=self.on_demand_floor, min_zones=self.min_zones))
+        self._recent.saw(models, self._win, self._idle.last)
         return out
 
 
@@ -501,7 +538,12 @@ class _CapacityScaler:
         self.zone_redundant = bool(zone_redundant)
         self._win: dict[str, _Window] = {}
         self._idle = _Idle()
+        self._recent = _Recent()
         self._cap_est: dict[str, float] = {}  # last observed capacity per replica of a model (fallback)
+
+    def _state(self) -> tuple[dict, ...]:
+        """The dicts of per-model state (``_Recent`` forgets a model from each)."""
+        return self._win, self._idle.last, self._cap_est
 
     def units(self, model: str, groups: list[GroupState]) -> dict[str, float] | None:
         """Requests/s one replica of each group sustains: ``capacity_rps``; for a group without one (0 or
@@ -598,6 +640,7 @@ class _CapacityScaler:
                 out.update(split_replicas(groups, need, units=units, min_total=1, **split))
                 continue
             out.update(self._zone_redundant(groups, need, units, split))
+        self._recent.saw(models, *self._state())
         return out
 
     def _scale_cols(self, model: str, groups: list[GroupState], obs: ScaleObs, cols: GroupCols) -> dict[str, int]:
@@ -733,6 +776,9 @@ class SLOAware(_CapacityScaler):
         _check("max_correction", max_correction, 1.0)
         self.correction_gain, self.max_correction = float(correction_gain), float(max_correction)
         self.correction: dict[str, float] = {}
+
+    def _state(self) -> tuple[dict, ...]:
+        return (*super()._state(), self.correction)
 
     def _update_correction(self, model: str, groups: list[GroupState], units: dict[str, float]) -> float:
         q = math.nan
