@@ -298,15 +298,55 @@ def test_concurrency_limit_answers_503_beyond_it(server):
     app = create_app(token=TOKEN) if server == "service" else _gateway_app()
     path = "/v1/route" if server == "service" else "/v1/completions"
     with serving(app, lim) as url:
-        idle = [_raw(url) for _ in range(5)]
+        busy = []  # 5 requests in progress: each head sent whole, its body not yet
+        for _ in range(5):
+            s = _raw(url)
+            s.sendall(b"POST " + path.encode() + b" HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                      b"Authorization: Bearer %s\r\nContent-Length: 100\r\n\r\n" % TOKEN.encode())
+            busy.append(s)
         try:
-            r = httpx.post(f"{url}{path}", json=ROUTE_EXAMPLE, headers=AUTH)
+            deadline = time.monotonic() + 10
+            while True:  # (until the server has taken them all in)
+                r = httpx.post(f"{url}{path}", json=ROUTE_EXAMPLE, headers=AUTH)
+                if r.status_code == 503 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
             assert r.status_code == 503 and r.headers["content-type"] == "application/json"
             assert "server busy" in one_line(r) and r.headers["retry-after"] == "1"
             if server == "gateway":
                 assert r.json()["error"]["code"] == 503
         finally:
-            for s in idle:
+            for s in busy:
+                s.close()
+
+
+@pytest.mark.parametrize("server", ["service", "gateway"])
+def test_slow_or_idle_sockets_cannot_hold_every_slot(server):
+    """Connections waiting for a request head are at most half the concurrency limit: beyond it the oldest is
+    closed. 40 sockets sending a head one line at a time against a limit of 20: a new caller is still answered,
+    and the oldest sockets were closed."""
+    lim = Limits(max_concurrency=20, header_timeout_s=30.0)
+    app = create_app(token=TOKEN) if server == "service" else _gateway_app()
+    with serving(app, lim) as url:
+        slow = []
+        try:
+            for _ in range(40):
+                s = _raw(url)
+                s.sendall(b"POST /v1/route HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # the head never completes
+                slow.append(s)
+            time.sleep(0.3)
+            for _ in range(5):
+                assert httpx.get(f"{url}/healthz").status_code == 200
+            closed = 0
+            for s in slow[:20]:
+                s.settimeout(5)
+                try:
+                    closed += s.recv(1) == b""
+                except OSError:
+                    closed += 1
+            assert closed == 20, closed
+        finally:
+            for s in slow:
                 s.close()
 
 

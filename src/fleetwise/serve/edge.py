@@ -12,7 +12,8 @@
   is a 503 with ``Retry-After``), so that many concurrent large bodies cannot take the host's memory.
 - ``server_config`` / ``run`` / ``ThreadedServer``: uvicorn with a header timeout (a connection that has not sent
   a whole request head within ``header_timeout_s`` is closed), a bound on the request head's size (431), the
-  keep-alive timeout, a concurrency limit (503 beyond it) and coalesced writes.
+  keep-alive timeout, a concurrency limit (503 beyond it; connections waiting for a head are at most half of it,
+  the oldest closed beyond that, so slow sockets cannot hold every slot) and coalesced writes.
 - ``check_token``: no token on a non-loopback address, or one shorter than ``MIN_TOKEN_CHARS``, is refused at start.
 """
 
@@ -414,7 +415,8 @@ def http_protocol(limits: Limits | None = None, render: Render = detail_body) ->
     ``max_header_bytes``, then a staged close: the write side shut, what the client still sends read and dropped
     (up to ``LINGER_BYTES``, within the head's timeout), then closed. The answers uvicorn gives itself, 400 to a
     request it cannot parse and 503 beyond the concurrency limit, are JSON bodies by ``render`` (the server's own
-    error format) instead of its plain text."""
+    error format) instead of its plain text. Connections waiting for a head, new or kept alive, are at most half
+    the concurrency limit: beyond it the one waiting longest is closed."""
     lim = limits or Limits()
     try:
         import httptools  # noqa: F401
@@ -428,6 +430,23 @@ def http_protocol(limits: Limits | None = None, render: Render = detail_body) ->
 
     async def unavailable(scope: dict, receive: Any, send: Any) -> None:
         await respond(send, 503, busy, ((b"retry-after", b"1"),), close=True)
+
+    # connections waiting for a request head (new, or kept alive between requests), oldest first: beyond half the
+    # concurrency limit the oldest is closed, so that slow or idle sockets cannot hold every slot (a client sends
+    # its head within milliseconds of connecting, a slowloris socket one line at a time)
+    pending: dict[Any, None] = {}
+    cap = max(1, lim.max_concurrency // 2)
+
+    def waiting(proto: Any) -> None:
+        pending.pop(proto, None)
+        pending[proto] = None
+        while len(pending) > cap:
+            oldest = next(iter(pending))
+            if oldest is proto:
+                break
+            del pending[oldest]
+            if not oldest.transport.is_closing():
+                oldest.transport.close()
 
     class GuardedProtocol(base):  # type: ignore[misc, valid-type]
         def _start_asgi_task(self, cycle: Any, app: Any) -> None:  # uvicorn's 503 app -> a JSON 503
@@ -446,6 +465,7 @@ def http_protocol(limits: Limits | None = None, render: Render = detail_body) ->
             self._fw_linger = -1  # after a 431: bytes the client may still send before the close (-1: not yet)
             super().connection_made(_CoalescingTransport(transport, asyncio.get_running_loop()))
             self._fw_arm()
+            waiting(self)
 
         def _fw_waiting(self) -> bool:  # between requests (or before the first): waiting for a head
             return self.cycle is None or self.cycle.response_complete
@@ -497,9 +517,16 @@ def http_protocol(limits: Limits | None = None, render: Render = detail_body) ->
                 self._fw_disarm()
                 self._fw_head = 0
                 self._fw_tail = b""
+                pending.pop(self, None)
+
+        def on_response_complete(self) -> None:  # kept alive: waiting for the next head (the newest such)
+            super().on_response_complete()
+            if not self.transport.is_closing() and self._fw_waiting():
+                waiting(self)
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._fw_disarm()
+            pending.pop(self, None)
             super().connection_lost(exc)
 
     return GuardedProtocol
