@@ -10,19 +10,10 @@ Run it with the environment's Python (``.venv/bin/python``): the ``fleetwise`` b
 from __future__ import annotations
 
 import argparse
-import os
 import socket
-import subprocess
-import sys
 import time
 
-TOKEN = "a-long-enough-token-0123"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from _serve_proc import TOKEN, serving
 
 
 def main() -> None:
@@ -30,18 +21,8 @@ def main() -> None:
     ap.add_argument("--connections", type=int, default=200)
     ap.add_argument("--body-mib", type=int, default=8)
     args, serve_args = ap.parse_known_args()
-    port = _free_port()
-    exe = os.path.join(os.path.dirname(sys.executable), "fleetwise")
-    p = subprocess.Popen([exe, "serve", "--port", str(port), *serve_args],
-                         env={**os.environ, "FLEETWISE_SERVE_TOKEN": TOKEN},
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        for _ in range(300):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.1)
+    with serving(serve_args) as p:
+        port = p.port
         body = b" " * (args.body_mib << 20)
         head = (b"POST /v1/route HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                 b"Authorization: Bearer %s\r\nContent-Length: %d\r\n\r\n" % (TOKEN.encode(), len(body)))
@@ -79,9 +60,6 @@ def main() -> None:
               f"answered 503; service peak RSS {status['VmHWM']} MiB ({time.time() - t0:.1f} s)")
         for s, _ in socks:
             s.close()
-    finally:
-        p.terminate()
-        p.wait(10)
 
 
 if __name__ == "__main__":

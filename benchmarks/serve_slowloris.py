@@ -11,23 +11,14 @@ Run it with the environment's Python (``.venv/bin/python``): the ``fleetwise`` b
 from __future__ import annotations
 
 import argparse
-import os
 import socket
 import statistics
-import subprocess
-import sys
 import threading
 import time
 import urllib.error
 import urllib.request
 
-TOKEN = "a-long-enough-token-0123"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from _serve_proc import serving
 
 
 def _attack(port: int, n: int, stop: threading.Event, counts: dict) -> None:
@@ -75,20 +66,10 @@ def main() -> None:
     ap.add_argument("--sockets", type=int, default=600)
     ap.add_argument("--seconds", type=float, default=15.0)
     args, serve_args = ap.parse_known_args()
-    port = _free_port()
-    exe = os.path.join(os.path.dirname(sys.executable), "fleetwise")
-    p = subprocess.Popen([exe, "serve", "--port", str(port), *serve_args],
-                         env={**os.environ, "FLEETWISE_SERVE_TOKEN": TOKEN},
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     stop = threading.Event()
     counts = {"reconnects": 0}
-    try:
-        for _ in range(300):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.1)
+    with serving(serve_args) as p:
+        port = p.port
         t = threading.Thread(target=_attack, args=(port, args.sockets, stop, counts), daemon=True)
         t.start()
         time.sleep(2.0)  # every slow socket connected
@@ -107,10 +88,7 @@ def main() -> None:
         print(f"{args.sockets} slow sockets, {args.seconds:g} s: /healthz answered 200 {ok} of {n} "
               f"({100.0 * ok / max(n, 1):.0f}%), median {1000 * statistics.median(times):.1f} ms, worst "
               f"{1000 * max(times):.0f} ms; {counts['reconnects']} reconnects")
-    finally:
         stop.set()
-        p.terminate()
-        p.wait(10)
 
 
 if __name__ == "__main__":
