@@ -1,9 +1,10 @@
 """Slow sockets against the decision service (docs/security.md, "Known limits"): ``--sockets`` connections that
-each send a request head one line a second, never finishing it, and reconnect when the server closes them, against
+each send a request head one line a second, never finishing it (with ``--body``: a whole head announcing a
+1,000-byte body, then one byte of it a second), and reconnect when the server closes them, against
 ``fleetwise serve`` (default limits, a token, on loopback); meanwhile one client calls ``GET /healthz`` every 0.1 s.
 Prints the share of those calls answered 200, their median and worst time, and the reconnects.
 
-    python benchmarks/serve_slowloris.py [--sockets 600] [--seconds 15] [extra serve options...]
+    python benchmarks/serve_slowloris.py [--sockets 600] [--seconds 15] [--body] [extra serve options...]
 
 Run it with the environment's Python (``.venv/bin/python``): the ``fleetwise`` beside it is started.
 """
@@ -18,16 +19,20 @@ import time
 import urllib.error
 import urllib.request
 
-from _serve_proc import serving
+from _serve_proc import TOKEN, serving
 
 
-def _attack(port: int, n: int, stop: threading.Event, counts: dict) -> None:
+def _attack(port: int, n: int, stop: threading.Event, counts: dict, body: bool) -> None:
     socks: list = []
+    head = b"POST /v1/route HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+    if body:
+        head += (b"Content-Type: application/json\r\nAuthorization: Bearer %s\r\nContent-Length: 1000\r\n\r\n"
+                 % TOKEN.encode())
 
     def connect() -> socket.socket | None:
         try:
             s = socket.create_connection(("127.0.0.1", port), timeout=2)
-            s.sendall(b"POST /v1/route HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            s.sendall(head)
             s.setblocking(False)
             return s
         except OSError:
@@ -48,7 +53,7 @@ def _attack(port: int, n: int, stop: threading.Event, counts: dict) -> None:
                         raise OSError  # closed by the server
                 except BlockingIOError:
                     pass
-                s.send(b"X-Slow-%d: 1\r\n" % k)
+                s.send(b" " if body else b"X-Slow-%d: 1\r\n" % k)
             except OSError:
                 if s is not None:
                     s.close()
@@ -65,12 +70,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sockets", type=int, default=600)
     ap.add_argument("--seconds", type=float, default=15.0)
+    ap.add_argument("--body", action="store_true", help="slow bodies after whole heads")
     args, serve_args = ap.parse_known_args()
     stop = threading.Event()
     counts = {"reconnects": 0}
     with serving(serve_args) as p:
         port = p.port
-        t = threading.Thread(target=_attack, args=(port, args.sockets, stop, counts), daemon=True)
+        t = threading.Thread(target=_attack, args=(port, args.sockets, stop, counts, args.body), daemon=True)
         t.start()
         time.sleep(2.0)  # every slow socket connected
         ok, times, n = 0, [], 0
@@ -85,7 +91,7 @@ def main() -> None:
             n += 1
             times.append(time.monotonic() - t0)
             time.sleep(0.1)
-        print(f"{args.sockets} slow sockets, {args.seconds:g} s: /healthz answered 200 {ok} of {n} "
+        print(f"{args.sockets} slow {'bodies' if args.body else 'heads'}, {args.seconds:g} s: /healthz answered 200 {ok} of {n} "
               f"({100.0 * ok / max(n, 1):.0f}%), median {1000 * statistics.median(times):.1f} ms, worst "
               f"{1000 * max(times):.0f} ms; {counts['reconnects']} reconnects")
         stop.set()

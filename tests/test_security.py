@@ -293,17 +293,20 @@ def _gateway_app():
 
 @pytest.mark.parametrize("server", ["service", "gateway"])
 def test_concurrency_limit_answers_503_beyond_it(server):
-    """uvicorn's own 503 (plain text) is the server's JSON error, one line, with Retry-After."""
-    lim = Limits(max_concurrency=5, header_timeout_s=30.0)
+    """uvicorn's own 503 (plain text) is the server's JSON error, one line, with Retry-After. At a limit of 4: two
+    requests receiving their bodies (the most there may be: half the limit), one idle connection, and the call."""
+    lim = Limits(max_concurrency=4, header_timeout_s=30.0, body_timeout_s=30.0)
     app = create_app(token=TOKEN) if server == "service" else _gateway_app()
     path = "/v1/route" if server == "service" else "/v1/completions"
     with serving(app, lim) as url:
-        busy = []  # 5 requests in progress: each head sent whole, its body not yet
-        for _ in range(5):
+        held = []
+        for _ in range(2):  # each head sent whole, its body not yet
             s = _raw(url)
             s.sendall(b"POST " + path.encode() + b" HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                       b"Authorization: Bearer %s\r\nContent-Length: 100\r\n\r\n" % TOKEN.encode())
-            busy.append(s)
+            held.append(s)
+        time.sleep(0.3)
+        held.append(_raw(url))
         try:
             deadline = time.monotonic() + 10
             while True:  # (until the server has taken them all in)
@@ -316,7 +319,35 @@ def test_concurrency_limit_answers_503_beyond_it(server):
             if server == "gateway":
                 assert r.json()["error"]["code"] == 503
         finally:
-            for s in busy:
+            for s in held:
+                s.close()
+
+
+@pytest.mark.parametrize("server", ["service", "gateway"])
+def test_slow_bodies_cannot_hold_every_slot(server):
+    """Requests receiving their bodies are at most half the concurrency limit: beyond it the one receiving longest
+    is answered 408 and closed. 25 requests that never finish their bodies against a limit of 20: a new caller is
+    still answered, the 15 oldest got a 408."""
+    lim = Limits(max_concurrency=20, header_timeout_s=30.0, body_timeout_s=30.0)
+    app = create_app(token=TOKEN) if server == "service" else _gateway_app()
+    path = "/v1/route" if server == "service" else "/v1/completions"
+    with serving(app, lim) as url:
+        slow = []
+        try:
+            for _ in range(25):
+                s = _raw(url)
+                s.sendall(b"POST " + path.encode() + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                          b"Content-Type: application/json\r\nAuthorization: Bearer %s\r\n"
+                          b"Content-Length: 1000\r\n\r\n{" % TOKEN.encode())
+                slow.append(s)
+                time.sleep(0.02)  # (in order)
+            time.sleep(0.3)
+            for _ in range(5):
+                assert httpx.get(f"{url}/healthz").status_code == 200
+            lines = [_status_line(s) for s in slow[:15]]
+            assert all(b" 408 " in line for line in lines), lines
+        finally:
+            for s in slow:
                 s.close()
 
 

@@ -7,9 +7,10 @@
 - ``Edge``: a pure ASGI front (no Starlette middleware stack on the hot path): the guard, then the request body
   read once with one size limit for every path (a larger ``Content-Length`` is refused with 413 before a byte of
   the body is read; a chunked body at the first byte past the limit) and a read timeout (408), then the app with
-  the body replayed, or a fast handler that takes the body bytes directly. The bodies held in memory at once, all
-  requests together, are bounded too (``max_buffered_bytes``: a body that would pass it, while others are held,
-  is a 503 with ``Retry-After``), so that many concurrent large bodies cannot take the host's memory.
+  the body replayed, or a fast handler that takes the body bytes directly. Requests receiving their body are at
+  most half the concurrency limit (beyond it the one receiving longest gets a 408). The bodies held in memory at
+  once, all requests together, are bounded too (``max_buffered_bytes``: a body that would pass it, while others
+  are held, is a 503 with ``Retry-After``), so that many concurrent large bodies cannot take the host's memory.
 - ``server_config`` / ``run`` / ``ThreadedServer``: uvicorn with a header timeout (a connection that has not sent
   a whole request head within ``header_timeout_s`` is closed), a bound on the request head's size (431), the
   keep-alive timeout, a concurrency limit (503 beyond it; connections waiting for a head are at most half of it,
@@ -283,6 +284,8 @@ is observed with ``seconds`` None."""
         self.observe = observe
         self.fast = fast or {}
         self.held = 0  # bytes of request bodies held now, all requests together (limits.max_buffered_bytes)
+        self.reading: dict[int, list] = {}  # requests receiving their body, oldest first: number -> [task, evicted]
+        self._n = 0
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -315,9 +318,35 @@ is observed with ``seconds`` None."""
         finally:
             self.held -= mine
 
+    async def _read(self, scope: dict, receive: Any, admit: Callable[[int], bool]) -> bytes:
+        """``read_body``, as one of the requests receiving their body: those are at most half the concurrency
+        limit, and beyond it the one receiving longest gets a 408 (so that slow bodies cannot hold every slot)."""
+        self._n = n = self._n + 1
+        me = [asyncio.current_task(), False]
+        reading = self.reading
+        reading[n] = me
+        cap = max(1, self.limits.max_concurrency // 2)
+        while len(reading) > cap:
+            k, oldest = next(iter(reading.items()))
+            if oldest is me:
+                break
+            del reading[k]
+            oldest[1] = True
+            oldest[0].cancel()
+        try:
+            return await read_body(scope, receive, self.limits, admit)
+        except asyncio.CancelledError:
+            if not me[1]:
+                raise
+            me[0].uncancel()
+            raise BodyError(408, f"body: not received while newer requests waited (more than {cap} requests "
+                                 "were receiving their bodies)") from None
+        finally:
+            reading.pop(n, None)
+
     async def _answer(self, scope: dict, receive: Any, send: Any, admit: Callable[[int], bool]) -> int:
         try:
-            body = await read_body(scope, receive, self.limits, admit)
+            body = await self._read(scope, receive, admit)
         except BodyError as e:
             kind, headers = ("server_busy", ((b"retry-after", b"1"),)) if e.status == 503 else ("invalid_request", ())
             await respond(send, e.status, self.render(e.status, str(e), kind), headers, close=True)
