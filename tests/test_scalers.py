@@ -491,3 +491,33 @@ def test_state_for_ever_new_models_is_bounded_and_the_fleets_own_is_kept(name, m
     if name == "corrected":
         assert len(small._memory) <= 50 and len(small._drop) <= 50
     assert ("m/a/od" if name == "static" else "m") in state and len(keep._recent.last) > 300
+
+
+@pytest.mark.parametrize("name", ["static", "hpa", "slo_aware", "predictive"])
+def test_no_valid_observation_makes_a_scaler_fail(name):
+    """Random observations within the service's bounds (counts up to 10^15, rates up to 1e300, NaN metrics, time
+    standing still or jumping, epochs of 1e-9 s to 1e15 s): every call answers a target per group, so a refused
+    /v1/scale call cannot leave half-made state behind (docs/security.md)."""
+    rng = np.random.default_rng(7)
+
+    def pick(xs):
+        return xs[int(rng.integers(len(xs)))]
+
+    nums = [0.0, 1e-300, 0.5, 1.0, 3.0, 1e6, 1e15, 1e300, NAN]
+    counts = [0, 1, 2, 7, 100, 10**6, 10**15]
+    for _ in range(1000):
+        s = make("scaler", name, {})
+        t = 0.0
+        for _ in range(3):
+            gs = []
+            for i in range(pick([1, 2, 5])):
+                lo = pick(counts)
+                gs.append(grp(key=f"k{i}", model=pick(["a", "b"]), zone=pick("xyz"), pool=pick(["on_demand", "spot"]),
+                              ready=pick(counts), starting=pick(counts), min_replicas=lo,
+                              max_replicas=max(lo, pick(counts)), waiting=pick(counts), running=pick(counts),
+                              kv=pick([0.0, 0.5, 1.0, NAN]), busy=pick([0.0, 0.5, 1.0, NAN]), rps=pick(nums),
+                              cap=pick(nums), price=pick(nums),
+                              history_rps=tuple(pick(nums) for _ in range(pick([0, 3])))))
+            t += pick([0.0, 1.0, 60.0, 1e15])
+            out = s.scale(obs(t, *gs, epoch=pick([1e-9, 60.0, 1e15])))
+            assert set(out) == {g.key for g in gs} and all(isinstance(v, int) and v >= 0 for v in out.values())
