@@ -277,6 +277,31 @@ def test_checkpoint_resume_equals_uninterrupted(tmp_path):
         train(env, replace(args, kind="flat"), ckpt_path=ck, resume=True)
 
 
+@needs_data
+def test_target_kl_stops_an_updates_epochs_and_none_changes_nothing(tmp_path):
+    """``target_kl`` (Stable-Baselines3's): an update's gradient steps stop once an agent's approximate KL from the
+    rollout policy passes 1.5 x it; None and a bound never reached train the same networks; resumed, the per-update
+    record continues."""
+    from fleetwise.learn.graph_marl import MAPPOArgs, train
+
+    cfg = replace(SMALL, segment_s=60.0, drain_s=30.0)
+    args = MAPPOArgs(kind="graph", updates=3, episodes_per_update=1, n_epochs=3, ckpt_every=1, hidden=8,
+                     bc_episodes=0)
+    env = lambda: make_env(cfg, duration_s=60.0)  # noqa: E731
+    base, _, info = train(env, args)
+    loose, _, info_loose = train(env, replace(args, target_kl=1e9))
+    for (n1, p1), (n2, p2) in zip(base.nets.state_dict().items(), loose.nets.state_dict().items()):
+        assert torch.equal(p1, p2), n1
+    assert [s for _, s in info["kl"]] == [3, 3, 3] and info["kl"] == info_loose["kl"]
+    assert all(k > 0 for k, _ in info["kl"])
+    ck = tmp_path / "ck.pt"
+    _, _, tight = train(env, replace(args, target_kl=1e-6), ckpt_path=ck, stop_after=2)
+    assert [s for _, s in tight["kl"]] == [1, 1]  # the first step (KL 0) taken, the second refused
+    assert all(k > 1.5e-6 for k, _ in tight["kl"])
+    _, _, resumed = train(env, replace(args, target_kl=1e-6), ckpt_path=ck, resume=True)
+    assert len(resumed["kl"]) == 3 and resumed["kl"][:2] == tight["kl"]
+
+
 class _RunsCode:
     def __reduce__(self):
         return (print, ("this ran",))

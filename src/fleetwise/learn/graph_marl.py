@@ -50,6 +50,9 @@ class MAPPOArgs:
     ent_coef: float = 0.01
     vf_coef: float = 0.5
     max_grad_norm: float = 0.5
+    # stop an update's epochs once an agent's approximate KL divergence from the rollout's policy passes 1.5 x this
+    # (Stable-Baselines3's ``target_kl``; None: never); ``info["kl"]`` keeps each update's largest one
+    target_kl: float | None = None
     hidden: int = 32
     gnn_layers: int = 2
     ckpt_every: int = 5
@@ -500,6 +503,7 @@ def train(make_env: Callable[[], object], args: MAPPOArgs, ckpt_path: str | Path
     nc = len(cfg.classes)
     expected = np.array([c.rate_rps * cfg.epoch_s for c in cfg.classes])
     update, curve, env_steps, stopped, bc_hist = 0, [], 0, False, []
+    kls: list = []  # per update: (largest approximate KL over agents at the last step taken, gradient steps taken)
     lags: list = []
     val_state: dict = {}
     validator = None
@@ -522,6 +526,7 @@ def train(make_env: Callable[[], object], args: MAPPOArgs, ckpt_path: str | Path
         gen.set_state(ck["gen"])
         update, curve, env_steps = ck["update"], ck["curve"], ck["env_steps"]
         stopped, bc_hist, val_detail = ck["stopped"], ck["bc"], ck["val_detail"]
+        kls = [tuple(k) for k in ck.get("kl", [])]
         lags = [Lagrangian(**{k.lstrip("_"): v for k, v in d.items()}) for d in ck["lagrange"]]
         old = {"_best_state": "best_state", "_bad": "bad_checks"}  # checkpoints written before the rename
         val_state = {old.get(k, k): v for k, v in (ck["validator"] or {}).items()}
@@ -611,6 +616,7 @@ def train(make_env: Callable[[], object], args: MAPPOArgs, ckpt_path: str | Path
             last = delta + args.gamma * args.gae_lambda * nonterm * last
             adv[t] = last
         ret_t = adv + V
+        kl_max, steps, kl_stop = 0.0, 0, False
         for _ in range(args.n_epochs):
             perm = torch.randperm(T, generator=gen)
             for i in range(0, T, args.minibatch_size):
@@ -619,7 +625,13 @@ def train(make_env: Callable[[], object], args: MAPPOArgs, ckpt_path: str | Path
                                             masks={a: MK[a][mb] for a in AGENTS})
                 a_mb = adv[mb]
                 a_mb = (a_mb - a_mb.mean(0)) / (a_mb.std(0) + 1e-8)
-                ratio = (newlp - LP[mb]).exp()
+                logratio = newlp - LP[mb]
+                ratio = logratio.exp()
+                with torch.no_grad():  # per agent (its factors' joint log-probability), as SB3 estimates it
+                    kl_max = float(((ratio - 1.0) - logratio).mean(0).max())
+                if args.target_kl is not None and kl_max > 1.5 * args.target_kl:
+                    kl_stop = True  # before this step, as SB3 does: the policy stays within reach of the rollout's
+                    break
                 pg = torch.max(-a_mb * ratio, -a_mb * ratio.clamp(1 - args.clip_coef, 1 + args.clip_coef)).mean()
                 vloss = 0.5 * ((nets.values(X[mb], S[mb]) - ret_t[mb]) ** 2).mean()
                 loss = pg * nA + args.vf_coef * vloss - args.ent_coef * ent.mean() * nA
@@ -627,6 +639,10 @@ def train(make_env: Callable[[], object], args: MAPPOArgs, ckpt_path: str | Path
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(nets.parameters(), args.max_grad_norm)
                 opt.step()
+                steps += 1
+            if kl_stop:
+                break
+        kls.append((kl_max, steps))
         update += 1
         done_here += 1
         curve.append((env_steps, float(np.mean(ep_returns))))
@@ -639,13 +655,13 @@ def train(make_env: Callable[[], object], args: MAPPOArgs, ckpt_path: str | Path
             progress(update)
         if ckpt_path is not None and (update % args.ckpt_every == 0 or update == args.updates or stopped):
             _save(ckpt_path, nets, opt, gen, update, curve, env_steps, args, lags, validator, stopped, bc_hist,
-                  val_detail)
+                  val_detail, kls)
         if stop_after is not None and done_here >= stop_after:
             break
     if validator is not None and (stopped or update >= args.updates):
         validator.restore(_Holder(nets))
     nets.eval()
-    info = {"update": update, "wall_s": time.perf_counter() - t0, "env_steps": env_steps, "bc": bc_hist,
+    info = {"update": update, "wall_s": time.perf_counter() - t0, "env_steps": env_steps, "bc": bc_hist, "kl": kls,
             "lagrange": [{"target": g.target, "lam": g.lam, "history": g.history} for g in lags],
             "validation": val_detail or None,
             "validation_curve": list(validator.curve) if validator is not None else [],
@@ -734,7 +750,8 @@ def monitored(policy: TrainedPolicy, ckpt_path: str | Path, cfg) -> TrainedPolic
     return policy
 
 
-def _save(path, nets, opt, gen, update, curve, env_steps, args, lags, validator, stopped, bc_hist, val_detail):
+def _save(path, nets, opt, gen, update, curve, env_steps, args, lags, validator, stopped, bc_hist, val_detail,
+          kls=()):
     vs = {}
     if validator is not None:
         vs = {k: getattr(validator, k) for k in ("best", "best_step", "curve", "best_state", "bad_checks")}
@@ -743,7 +760,8 @@ def _save(path, nets, opt, gen, update, curve, env_steps, args, lags, validator,
                            "lagrange": [{"target": g.target, "sense": g.sense, "lr": g.lr, "ki": g.ki, "lam": g.lam,
                                          "lam_max": g.lam_max, "scale": g.scale, "hinge": g.hinge,
                                          "history": list(g.history), "integral": g.integral} for g in lags],
-                           "validator": vs, "stopped": stopped, "bc": bc_hist, "val_detail": val_detail})
+                           "validator": vs, "stopped": stopped, "bc": bc_hist, "val_detail": val_detail,
+                           "kl": [list(k) for k in kls]})
 
 
 def card_file(ckpt_path: str | Path) -> Path:
