@@ -302,6 +302,44 @@ def test_target_kl_stops_an_updates_epochs_and_none_changes_nothing(tmp_path):
     assert len(resumed["kl"]) == 3 and resumed["kl"][:2] == tight["kl"]
 
 
+@needs_data
+def test_rollback_restarts_from_the_best_parameters_after_checks_below_the_rule(tmp_path):
+    """``rollback_checks``: after that many validation checks in a row below the warm start's score, training goes
+    back to the best parameters, with a fresh optimizer and the multipliers at 0; resumed runs keep the record."""
+    from fleetwise.learn.graph_marl import MAPPOArgs, train
+
+    class Scores:  # a validation whose scores are given: the warm start 0, then always below it
+        def __init__(self):
+            self.n = 0
+
+        def policy_result(self, policy):
+            self.n += 1
+            return {"score": 0.0 if self.n == 1 else -1.0}
+
+    cfg = replace(SMALL, segment_s=60.0, drain_s=30.0)
+    args = MAPPOArgs(kind="flat", updates=5, episodes_per_update=1, n_epochs=1, hidden=8, bc_episodes=0, val_every=1,
+                     patience=100, rollback_checks=2, lagrange_lr=50.0, ckpt_every=1)
+    env = lambda: make_env(cfg, duration_s=60.0)  # noqa: E731
+    start, _, _ = train(env, replace(args, updates=0), validation=Scores())
+    _, curve, info = train(env, args, validation=Scores())
+    steps = [s for s, _ in curve]
+    assert info["rollbacks"] == [steps[1], steps[3]]  # after checks 2 and 4 below the rule's 0
+    _, _, info0 = train(env, replace(args, rollback_checks=0), validation=Scores())
+    assert info0["rollbacks"] == []
+    assert any(lg["lam"] > 0 for lg in info0["lagrange"])
+    ck = tmp_path / "ck.pt"
+    train(env, args, ckpt_path=ck, validation=Scores(), stop_after=2)  # killed just after the first rollback
+    saved = torch.load(ck, weights_only=True)
+    assert saved["rollbacks"] == info["rollbacks"][:1]
+    for (n1, p1), p2 in zip(start.nets.state_dict().items(), saved["nets"].values()):
+        assert torch.equal(p1, p2), n1  # back at the best parameters (the warm start) ...
+    assert saved["opt"]["state"] == {} and all(lg["lam"] == 0.0 for lg in saved["lagrange"])  # ... fresh
+    sc = Scores()
+    sc.n = 3  # (the warm start and two checks were made before the kill)
+    _, _, resumed = train(env, args, ckpt_path=ck, resume=True, validation=sc)
+    assert resumed["rollbacks"] == info["rollbacks"]
+
+
 class _RunsCode:
     def __reduce__(self):
         return (print, ("this ran",))

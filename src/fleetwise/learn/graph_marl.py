@@ -53,6 +53,10 @@ class MAPPOArgs:
     # stop an update's epochs once an agent's approximate KL divergence from the rollout's policy passes 1.5 x this
     # (Stable-Baselines3's ``target_kl``; None: never); ``info["kl"]`` keeps each update's largest one
     target_kl: float | None = None
+    # after this many validation checks in a row below the warm start's score (the rule's), training restarts from
+    # the best parameters found so far, with a fresh optimizer and the multipliers at 0 (0: never; a run caught
+    # where every class misses its floor and every multiplier sits at its cap learns nothing more: docs/graph-marl.md)
+    rollback_checks: int = 0
     hidden: int = 32
     gnn_layers: int = 2
     ckpt_every: int = 5
@@ -503,6 +507,7 @@ def train(make_env: Callable[[], object], args: MAPPOArgs, ckpt_path: str | Path
     nc = len(cfg.classes)
     expected = np.array([c.rate_rps * cfg.epoch_s for c in cfg.classes])
     update, curve, env_steps, stopped, bc_hist = 0, [], 0, False, []
+    rollbacks: list = []  # env steps at which training restarted from the best parameters (rollback_checks)
     kls: list = []  # per update: (largest approximate KL over agents at the last step taken, gradient steps taken)
     lags: list = []
     val_state: dict = {}
@@ -527,6 +532,7 @@ def train(make_env: Callable[[], object], args: MAPPOArgs, ckpt_path: str | Path
         update, curve, env_steps = ck["update"], ck["curve"], ck["env_steps"]
         stopped, bc_hist, val_detail = ck["stopped"], ck["bc"], ck["val_detail"]
         kls = [tuple(k) for k in ck.get("kl", [])]
+        rollbacks = list(ck.get("rollbacks", []))
         lags = [Lagrangian(**{k.lstrip("_"): v for k, v in d.items()}) for d in ck["lagrange"]]
         old = {"_best_state": "best_state", "_bad": "bad_checks"}  # checkpoints written before the rename
         val_state = {old.get(k, k): v for k, v in (ck["validator"] or {}).items()}
@@ -651,17 +657,27 @@ def train(make_env: Callable[[], object], args: MAPPOArgs, ckpt_path: str | Path
             if validator.best_step == env_steps:
                 val_detail = last_val["d"]
             stopped = not keep_going
+            if args.rollback_checks and not stopped:
+                since = [v for st, v in validator.curve[1:] if st > (rollbacks[-1] if rollbacks else 0)]
+                if (len(since) >= args.rollback_checks
+                        and max(since[-args.rollback_checks:]) < validator.curve[0][1]):
+                    validator.restore(_Holder(nets))
+                    opt = torch.optim.Adam(nets.parameters(), lr=args.learning_rate, eps=1e-5)
+                    for g in lags:
+                        g.lam, g.integral = 0.0, 0.0
+                    rollbacks.append(env_steps)
         if progress is not None:
             progress(update)
         if ckpt_path is not None and (update % args.ckpt_every == 0 or update == args.updates or stopped):
             _save(ckpt_path, nets, opt, gen, update, curve, env_steps, args, lags, validator, stopped, bc_hist,
-                  val_detail, kls)
+                  val_detail, kls, rollbacks)
         if stop_after is not None and done_here >= stop_after:
             break
     if validator is not None and (stopped or update >= args.updates):
         validator.restore(_Holder(nets))
     nets.eval()
     info = {"update": update, "wall_s": time.perf_counter() - t0, "env_steps": env_steps, "bc": bc_hist, "kl": kls,
+            "rollbacks": rollbacks,
             "lagrange": [{"target": g.target, "lam": g.lam, "history": g.history} for g in lags],
             "validation": val_detail or None,
             "validation_curve": list(validator.curve) if validator is not None else [],
@@ -751,7 +767,7 @@ def monitored(policy: TrainedPolicy, ckpt_path: str | Path, cfg) -> TrainedPolic
 
 
 def _save(path, nets, opt, gen, update, curve, env_steps, args, lags, validator, stopped, bc_hist, val_detail,
-          kls=()):
+          kls=(), rollbacks=()):
     vs = {}
     if validator is not None:
         vs = {k: getattr(validator, k) for k in ("best", "best_step", "curve", "best_state", "bad_checks")}
@@ -761,7 +777,7 @@ def _save(path, nets, opt, gen, update, curve, env_steps, args, lags, validator,
                                          "lam_max": g.lam_max, "scale": g.scale, "hinge": g.hinge,
                                          "history": list(g.history), "integral": g.integral} for g in lags],
                            "validator": vs, "stopped": stopped, "bc": bc_hist, "val_detail": val_detail,
-                           "kl": [list(k) for k in kls]})
+                           "kl": [list(k) for k in kls], "rollbacks": list(rollbacks)})
 
 
 def card_file(ckpt_path: str | Path) -> Path:
