@@ -763,9 +763,12 @@ def test_checkpoint_key_leaves_out_a_field_at_its_neutral_value():
     from fleetwise.reproduce.graph_marl import _key_args, _key_cfg
 
     a = MAPPOArgs()
-    before = {k: v for k, v in asdict(a).items() if k != "rule_start_epochs"}  # the fields before it was added
+    later = ("rule_start_epochs", "target_kl", "rollback_checks")
+    before = {k: v for k, v in asdict(a).items() if k not in later}  # the fields before they were added
     assert _key_args(a) == before
     assert _key_args(replace(a, rule_start_epochs=1)) == {**before, "rule_start_epochs": 1}
+    assert _key_args(replace(a, target_kl=0.1, rollback_checks=16)) == {**before, "target_kl": 0.1,
+                                                                      "rollback_checks": 16}
     cfg = GraphMARLConfig()
     assert _key_cfg(cfg) == repr(cfg).replace(", scale_down_after_s=0.0", "")  # the repr before the field
     assert _key_cfg(replace(cfg, scale_down_after_s=30.0)) == repr(replace(cfg, scale_down_after_s=30.0))
