@@ -2,13 +2,16 @@
 graph-marl` at the full budget (the same arguments as `benchmarks/graph-marl-full.sh`, validation included), then
 each update's approximate KL divergence from the rollout's policy, per agent's joint action (Stable-Baselines3's
 estimate, measured before each gradient step; the last one of the update is kept: `info["kl"]`) and the gradient
-steps taken. Quoted in docs/graph-marl.md ("One update's size"). About 3 s of one CPU per update.
+steps taken, and the validation score every 5 updates. Quoted in docs/graph-marl.md ("Smaller updates"). About 3 s
+of one CPU per update. The floating-point kernels are the host's: `ATEN_CPU_CAPABILITY=avx2
+MKL_ENABLE_INSTRUCTIONS=AVX2` before the command runs torch's and MKL's AVX2 code on an AVX-512 host.
 
 Usage: python benchmarks/graph-marl-kl-probe.py KIND SEED UPDATES [TARGET_KL|none]
 (KIND: graph, flat or ippo; TARGET_KL defaults to the variant's full-budget value, none)."""
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import asdict, replace
 
@@ -27,7 +30,8 @@ def main() -> None:
         args = replace(args, target_kl=None if sys.argv[4] == "none" else float(sys.argv[4]))
     cfg = GraphMARLConfig()
     val = ValidationWindows(cfg, range(500, 500 + bud["val_seeds"]), MAPPOArgs().train_segment_s)
-    ckpt = f"/tmp/graph-marl-kl-probe-{kind}-s{seed}-u{updates}-kl{args.target_kl}.pt"
+    cap = os.environ.get("ATEN_CPU_CAPABILITY", "")  # (a run on other kernels: its own checkpoint)
+    ckpt = f"/tmp/graph-marl-kl-probe-{kind}-s{seed}-u{updates}-kl{args.target_kl}{'-' + cap if cap else ''}.pt"
     r = train_job({"name": kind, "cfg": cfg, "args": asdict(args), "ckpt": ckpt, "validation": val})
     kl = r["info"]["kl"]
     print(f"{kind} seed {seed}, learning rate {args.learning_rate}, target_kl {args.target_kl}, {updates} updates")
@@ -36,6 +40,9 @@ def main() -> None:
     ks = np.array([k for k, _ in kl])
     print(f"median {np.median(ks):.3f}, max {ks.max():.3f} (update {int(ks.argmax())}), updates above 0.5: "
           f"{int((ks > 0.5).sum())}, stopped early: {sum(s < args.n_epochs for _, s in kl)}")
+    curve = r["info"]["validation_curve"]
+    per = curve[1][0] // args.val_every if len(curve) > 1 else 1  # environment steps per update
+    print("validation score by update:", "  ".join(f"{int(st // per)}: {v:.3f}" for st, v in curve))
 
 
 if __name__ == "__main__":
