@@ -508,7 +508,7 @@ def train(make_env: Callable[[], object], args: MAPPOArgs, ckpt_path: str | Path
     expected = np.array([c.rate_rps * cfg.epoch_s for c in cfg.classes])
     update, curve, env_steps, stopped, bc_hist = 0, [], 0, False, []
     rollbacks: list = []  # env steps at which training restarted from the best parameters (rollback_checks)
-    kls: list = []  # per update: (largest approximate KL over agents at the last step taken, gradient steps taken)
+    kls: list = []  # per update: (the largest agent's approximate KL at its last check, gradient steps taken)
     lags: list = []
     val_state: dict = {}
     validator = None
@@ -767,7 +767,7 @@ def monitored(policy: TrainedPolicy, ckpt_path: str | Path, cfg) -> TrainedPolic
 
 
 def _save(path, nets, opt, gen, update, curve, env_steps, args, lags, validator, stopped, bc_hist, val_detail,
-          kls=(), rollbacks=()):
+          kls, rollbacks):
     vs = {}
     if validator is not None:
         vs = {k: getattr(validator, k) for k in ("best", "best_step", "curve", "best_state", "bad_checks")}
