@@ -4,6 +4,10 @@ The Python API in two names: ``load_scenario(path_or_name)`` and ``simulate(scen
 (records, summary) (imported on first use, so ``import fleetwise`` stays light).
 """
 
+from fleetwise import floats as _floats
+
+_floats.pin()  # before numpy or torch load: the same kernels on every x86-64 host (fleetwise/floats.py)
+
 __version__ = "0.1.0"
 __all__ = ["load_scenario", "run_scenario", "simulate"]
 

@@ -34,6 +34,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from fleetwise.envs.autoscaling import AutoscalingConfig, AutoscalingEnv, cached_servegen
+from fleetwise.floats import check_torch
 
 HEURISTICS = ("static", "hpa", "slo_aware", "predictive")
 # the capacity scalers without their N+1 zone redundancy (the RL scaler does not provide it either)
@@ -173,6 +174,7 @@ def train_autoscaler(timesteps: int, seed: int = 0, config: TrainConfig | None =
 
     cfg = config or TrainConfig()
     torch.set_num_threads(1)
+    check_torch(torch)  # the kernels pinned at import (fleetwise/floats.py)
     fns = [_make_env(cfg.scenario, cfg.env, cfg.make_env) for _ in range(cfg.n_envs)]
     venv = SubprocVecEnv(fns) if cfg.subproc and cfg.n_envs > 1 else DummyVecEnv(fns)
     venv.seed(seed)

@@ -141,10 +141,12 @@ def train(make_env: Callable[[], object], args: DISPPOArgs, progress: Callable[[
     from stable_baselines3.common.monitor import Monitor
     from stable_baselines3.common.vec_env import DummyVecEnv
 
+    from fleetwise.floats import check_torch
     from fleetwise.learn.recipe import (Lagrangian, Validator, behaviour_clone, quiet_logger, rule_demonstrations,
                                         sb3_callback)
 
     torch.set_num_threads(1)
+    check_torch(torch)  # the kernels pinned at import (fleetwise/floats.py)
     venv = DummyVecEnv([lambda: Monitor(make_env()) for _ in range(args.n_envs)])
     venv.seed(args.seed)
     gamma = args.gamma if args.time_aware else args.gamma ** args.mean_tau_s

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fleetwise.floats import check_torch
 from fleetwise.policies.allocators import DQNPolicy  # noqa: F401  (re-exported: what training returns)
 
 
@@ -57,6 +58,7 @@ def train(env, args: DQNArgs | None = None) -> TrainedDQN:
 
     args = args or DQNArgs()
     torch.set_num_threads(1)
+    check_torch(torch)  # the kernels pinned at import (fleetwise/floats.py)
     torch.manual_seed(args.seed)
 
     class _Returns(gym.Wrapper):

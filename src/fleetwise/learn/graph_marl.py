@@ -33,6 +33,7 @@ import numpy as np
 
 from fleetwise.envs.graph_marl import AGENTS, EDGE_TYPES, F_EDGE, F_NODE, NODE_TYPES, GraphLayout
 from fleetwise.errors import InputError
+from fleetwise.floats import check_torch
 
 
 @dataclass
@@ -85,6 +86,7 @@ def _torch():
     import torch
 
     torch.set_num_threads(1)
+    check_torch(torch)  # the kernels pinned at import (fleetwise/floats.py)
     return torch
 
 

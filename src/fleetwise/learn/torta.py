@@ -84,10 +84,12 @@ def train(make_env, args: TortaArgs, progress=None, validation: bool = False):
     from stable_baselines3 import PPO
     from stable_baselines3.common.monitor import Monitor
 
+    from fleetwise.floats import check_torch
     from fleetwise.learn.recipe import (Lagrangian, Validator, behaviour_clone, gate, quiet_logger, rule_demonstrations,
                                         sb3_callback)
 
     torch.set_num_threads(1)
+    check_torch(torch)  # the kernels pinned at import (fleetwise/floats.py)
     env = Monitor(make_env())
     base = env.unwrapped
     residual = getattr(base, "kind", "ot") == "residual"
