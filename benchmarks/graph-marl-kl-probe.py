@@ -3,8 +3,8 @@ graph-marl` at the full budget (the same arguments as `benchmarks/graph-marl-ful
 each update's approximate KL divergence from the rollout's policy, per agent's joint action (Stable-Baselines3's
 estimate, measured before each gradient step; the last one of the update is kept: `info["kl"]`) and the gradient
 steps taken, and the validation score every 5 updates. Quoted in docs/graph-marl.md ("Smaller updates"). About 3 s
-of one CPU per update. The floating-point kernels are the host's: `ATEN_CPU_CAPABILITY=avx2
-MKL_ENABLE_INSTRUCTIONS=AVX2` before the command runs torch's and MKL's AVX2 code on an AVX-512 host.
+of one CPU per update. The floating-point kernels are pinned at import (fleetwise/floats.py, since 2e9fc6a; the
+runs quoted before it used the host's own): `FLEETWISE_NATIVE_KERNELS=1` before the command runs the host's.
 
 Usage: python benchmarks/graph-marl-kl-probe.py KIND SEED UPDATES [TARGET_KL|none]
 (KIND: graph, flat or ippo; TARGET_KL defaults to the variant's full-budget value, none)."""
@@ -30,7 +30,7 @@ def main() -> None:
         args = replace(args, target_kl=None if sys.argv[4] == "none" else float(sys.argv[4]))
     cfg = GraphMARLConfig()
     val = ValidationWindows(cfg, range(500, 500 + bud["val_seeds"]), MAPPOArgs().train_segment_s)
-    cap = os.environ.get("ATEN_CPU_CAPABILITY", "")  # (a run on other kernels: its own checkpoint)
+    cap = "native" if os.environ.get("FLEETWISE_NATIVE_KERNELS") else ""  # (other kernels: their own checkpoint)
     ckpt = f"/tmp/graph-marl-kl-probe-{kind}-s{seed}-u{updates}-kl{args.target_kl}{'-' + cap if cap else ''}.pt"
     r = train_job({"name": kind, "cfg": cfg, "args": asdict(args), "ckpt": ckpt, "validation": val})
     kl = r["info"]["kl"]
