@@ -77,4 +77,5 @@ def test_training_warns_when_torch_chose_its_kernels_before_fleetwise_was_import
             "    check_torch(torch); check_torch(torch)\nprint(len(w), w[0].message if w else '')")
     out = _run(code)
     assert out.startswith("1 ") and "ran before fleetwise was imported" in out
-    assert _run("import fleetwise, torch\nfrom fleetwise.floats import check_torch\nprint(check_torch(torch))") == "AVX2"
+    ok = "import fleetwise, torch\nfrom fleetwise.floats import check_torch\nprint(check_torch(torch))"
+    assert _run(ok) == "AVX2"
