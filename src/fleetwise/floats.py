@@ -1,4 +1,4 @@
-"""Same seed, same numbers on every x86-64 host: the floating-point kernels numpy, torch and MKL run are pinned.
+"""Same seed, same numbers on every x86-64 host with AVX2: the CPU floating-point kernels of the libraries pinned.
 
 Each of these libraries picks its CPU code by the vector units it finds, and their AVX-512 and AVX2 kernels round
 differently (torch's vectorised ops and MKL's GEMM blocking; numpy's AVX-512 transcendental functions). One
@@ -29,7 +29,7 @@ import os
 import platform
 from collections.abc import MutableMapping
 
-# numpy's dispatch targets above AVX2, in numpy 2's names and numpy 1's (numpy ignores names it does not dispatch)
+# numpy's dispatch targets above AVX2, in numpy 2's names and numpy 1's (numpy 2.4 ignores the names it lacks)
 NUMPY_AVX512 = ("X86_V4 AVX512F AVX512CD AVX512_KNL AVX512_KNM AVX512_SKX AVX512_CLX AVX512_CNL AVX512_ICL "
                 "AVX512_SPR")
 OPT_OUT = "FLEETWISE_NATIVE_KERNELS"
