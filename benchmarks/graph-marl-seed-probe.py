@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
 from dataclasses import asdict, replace
 
@@ -47,6 +48,8 @@ def main() -> None:
     tag = "-" + hashlib.sha256(json.dumps(over, sort_keys=True).encode()).hexdigest()[:8] if over else ""
     if over_args:
         tag += "-args-" + hashlib.sha256(json.dumps(over_args, sort_keys=True).encode()).hexdigest()[:8]
+    # runs with the kernels pinned at import (fleetwise/floats.py, since 2e9fc6a) keep their own checkpoints
+    tag += "-native" if os.environ.get("FLEETWISE_NATIVE_KERNELS") else "-pinned"
     ckpt = f"/tmp/graph-marl-seed-probe-{kind}-s{seed}{tag}.pt"
     r = train_job({"name": kind, "cfg": cfg, "args": asdict(args), "ckpt": ckpt, "validation": val})
     info = r["info"]
