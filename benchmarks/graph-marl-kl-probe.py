@@ -11,6 +11,8 @@ Usage: python benchmarks/graph-marl-kl-probe.py KIND SEED UPDATES [TARGET_KL|non
 
 from __future__ import annotations
 
+import fleetwise  # noqa: F401  (first: pins the kernels before numpy and torch load, fleetwise/floats.py)
+
 import os
 import sys
 from dataclasses import asdict, replace

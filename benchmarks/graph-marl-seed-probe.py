@@ -16,6 +16,8 @@ the fallback and the input guard, `recipe.InputGuard`; "+monitor+guard", what `r
 
 from __future__ import annotations
 
+import fleetwise  # noqa: F401  (first: pins the kernels before numpy and torch load, fleetwise/floats.py)
+
 import hashlib
 import json
 import os
