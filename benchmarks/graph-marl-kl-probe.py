@@ -32,8 +32,8 @@ def main() -> None:
         args = replace(args, target_kl=None if sys.argv[4] == "none" else float(sys.argv[4]))
     cfg = GraphMARLConfig()
     val = ValidationWindows(cfg, range(500, 500 + bud["val_seeds"]), MAPPOArgs().train_segment_s)
-    cap = "native" if os.environ.get("FLEETWISE_NATIVE_KERNELS") else ""  # (other kernels: their own checkpoint)
-    ckpt = f"/tmp/graph-marl-kl-probe-{kind}-s{seed}-u{updates}-kl{args.target_kl}{'-' + cap if cap else ''}.pt"
+    native = "-native" if os.environ.get("FLEETWISE_NATIVE_KERNELS") else ""  # (other kernels: own checkpoint)
+    ckpt = f"/tmp/graph-marl-kl-probe-{kind}-s{seed}-u{updates}-kl{args.target_kl}{native}.pt"
     r = train_job({"name": kind, "cfg": cfg, "args": asdict(args), "ckpt": ckpt, "validation": val})
     kl = r["info"]["kl"]
     print(f"{kind} seed {seed}, learning rate {args.learning_rate}, target_kl {args.target_kl}, {updates} updates")

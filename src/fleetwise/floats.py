@@ -16,8 +16,9 @@ numbers"). Each library reads an environment variable the first time it needs it
   imported first, as the ``fleetwise`` command and its worker processes do);
 - ``ONEDNN_MAX_CPU_ISA=AVX2`` for the oneDNN kernels torch may use.
 
-The simulator's own results do not depend on them (its arithmetic is Python floats); what they fix is learning:
-the same training seed gives the same networks on any x86-64 host with AVX2. For the small networks trained here
+The simulator's results did not move with them (`fleetwise simulate` and the demo's sweep printed the same bytes
+pinned and not); what they fix is learning: the same training seed gives the same networks on any x86-64 host
+with AVX2. For the small networks trained here
 the cost is within the run-to-run spread (docs/experiments.md). ``FLEETWISE_NATIVE_KERNELS=1`` keeps each
 library's own choice (the fastest kernels of the host, and results that depend on it). Other architectures (ARM)
 are left alone: their kernels are their own.
@@ -54,7 +55,7 @@ def portable_env(machine: str | None = None, avx2: bool | None = None) -> dict[s
     if machine not in ("x86_64", "amd64"):
         return {}
     env = {"MKL_CBWR": "COMPATIBLE", "NPY_DISABLE_CPU_FEATURES": NUMPY_AVX512, "ONEDNN_MAX_CPU_ISA": "AVX2"}
-    if avx2 if avx2 is not None else _has_avx2():  # (forced on a CPU without AVX2, both would crash)
+    if avx2 if avx2 is not None else _has_avx2():  # (a CPU without AVX2 could not run these kernels)
         env["ATEN_CPU_CAPABILITY"] = "avx2"
         env["OPENBLAS_CORETYPE"] = "Haswell"
     return env
