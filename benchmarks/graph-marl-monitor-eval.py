@@ -1,29 +1,43 @@
 """Trained Graph-MARL checkpoints bare and behind the run-time monitor (`learn.graph_marl.monitored`: the SLO
 fallback and the input guard; docs/graph-marl.md, "The run-time monitor"), evaluated as `fleetwise reproduce
-graph-marl` evaluates them (its evaluation jobs, on 2 worker processes): the 10 held-out test segments against
-`static` (the best rule there) and arXiv and Mooncake at load 0.7 against `least_loaded` (the rule inside the
-actions), paired by (training seed, segment); pooled over the checkpoints given (mean [95% CI]) and per checkpoint.
-Nothing is trained.
+graph-marl` evaluates them (its evaluation jobs, on 2 worker processes), paired by (training seed, segment); pooled
+over the checkpoints given (mean [95% CI]) and per checkpoint. Nothing is trained. Cases:
+  validation    10 segments of the validation split (seeds 500-509, the test segments' length; the split
+                checkpoints are chosen on) against `static`: where the monitor's options are chosen
+  test          the 10 held-out test segments against `static` (the best rule there)
+  arXiv, Mooncake   the real traces at load 0.7 against `least_loaded` (the rule inside the actions)
 
-Usage: PYTHONPATH=src python benchmarks/graph-marl-monitor-eval.py CKPT [CKPT ...]
+Usage: PYTHONPATH=src python benchmarks/graph-marl-monitor-eval.py [--handover rule,placement,rule:known-guard]
+       [--cases validation,test,arXiv,Mooncake] CKPT [CKPT ...]
 (e.g. the three Graph-MARL checkpoints `benchmarks/graph-marl-full.sh OUT` leaves in OUT/graph-marl/; a checkpoint's
-training seed is read from it). About 2 minutes per checkpoint on 2 cores.
+training seed is read from it). `--handover`: what the SLO fallback hands over, one monitored row each (default:
+`TrainedPolicy`'s); `:no-guard`: the SLO fallback without the input guard; `:known-guard`: the guard
+decides only on a known share of long requests (not the first epoch of a segment, before any traffic).
+About 2 minutes per checkpoint and 3 cases with two variants on 2 cores.
 """
 
 from __future__ import annotations
 
-import sys
+import argparse
 
 import numpy as np
 
-from fleetwise.learn.graph_marl import load_checkpoint
+from fleetwise.learn.graph_marl import HANDOVER, HANDOVERS, load_checkpoint
 from fleetwise.learn.recipe import run_jobs
 from fleetwise.metrics.stats import paired_change
 from fleetwise.reproduce.graph_marl import _eval_job, _paired
 from fleetwise.worlds.multicloud import GraphMARLConfig
 
-CASES = (("test", None, None, "static"), ("arXiv@0.7", "arxiv-summarization", 0.7, "least_loaded"),
-         ("Mooncake@0.7", "mooncake", 0.7, "least_loaded"))
+CASES = {"validation": ("validation", None, None, "static", range(500, 510)),
+         "test": ("test", None, None, "static", range(1000, 1010)),
+         "arXiv": (None, "arxiv-summarization", 0.7, "least_loaded", range(1000, 1010)),
+         "Mooncake": (None, "mooncake", 0.7, "least_loaded", range(1000, 1010))}
+
+
+def _guard(variant):
+    """The input guard of a variant ``HANDOVER[:no-guard|:known-guard]``: on, off, or on known shares only."""
+    opt = (variant or "").partition(":")[2]
+    return {"": True, "no-guard": False, "known-guard": "known"}.get(opt)
 
 
 def _ch(ref, rows, k):
@@ -32,31 +46,47 @@ def _ch(ref, rows, k):
 
 
 def main() -> None:
-    ckpts = sys.argv[1:]
-    if not ckpts:
-        raise SystemExit(__doc__)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--handover", default=HANDOVER, help=f"comma-separated, of {', '.join(HANDOVERS)}")
+    ap.add_argument("--cases", default="test,arXiv,Mooncake", help=f"comma-separated, of {', '.join(CASES)}")
+    ap.add_argument("ckpts", nargs="+")
+    a = ap.parse_args()
+    handovers, cases = a.handover.split(","), a.cases.split(",")
+    bad = [h for h in handovers if h.split(":")[0] not in HANDOVERS or _guard(h) is None]
+    bad += [c for c in cases if c not in CASES]
+    if bad:
+        raise SystemExit(f"unknown handover or case {bad[0]!r} (handovers: {', '.join(HANDOVERS)}; cases: "
+                         f"{', '.join(CASES)})")
     cfg = GraphMARLConfig()
-    seeds = list(range(1000, 1010))
-    train_seed = {ck: int(load_checkpoint(ck)["args"]["seed"]) for ck in ckpts}
-    for case, trace, load, ref in CASES:
-        common = {"cfg": cfg, "seeds": seeds, "eval_trace": trace, "segment_s": None, "load": load}
+    train_seed = {ck: int(load_checkpoint(ck)["args"]["seed"]) for ck in a.ckpts}
+    for case in cases:
+        split, trace, load, ref, seeds = CASES[case]
+        common = {"cfg": cfg, "seeds": list(seeds), "eval_trace": trace, "segment_s": None, "load": load,
+                  "split": split}
+        variants = [(False, None)] + [(True, h) for h in handovers]
         jobs = [{**common, "name": ref, "train_seed": None, "ckpt": None, "fallback": False}]
-        jobs += [{**common, "name": ck, "train_seed": train_seed[ck], "ckpt": ck, "fallback": fb}
-                 for ck in ckpts for fb in (False, True)]
+        jobs += [{**common, "name": ck, "train_seed": train_seed[ck], "ckpt": ck, "fallback": fb,
+                  "handover": h and h.split(":")[0], "guard": _guard(h),
+                  "variant": h} for ck in a.ckpts for fb, h in variants]
         res = run_jobs(_eval_job, jobs, workers=2)
         base = res[0]
-        for fb in (False, True):
-            rows = [r for j, rs in zip(jobs[1:], res[1:]) if j["fallback"] == fb for r in rs]
+        for fb, h in variants:
+            rows = [r for j, rs in zip(jobs[1:], res[1:]) if (j["fallback"], j["variant"]) == (fb, h) for r in rs]
             guarded = sum(r.get("guarded_epochs", 0) for r in rows) / max(1, sum(r.get("epochs", 0) for r in rows))
             tripped = sum(r.get("rule_epochs", 0) > 0 for r in rows)
-            print(f"{case} vs {ref}{' +fallback' if fb else ''}: P99 {_ch(base, rows, 'latency_p99_s')}, cost "
-                  f"{_ch(base, rows, 'cost_usd')}, attainment {np.mean([r['slo_attainment'] for r in rows]):.3f}"
+            label = f" +fallback (handover {h})" if fb else " bare"
+            print(f"{case} vs {ref}{label}: P99 {_ch(base, rows, 'latency_p99_s')}, cost "
+                  f"{_ch(base, rows, 'cost_usd')}, attainment {np.mean([r['slo_attainment'] for r in rows]):.3f}, "
+                  f"P99 {np.mean([r['latency_p99_s'] for r in rows]):.2f} s"
                   + (f", epochs guarded {guarded:.0%}, SLO fallback tripped in {tripped}/{len(rows)} segments"
                      if fb else ""), flush=True)
-            for ck in ckpts:
+            for ck in a.ckpts:
                 mine = [r for r in rows if r["train_seed"] == train_seed[ck]]
                 print(f"    seed {train_seed[ck]}: P99 {_ch(base, mine, 'latency_p99_s')}, cost "
-                      f"{_ch(base, mine, 'cost_usd')}", flush=True)
+                      f"{_ch(base, mine, 'cost_usd')}, attainment {np.mean([r['slo_attainment'] for r in mine]):.3f}"
+                      + (f", tripped {sum(r.get('rule_epochs', 0) > 0 for r in mine)}" if fb else ""), flush=True)
+        print(f"  {ref}: P99 {np.mean([r['latency_p99_s'] for r in base]):.2f} s, attainment "
+              f"{np.mean([r['slo_attainment'] for r in base]):.3f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -591,14 +591,15 @@ def test_rule_fallback_trips_on_the_attainment_so_far_and_stays_tripped():
 
 @needs_data
 def test_trained_policy_with_a_tripped_fallback_takes_the_rules_decisions():
-    """A policy whose monitor has tripped decides exactly as the rule does (zero correction) from then on."""
+    """A policy whose monitor has tripped, handing over the whole decision (``handover="rule"``), decides exactly
+    as the rule does (zero correction) from then on."""
     from fleetwise.learn.graph_marl import TrainedPolicy, _sizes, build_networks
     from fleetwise.learn.recipe import RuleFallback
 
     env = make_env(SMALL, held_out=True)
     obs, _ = env.reset(seed=3)
     nets = build_networks("flat", env.layout, _sizes(env), env.state_dim)
-    pol = TrainedPolicy(nets, fallback=RuleFallback(target=1.0, min_count=1))
+    pol = TrainedPolicy(nets, fallback=RuleFallback(target=1.0, min_count=1), handover="rule")
     pol.reset(3)
     env.step(pol(env, obs, env.state()))  # first epoch: nothing ended, the networks decide
     while env.agents:
@@ -607,6 +608,59 @@ def test_trained_policy_with_a_tripped_fallback_takes_the_rules_decisions():
             assert all((a[k] == 0).all() for k in a)
         obs, *_ = env.step(a)
     assert pol.fallback.tripped_at >= 1  # some request missed its SLO (the target is 1.0): the rule took over
+
+
+@needs_data
+def test_handover_action_keeps_the_placement_and_restores_the_rules_floor():
+    """``handover_action``: neither option is the rule's action; ``placement`` corrects the rule's cloud and model
+    to the classes' current ones (so the world's placement stays), ``restore`` adds one replica to every pool
+    with none on, and the rule's scaling and routing are kept."""
+    from fleetwise.worlds.multicloud_rules import compose
+
+    env = make_env(SMALL, held_out=True)
+    env.reset(seed=3)
+    with pytest.raises(RuntimeError, match="reset"):
+        make_env(SMALL, held_out=True).handover_action()
+    mc = env.mc
+    mc.cloud_choice = np.array([0, 1, len(mc.clouds)])  # as a learned policy might have moved the classes
+    mc.variant = np.array([0, 0, 1])
+    for i in mc.pools[2].replicas:  # and switched a pool off
+        mc.inst[i].on = False
+    rule = env.rule_action()
+    assert all((a == b).all() for a, b in zip(env.handover_action().values(), rule.values()))
+    held = env.handover_action(placement=True)
+    d = compose(mc, held)
+    assert d["cloud"].tolist() == [0, 1, len(mc.clouds)] and d["model"].tolist() == [0, 0, 1]
+    assert (held["gpu"] == 0).all() and (held["router"] == 0).all()
+    back = compose(mc, env.handover_action(restore=True))
+    assert back["gpu"][2] == 2 and (back["gpu"][[i for i in range(len(mc.pools)) if i != 2]] ==
+                                    compose(mc, rule)["gpu"][[i for i in range(len(mc.pools)) if i != 2]]).all()
+
+
+@needs_data
+def test_trained_policy_hands_over_as_its_handover_says():
+    from fleetwise.learn.graph_marl import TrainedPolicy, _sizes, build_networks
+    from fleetwise.learn.recipe import RuleFallback
+
+    env = make_env(SMALL, held_out=True)
+    obs, _ = env.reset(seed=3)
+    nets = build_networks("flat", env.layout, _sizes(env), env.state_dim)
+    with pytest.raises(ValueError, match="handover 'nope'"):
+        TrainedPolicy(nets, handover="nope")
+    assert TrainedPolicy(nets).handover == "placement"  # (the default)
+    pol = TrainedPolicy(nets, fallback=RuleFallback(target=1.0, min_count=1))
+    pol.reset(3)
+    obs, *_ = env.step(pol(env, obs, env.state()))
+    env.mc.cloud_choice = np.array([1, 1, 1])  # (where the networks' decisions left the classes)
+    checked = 0
+    while env.agents:
+        a = pol(env, obs, env.state())
+        if pol.fallback.tripped_at >= 0:
+            want = env.handover_action(placement=True)
+            assert all((a[k] == want[k]).all() for k in want)
+            checked += 1
+        obs, *_ = env.step(a)
+    assert checked >= 1
 
 
 @needs_data
@@ -651,6 +705,8 @@ def test_input_guard_gives_the_rule_unknown_and_longer_traffic():
     assert (g.steps, g.guarded) == (6, 3)
     g.reset()
     assert (g.steps, g.guarded) == (0, 0)
+    known = InputGuard(share_max=0.5, unknown=False)  # only a known share above the threshold is guarded
+    assert [known.step(s) for s in (None, 0.2, 0.51, None)] == [False, False, True, False]
     with pytest.raises(ValueError):
         InputGuard(share_max=1.5)
 

@@ -230,6 +230,26 @@ def _env_class():
             """The action that reproduces the rule (``least_loaded``) exactly: no correction."""
             return {a: np.zeros(self._act[a].shape, np.int64) for a in self.possible_agents}
 
+        def handover_action(self, placement: bool = False, restore: bool = False):
+            """The rule's action as the run-time monitor hands over to it mid-segment (``TrainedPolicy.handover``):
+            with ``placement``, every request class keeps the cloud and model variant it is served by now (the
+            cyclic shifts from the rule's choices to the world's current ones; ``compose`` keeps the rule's choice
+            where the current one has no ready replica), so the rule moves no class onto pools the learned policy
+            switched off; with ``restore``, every pool with no replica on adds one (on-demand), restoring the
+            rule's own floor of one replica per pool, from which its threshold scaling (which never wakes an empty
+            pool) can react. Neither: exactly :meth:`rule_action`."""
+            if self.mc is None:
+                raise RuntimeError("call reset() before handover_action()")
+            a, mc = self.rule_action(), self.mc
+            if placement:
+                a["cloud"] = (np.asarray(mc.cloud_choice, np.int64) - self._base["cloud"]) % (len(mc.clouds) + 1)
+                a["model"] = (np.asarray(mc.variant, np.int64) - self._base["model"]) % len(mc.cfg.variants)
+            if restore:
+                for pi, p in enumerate(mc.pools):
+                    if not any(mc.inst[i].on for i in p.replicas):
+                        a["gpu"][pi] = 2  # one more than the rule's hold (compose: an on-demand replica)
+            return a
+
         def action_masks(self):
             """Per agent (factors, choices) booleans: the corrections allowed in the current state."""
             if self.mc is None:

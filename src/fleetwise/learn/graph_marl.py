@@ -272,6 +272,10 @@ def _dist_stats(logits: dict, actions=None, generator=None, masks=None):
     return acts, torch.stack(lps, -1), torch.stack(ents, -1)
 
 
+HANDOVERS = ("rule", "placement", "restore", "placement+restore")  # what the SLO fallback hands over
+HANDOVER = "placement"  # TrainedPolicy's default, chosen on the validation segments (docs/graph-marl.md)
+
+
 class TrainedPolicy:
     """Joint actions of trained networks, usable as ``evaluate(cfg, policy, ...)``'s callable.
 
@@ -282,17 +286,26 @@ class TrainedPolicy:
     actions.
 
     ``fallback`` (a ``recipe.RuleFallback``, or None): once the SLO attainment of all requests that ended in the
-    episode so far falls below the target, every later epoch takes the rule's decision (no correction).
+    episode so far falls below the target, every later epoch is handed to the rule, as ``handover`` says:
+    ``"placement"`` (default) the rule's scaling and routing with every class kept on the cloud and model variant
+    it is served by (``env.handover_action(placement=True)``: the rule moves no class onto pools the policy
+    switched off); ``"rule"`` the rule's whole decision (no correction); ``"restore"`` and ``"placement+restore"``
+    also add a replica to every pool with none on. Chosen on the validation segments (docs/graph-marl.md, "The
+    run-time monitor").
     ``guard`` (a ``recipe.InputGuard``, or None): an epoch after one whose share of long requests was above the
     training data's highest, or unknown (the first), takes the rule's decision. :func:`monitored` sets both.
     ``rule_start``: the first epochs of an episode that take the rule's decision (``MAPPOArgs.rule_start_epochs``,
     as the policy was trained)."""
 
-    def __init__(self, nets, deterministic: bool = True, fallback=None, rule_start: int = 0, guard=None):
+    def __init__(self, nets, deterministic: bool = True, fallback=None, rule_start: int = 0, guard=None,
+                 handover: str = HANDOVER):
+        if handover not in HANDOVERS:
+            raise ValueError(f"handover {handover!r}: expected one of {', '.join(HANDOVERS)}")
         self.nets = nets
         self.deterministic = deterministic
         self.fallback = fallback
         self.guard = guard
+        self.handover = handover
         self.rule_start = int(rule_start)
         self.gen = None
 
@@ -305,6 +318,8 @@ class TrainedPolicy:
     def __call__(self, env, obs, state):
         tripped = self.fallback is not None and self.fallback.step(env.mc.cls_ok, env.mc.cls_ended)
         guarded = self.guard is not None and self.guard.step(env.mc.long_share)  # (both count every decision)
+        if tripped and self.handover != "rule":
+            return env.handover_action(placement="placement" in self.handover, restore="restore" in self.handover)
         if tripped or guarded:
             return env.rule_action()
         if env.mc.epoch < self.rule_start:
@@ -757,12 +772,17 @@ def checkpoint_long_share_max(ckpt_path: str | Path, cfg) -> float:
     return training_long_share_max(cfg, MAPPOArgs(**ck["args"]), int(ck["update"]))
 
 
-def monitored(policy: TrainedPolicy, ckpt_path: str | Path, cfg) -> TrainedPolicy:
+def monitored(policy: TrainedPolicy, ckpt_path: str | Path, cfg, handover: str | None = None) -> TrainedPolicy:
     """``policy`` behind the run-time monitor: the rule decides once the SLO attainment of the episode so far is
-    below the target (``recipe.RuleFallback``, for good) and while the traffic is unlike the training data's
-    (``recipe.InputGuard``, the checkpoint's threshold)."""
+    below the target (``recipe.RuleFallback``, for good; ``handover``, if given, sets what it hands over:
+    :class:`TrainedPolicy`) and while the traffic is unlike the training data's (``recipe.InputGuard``, the
+    checkpoint's threshold)."""
     from fleetwise.learn.recipe import InputGuard, RuleFallback
 
+    if handover is not None:
+        if handover not in HANDOVERS:
+            raise ValueError(f"handover {handover!r}: expected one of {', '.join(HANDOVERS)}")
+        policy.handover = handover
     policy.fallback = RuleFallback(cfg.slo_target)
     policy.guard = InputGuard(checkpoint_long_share_max(ckpt_path, cfg))
     return policy

@@ -343,6 +343,7 @@ class InputGuard:
     share_max: float
     steps: int = 0  # decisions since reset
     guarded: int = 0  # ... of which the rule's
+    unknown: bool = True  # an unknown share (None) is guarded; False: only a share above share_max is
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.share_max <= 1.0:
@@ -353,7 +354,7 @@ class InputGuard:
 
     def step(self, share: float | None) -> bool:
         self.steps += 1
-        out = share is None or share > self.share_max
+        out = self.unknown if share is None else share > self.share_max
         self.guarded += out
         return out
 

@@ -28,9 +28,10 @@ PAPER = {"latency_p99_s": (0.271, 0.194), "cost_change": -0.177, "gpu_util": 0.8
 PAPER_NOTE = "paper (vs MARL baseline): P99 271 -> 194 ms, cost -17.7%, GPU utilization 86.9%"
 LEARNED = {"graph_marl": "graph", "flat_marl": "flat", "ippo": "ippo"}
 # each learned variant is also evaluated behind the run-time monitor (``learn.graph_marl.monitored``: once the
-# segment's SLO attainment so far is below the target, the rule decides for the rest of it, ``recipe.RuleFallback``;
-# and while the last epoch's share of long requests is above the training data's highest or unknown,
-# ``recipe.InputGuard``), as ``<name>+fallback``
+# segment's SLO attainment so far is below the target, the rule scales and routes for the rest of it, the classes
+# kept where they are, ``recipe.RuleFallback`` and ``TrainedPolicy.handover``; and while the last epoch's share of
+# long requests is above the training data's highest or unknown, the rule decides, ``recipe.InputGuard``), as
+# ``<name>+fallback``
 FALLBACK = "+fallback"
 METRICS = ("latency_p50_s", "latency_p99_s", "e2e_p99_s", "throughput_rps", "gpu_util", "cost_usd",
            "cost_per_mtok_usd", "slo_attainment", "quality")
@@ -137,7 +138,7 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
     check_run_args(seeds=seeds, train_seeds=train_seeds, workers=workers, eval_trace=eval_trace, db=db, load=load,
                    updates=updates, segment_s=segment_s, episodes_per_update=episodes_per_update)
     from fleetwise.envs.graph_marl import HEURISTICS, GraphMARLConfig
-    from fleetwise.learn.graph_marl import MAPPOArgs, ValidationWindows, best_rule, train_job
+    from fleetwise.learn.graph_marl import HANDOVER, MAPPOArgs, ValidationWindows, best_rule, train_job
     from fleetwise.learn.recipe import run_jobs
     from fleetwise.metrics.stats import paired_change
     from fleetwise.reproduce.common import fit_load as _fit_load
@@ -258,7 +259,8 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
     result["_meta"] = {"scenario": scenario, "load": load if eval_trace is not None else None,
                        "overloaded": sorted(n for n in rows if result[n]["dropped_share"] > WARN_SHARE),
                        "best_rule": best, "slo_target": cfg.slo_target, "validation_rule": validation.best_rule,
-                       "gate_passed": {n: bool((result[n].get("gate") or {}).get("passed")) for n in LEARNED}}
+                       "gate_passed": {n: bool((result[n].get("gate") or {}).get("passed")) for n in LEARNED},
+                       "fallback_handover": HANDOVER}
     if eval_trace is not None:
         result["_trace_fit"] = fit_lines
     _plot_tradeoff(result, out_dir / "cost-latency.png")
@@ -279,12 +281,17 @@ def _eval_job(job: dict) -> list[dict]:
         from fleetwise.workload.spec import load_trace
 
         trace = load_trace(job["eval_trace"])
-    kw = {"trace": trace, "duration_s": job["segment_s"], "load": job["load"]}
+    kw = {"trace": trace, "duration_s": job["segment_s"], "load": job["load"], "split": job.get("split")}
     if job["ckpt"] is None:
         return evaluate(cfg, job["name"], job["seeds"], **kw)
     pol = load_trained(job["ckpt"], cfg)
     if job["fallback"]:
-        pol = monitored(pol, job["ckpt"], cfg)
+        pol = monitored(pol, job["ckpt"], cfg, job.get("handover"))
+        guard = job.get("guard", True)  # (benchmarks/graph-marl-monitor-eval.py: False the SLO fallback alone,
+        if guard is False:  # "known" the guard on known shares only)
+            pol.guard = None
+        elif guard == "known":
+            pol.guard.unknown = False
     return [{**r, "train_seed": job["train_seed"]} for r in evaluate(cfg, pol, job["seeds"], **kw)]
 
 
