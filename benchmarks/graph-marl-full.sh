@@ -13,7 +13,8 @@
 # checkpoints in place the script ran in 115 + 65 + 165 s (held-out, Mooncake, arXiv). Figures in
 # docs/graph-marl.md. Pinned kernels, 2026-12-07 at 201ea8c: the six flat-MARL and IPPO trainings (Graph-MARL's
 # three checkpoints in place) and the held-out segments 5,599 s beside one or two other jobs (1,477-2,074 s per
-# training job), then 128 + 262 s. (`nproc` counts OMP_NUM_THREADS; `nproc --all` the CPUs.)
+# training job), then 128 + 262 s; at e266df2 with all nine checkpoints in place, 182 + 122 + 257 s. (`nproc` counts
+# OMP_NUM_THREADS; `nproc --all` the CPUs.)
 set -euo pipefail
 out=${1:-results/graph-marl-full}
 mkdir -p "$out"

@@ -10,10 +10,11 @@ over the checkpoints given (mean [95% CI]) and per checkpoint. Nothing is traine
 Usage: PYTHONPATH=src python benchmarks/graph-marl-monitor-eval.py [--handover rule,placement,rule:known-guard]
        [--cases validation,test,arXiv,Mooncake] CKPT [CKPT ...]
 (e.g. the three Graph-MARL checkpoints `benchmarks/graph-marl-full.sh OUT` leaves in OUT/graph-marl/; a checkpoint's
-training seed is read from it). `--handover`: what the SLO fallback hands over, one monitored row each (default:
-`TrainedPolicy`'s); `:no-guard`: the SLO fallback without the input guard; `:known-guard`: the guard
-decides only on a known share of long requests (not the first epoch of a segment, before any traffic).
-About 2 minutes per checkpoint and 3 cases with two variants on 2 cores.
+training seed is read from it, one checkpoint per training seed). `--handover`: what the SLO fallback hands
+over, one monitored row each (default: `TrainedPolicy`'s); `:no-guard`: the SLO fallback without the input guard;
+`:known-guard`: the guard decides only on a known share of long requests (not the first epoch of a segment, before
+any traffic). About 2 minutes per checkpoint and 3 cases with two variants on 2 cores; measured in
+docs/graph-marl.md ("The handover").
 """
 
 from __future__ import annotations
@@ -59,6 +60,8 @@ def main() -> None:
                          f"{', '.join(CASES)})")
     cfg = GraphMARLConfig()
     train_seed = {ck: int(load_checkpoint(ck)["args"]["seed"]) for ck in a.ckpts}
+    if len(set(train_seed.values())) < len(train_seed):  # (rows are paired and pooled by training seed)
+        raise SystemExit("two checkpoints of the same training seed: give one variant's checkpoints at a time")
     for case in cases:
         split, trace, load, ref, seeds = CASES[case]
         common = {"cfg": cfg, "seeds": list(seeds), "eval_trace": trace, "segment_s": None, "load": load,
