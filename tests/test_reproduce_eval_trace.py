@@ -77,7 +77,7 @@ def test_graph_marl_eval_trace_fits_the_starting_fleet(data_dir, tmp_path):
         r = res[name]
         assert r["dropped_share"] < 0.01, (name, r["dropped_share"])
         assert _width(r, "latency_p99_s") > 0
-    assert res["_meta"]["load"] == 0.7
+    assert res["_meta"]["load"] == 0.7 and res["_meta"]["fallback_handover"] == "placement"
     for name in ("graph_marl", "flat_marl", "ippo"):  # one row per (training seed, segment); each seed's gate
         r = res[name]
         assert r["seeds"] == 2 and r["train_seeds"] == 2  # intervals over the 2 segments, training seeds averaged
