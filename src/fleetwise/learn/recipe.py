@@ -336,9 +336,9 @@ class InputGuard:
     or not yet known. Before each decision, ``step(share)`` is given the share of long requests among those that
     arrived since the previous one (None: too few arrived to tell, as at a cold start); the decision is the
     rule's when that is unknown or above ``share_max``, the highest share any epoch of the training data had (a
-    fact of the training data, not a value fitted to a trace). Fewer long requests than in training are not
-    guarded. TORTA's planner has the same guard per slot (``ResidualPlanner.long_share_max``); measured for
-    Graph-MARL in docs/graph-marl.md."""
+    fact of the training data, not a value fitted to a trace; ``unknown=False`` guards only a known share, measured
+    and not kept for Graph-MARL). Fewer long requests than in training are not guarded. TORTA's planner has the
+    same guard per slot (``ResidualPlanner.long_share_max``); measured for Graph-MARL in docs/graph-marl.md."""
 
     share_max: float
     steps: int = 0  # decisions since reset
