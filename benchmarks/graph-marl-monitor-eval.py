@@ -5,6 +5,9 @@ over the checkpoints given (mean [95% CI]) and per checkpoint. Nothing is traine
   validation    10 segments of the validation split (seeds 500-509, the test segments' length; the split
                 checkpoints are chosen on) against `static`: where the monitor's options are chosen
   test          the 10 held-out test segments against `static` (the best rule there)
+  stress        the same validation segments with every prompt 3x as long at half the classes' rates (drawn
+                from the training traces, unlike their mix: most epochs above the input guard's threshold)
+                against `least_loaded`
   arXiv, Mooncake   the real traces at load 0.7 against `least_loaded` (the rule inside the actions)
 
 Usage: PYTHONPATH=src python benchmarks/graph-marl-monitor-eval.py [--handover rule,placement,rule:known-guard]
@@ -29,16 +32,20 @@ from fleetwise.metrics.stats import paired_change
 from fleetwise.reproduce.graph_marl import _eval_job, _paired
 from fleetwise.worlds.multicloud import GraphMARLConfig
 
-CASES = {"validation": ("validation", None, None, "static", range(500, 510)),
-         "test": ("test", None, None, "static", range(1000, 1010)),
-         "arXiv": (None, "arxiv-summarization", 0.7, "least_loaded", range(1000, 1010)),
-         "Mooncake": (None, "mooncake", 0.7, "least_loaded", range(1000, 1010))}
+STRESS = {"validation_varies": True, "train_prompt_range": (3.0, 3.0), "train_rate_range": (0.5, 0.5)}
+CASES = {"validation": ("validation", None, None, "static", range(500, 510), {}),
+         "stress": ("validation", None, None, "least_loaded", range(500, 510), STRESS),
+         "test": ("test", None, None, "static", range(1000, 1010), {}),
+         "arXiv": (None, "arxiv-summarization", 0.7, "least_loaded", range(1000, 1010), {}),
+         "Mooncake": (None, "mooncake", 0.7, "least_loaded", range(1000, 1010), {})}
 
 
-def _guard(variant):
-    """The input guard of a variant ``HANDOVER[:no-guard|:known-guard]``: on, off, or on known shares only."""
-    opt = (variant or "").partition(":")[2]
-    return {"": True, "no-guard": False, "known-guard": "known"}.get(opt)
+def _opts(variant):
+    """A variant ``HANDOVER[:no-guard|:known-guard]`` as job keys, or None if unknown."""
+    h, *opts = (variant or "rule").split(":")
+    if h not in HANDOVERS or len(opts) > 1 or set(opts) - {"no-guard", "known-guard"}:
+        return None
+    return {"handover": h, "guard": False if "no-guard" in opts else "known" if "known-guard" in opts else True}
 
 
 def _ch(ref, rows, k):
@@ -53,7 +60,7 @@ def main() -> None:
     ap.add_argument("ckpts", nargs="+")
     a = ap.parse_args()
     handovers, cases = a.handover.split(","), a.cases.split(",")
-    bad = [h for h in handovers if h.split(":")[0] not in HANDOVERS or _guard(h) is None]
+    bad = [h for h in handovers if _opts(h) is None]
     bad += [c for c in cases if c not in CASES]
     if bad:
         raise SystemExit(f"unknown handover or case {bad[0]!r} (handovers: {', '.join(HANDOVERS)}; cases: "
@@ -63,14 +70,13 @@ def main() -> None:
     if len(set(train_seed.values())) < len(train_seed):  # (rows are paired and pooled by training seed)
         raise SystemExit("two checkpoints of the same training seed: give one variant's checkpoints at a time")
     for case in cases:
-        split, trace, load, ref, seeds = CASES[case]
+        split, trace, load, ref, seeds, changes = CASES[case]
         common = {"cfg": cfg, "seeds": list(seeds), "eval_trace": trace, "segment_s": None, "load": load,
-                  "split": split}
+                  "split": split, "cfg_changes": changes}
         variants = [(False, None)] + [(True, h) for h in handovers]
         jobs = [{**common, "name": ref, "train_seed": None, "ckpt": None, "fallback": False}]
         jobs += [{**common, "name": ck, "train_seed": train_seed[ck], "ckpt": ck, "fallback": fb,
-                  "handover": h and h.split(":")[0], "guard": _guard(h),
-                  "variant": h} for ck in a.ckpts for fb, h in variants]
+                  **(_opts(h) if fb else {}), "variant": h} for ck in a.ckpts for fb, h in variants]
         res = run_jobs(_eval_job, jobs, workers=2)
         base = res[0]
         for fb, h in variants:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -275,7 +275,7 @@ def _eval_job(job: dict) -> list[dict]:
     from fleetwise.envs.graph_marl import evaluate
     from fleetwise.learn.graph_marl import load_trained, monitored
 
-    cfg = job["cfg"]
+    cfg = replace(job["cfg"], **job.get("cfg_changes", {}))
     trace = None
     if job["eval_trace"] is not None:
         from fleetwise.workload.spec import load_trace
