@@ -11,7 +11,7 @@ over the checkpoints given (mean [95% CI]) and per checkpoint. Nothing is traine
   arXiv, Mooncake   the real traces at load 0.7 against `least_loaded` (the rule inside the actions)
 
 Usage: PYTHONPATH=src python benchmarks/graph-marl-monitor-eval.py [--handover rule,placement,rule:known-guard]
-       [--cases validation,test,arXiv,Mooncake] CKPT [CKPT ...]
+       [--cases validation,stress,test,arXiv,Mooncake] CKPT [CKPT ...]
 (e.g. the three Graph-MARL checkpoints `benchmarks/graph-marl-full.sh OUT` leaves in OUT/graph-marl/; a checkpoint's
 training seed is read from it, one checkpoint per training seed). `--handover`: what the SLO fallback hands
 over, one monitored row each (default: `TrainedPolicy`'s); `:no-guard`: the SLO fallback without the input guard;
