@@ -341,3 +341,29 @@ def test_cdf_quantiles_carry_the_seeds_range():
     (q, v, lo, hi), = _query_quantiles(store, ["e"])["e"].values()
     assert len(q) == 101 and np.allclose(lo, 0.01 * (1 + q)) and np.allclose(hi, 0.03 * (1 + q))
     assert np.allclose(v, 0.02 * (1 + q))
+
+
+
+def test_long_policy_names_widen_the_changes_plots_left_margin(tmp_path, monkeypatch):
+    """The paired-change plot's tick labels (policy names up to 22 characters, e.g. ``graph_marl+fallback``) fit:
+    its left margin grows with the longest label instead of cutting the name off at the figure's edge."""
+    from fleetwise.experiments import report as R
+    from fleetwise.reproduce.common import store_meta, store_rows
+
+    db = str(tmp_path / "r.duckdb")
+    store_rows(db, "reproduce-x", "w", "least_loaded", [{"seed": s, "latency_p99_s": 1.0} for s in range(3)],
+               level="multicloud")
+    store_rows(db, "reproduce-x", "w", "graph_marl+fallback", [{"seed": s, "latency_p99_s": 0.8} for s in range(3)],
+               level="multicloud")
+    store_meta(db, "reproduce-x", baseline="least_loaded", level="multicloud", metrics=("latency_p99_s",))
+    lefts = {}
+    grid = R._Plots.grid
+
+    def spy(self, nrows, ncols, width, ax_h, title, *a, **kw):
+        fig, axes = grid(self, nrows, ncols, width, ax_h, title, *a, **kw)
+        lefts[title.split(" ·")[0]] = fig.subplotpars.left * width
+        return fig, axes
+
+    monkeypatch.setattr(R._Plots, "grid", spy)
+    write_report(Store(db, read_only=True), tmp_path / "out")
+    assert lefts["Paired change vs least_loaded"] >= 0.065 * len("graph_marl+fallback") > R.M_LEFT

@@ -381,16 +381,17 @@ class _Plots:
         self.ids: set[str] = set()
 
     def grid(self, nrows: int, ncols: int, width: float, ax_h: float, title: str,
-             legend: Sequence[str] = (), legend_title: str | None = None, **kw):
+             legend: Sequence[str] = (), legend_title: str | None = None, left: float = M_LEFT, **kw):
         """A figure of ``nrows x ncols`` axes ``ax_h`` inches high with fixed margins (in inches; a layout engine
-        would double the drawing time), the title on top and room for a figure legend of ``legend`` below."""
+        would double the drawing time; ``left`` wider for long tick labels), the title on top and room for a
+        figure legend of ``legend`` below."""
         from matplotlib.figure import Figure
 
         ncol, extra = _legend_geometry(legend, width, legend_title)
-        ax_w = (width - M_LEFT - M_RIGHT - (ncols - 1) * M_WSPACE) / ncols
+        ax_w = (width - left - M_RIGHT - (ncols - 1) * M_WSPACE) / ncols
         h = M_TOP + M_BOTTOM + extra + nrows * ax_h + (nrows - 1) * M_HSPACE
         fig = Figure(figsize=(width, h), dpi=DPI)
-        fig.subplots_adjust(left=M_LEFT / width, right=1 - M_RIGHT / width, top=1 - M_TOP / h,
+        fig.subplots_adjust(left=left / width, right=1 - M_RIGHT / width, top=1 - M_TOP / h,
                             bottom=(M_BOTTOM + extra) / h, wspace=M_WSPACE / ax_w, hspace=M_HSPACE / ax_h)
         axes = fig.subplots(nrows, ncols, squeeze=False, **kw)
         fig.suptitle(title, fontsize=11, y=1 - 0.1 / h, va="top")
@@ -595,10 +596,12 @@ def _changes_html(ex: _Experiment, plots: _Plots) -> str:
         n_all = len(rows)
         rows = rows[:MAX_CHANGE_ROWS]
         pols = list(dict.fromkeys(r[1] for r in rows))
+        labels = [r[0][:22] for r in rows]  # (8-point tick labels: about 0.065 inches a character)
         fig, axes = plots.grid(1, len(metrics), 11.5, 0.6 + 0.24 * len(rows),
                                f"Paired change vs {next(iter(ex.baseline.values()))} · {_where(ex, s)} "
                                f"(mean and 95% CI over seeds)", legend=[ex.names[q] for q in pols],
-                               legend_title="policy", sharey="row")
+                               legend_title="policy", sharey="row",
+                               left=max(M_LEFT, 0.25 + 0.065 * max(map(len, labels))))
         y = np.arange(len(rows))[::-1]
         for ax, (key, label, _, _, better) in zip(axes[0], metrics):
             for yi, (_, pol, chg) in zip(y, rows):
@@ -615,7 +618,7 @@ def _changes_html(ex: _Experiment, plots: _Plots) -> str:
             ax.set_xlabel("change vs baseline (%)")
             ax.grid(True, axis="x", alpha=0.3)
         axes[0][0].set_yticks(y)
-        axes[0][0].set_yticklabels([r[0][:22] for r in rows], fontsize=8)
+        axes[0][0].set_yticklabels(labels, fontsize=8)
         from matplotlib.lines import Line2D
 
         plots.legend(fig, [Line2D([], [], color=ex.colors[q], marker="o", lw=1.2) for q in pols],
