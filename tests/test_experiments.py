@@ -277,11 +277,32 @@ def test_reproduction_rows_land_in_the_store(tmp_path):
     assert s["deadline_rps_ci95"][0] <= 2.0 <= s["deadline_rps_ci95"][1]
     db = str(tmp_path / "r.duckdb")
     store_rows(db, "reproduce-x", "edge", "disppo", rows, level="batcher")
-    store_rows(db, "reproduce-x", "edge", "disppo", rows, level="batcher")  # idempotent
+    store_rows(db, "reproduce-x", "edge", "disppo", rows, level="batcher")  # idempotent: one row per seed
     got = Store(db).runs()
     assert len(got) == 3 and {r["batcher_label"] for r in got} == {"disppo"}
     assert {(r["level"], r["policy"]) for r in got} == {("batcher", "disppo")}
     assert sorted(r["deadline_rps"] for r in got) == [1.0, 2.0, 3.0]
+    # run again after a change, a reproduction's rows are replaced: the report shows what its JSON says
+    store_rows(db, "reproduce-x", "edge", "disppo", [{**r, "deadline_rps": 10.0 + r["seed"]} for r in rows],
+               level="batcher")
+    got = Store(db).runs()
+    assert len(got) == 3 and sorted(r["deadline_rps"] for r in got) == [10.0, 11.0, 12.0]
+
+
+def test_a_learning_curve_stored_again_replaces_its_points(tmp_path):
+    """One curve per (run id, policy, metric): a training run again (or a reproduction rerun with its checkpoints)
+    replaces its curve; other curves stay. Appending had given the report every point once per rerun."""
+    st = Store(str(tmp_path / "l.duckdb"))
+    st.add_learning_curve("graph_marl", [1, 2, 3], [0.1, 0.2, 0.3], "episode_return", "seed0")
+    st.add_learning_curve("graph_marl", [1, 2], [0.5, 0.6], "validation_score", "seed0")
+    st.add_learning_curve("graph_marl", [1, 2, 3], [0.1, 0.2, 0.3], "episode_return", "seed1")
+    st.add_learning_curve("graph_marl", [1, 2], [9.0, 8.0], "episode_return", "seed0")
+    got = st._with(lambda c: c.execute("SELECT run_id, metric, step, value FROM learning ORDER BY 1, 2, 3")
+                   .fetchall(), read_only=True)
+    assert got == [("seed0", "episode_return", 1, 9.0), ("seed0", "episode_return", 2, 8.0),
+                   ("seed0", "validation_score", 1, 0.5), ("seed0", "validation_score", 2, 0.6),
+                   ("seed1", "episode_return", 1, 0.1), ("seed1", "episode_return", 2, 0.2),
+                   ("seed1", "episode_return", 3, 0.3)]
 
 
 def test_the_store_records_each_policys_level(tmp_path):

@@ -279,8 +279,10 @@ class Store:
         """The ids of the runs stored with status ``ok`` (a sweep skips them)."""
         return {r[0] for r in self._with(lambda c: c.execute("SELECT run_id FROM runs WHERE status = 'ok'").fetchall())}
 
-    def write(self, results: Iterable[dict]) -> int:
-        """Store finished runs (the dicts ``runner.execute_run`` returns); returns rows written."""
+    def write(self, results: Iterable[dict], replace: bool = False) -> int:
+        """Store finished runs (the dicts ``runner.execute_run`` returns); returns rows written. A run already
+        stored as ``ok`` is kept (a resumed sweep never duplicates one), unless ``replace``: then the new result
+        replaces it (a reproduction run again, whose rows are its latest results; ``reproduce.common.store_rows``)."""
         results = list(results)
         if not results:
             return 0
@@ -298,9 +300,9 @@ class Store:
                             existing.add(k)
                     rid = res["run_id"]
                     old = con.execute("SELECT status FROM runs WHERE run_id = ?", [rid]).fetchone()
-                    if old is not None and old[0] == "ok":
+                    if old is not None and old[0] == "ok" and not replace:
                         continue  # already stored: never a duplicate
-                    if old is not None:  # a failed attempt, now run again
+                    if old is not None:  # a failed attempt, now run again (or a result replaced)
                         for t in ("runs", "quantiles", "timeline", "learning"):
                             con.execute(f"DELETE FROM {t} WHERE run_id = ?", [rid])
                     row = {k: res.get(k) for k in ID_COLUMNS}
@@ -338,8 +340,26 @@ class Store:
 
     def add_learning_curve(self, policy: str, steps: Iterable[int], values: Iterable[float], metric: str = "return",
                            run_id: str = "") -> None:
+        """Store one learning curve, replacing any stored under the same ``(run_id, policy, metric)``: a training
+        run again (or resumed) supersedes its curve; appending gave the report duplicated, or mixed, points."""
         rows = [(run_id, policy, int(s), metric, float(v)) for s, v in zip(steps, values)]
-        self._with(lambda c: c.executemany("INSERT INTO learning VALUES (?, ?, ?, ?, ?)", rows))
+
+        def tx(con) -> None:
+            con.execute("BEGIN TRANSACTION")
+            try:
+                con.execute("DELETE FROM learning WHERE run_id = ? AND policy = ? AND metric = ?",
+                            [run_id, policy, metric])
+                if rows:
+                    con.executemany("INSERT INTO learning VALUES (?, ?, ?, ?, ?)", rows)
+                con.execute("COMMIT")
+            except BaseException:
+                try:
+                    con.execute("ROLLBACK")
+                except Exception:  # noqa: BLE001 - a failed COMMIT has already ended the transaction
+                    pass
+                raise
+
+        self._with(tx)
 
     def set_meta(self, experiment: str, values: dict[str, str]) -> None:
         """Set what ``experiment`` says about itself, ``{key: value}`` in one transaction (one value per key; the

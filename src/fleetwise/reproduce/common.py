@@ -143,7 +143,8 @@ def store_meta(db: str | None, experiment: str, *, baseline: str, level: str, me
 
 def store_rows(db: str | None, experiment: str, scenario: str, policy: str, rows: list[dict], *,
                level: str = "router", params: dict | None = None) -> None:
-    """One ``runs`` row per evaluated seed (numeric fields as metrics), so ``fleetwise report`` shows them.
+    """One ``runs`` row per evaluated seed (numeric fields as metrics), so ``fleetwise report`` shows them; a row
+    of the same experiment, scenario, parameters, policy, seed (and training seed) stored before is replaced.
     ``level`` says which decision level the policy acts at (stored in ``level``, its name in ``policy``; a router
     or batcher also goes in that column, so the report's tables group by it)."""
     if not db:
@@ -166,4 +167,4 @@ def store_rows(db: str | None, experiment: str, scenario: str, policy: str, rows
                     "finished_at": time.time(), "level": level, "policy": policy,
                     "scaler": policy if level == "scaler" else None,
                     "metrics": {k: v for k, v in r.items() if isinstance(v, (int, float)) and k != "seed"}})
-    Store(db).write(res)
+    Store(db).write(res, replace=True)  # (run again, a reproduction's rows are its latest results)
