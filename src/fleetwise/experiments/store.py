@@ -279,6 +279,25 @@ class Store:
         """The ids of the runs stored with status ``ok`` (a sweep skips them)."""
         return {r[0] for r in self._with(lambda c: c.execute("SELECT run_id FROM runs WHERE status = 'ok'").fetchall())}
 
+    def _transaction(self, fn):
+        """``fn(con)`` in one transaction on a fresh connection (``_with``): committed, or rolled back on any error,
+        which is raised as it was."""
+
+        def tx(con):
+            con.execute("BEGIN TRANSACTION")
+            try:
+                out = fn(con)
+                con.execute("COMMIT")
+                return out
+            except BaseException:
+                try:
+                    con.execute("ROLLBACK")
+                except Exception:  # noqa: BLE001 - a failed COMMIT has already ended the transaction
+                    pass
+                raise  # the original error (e.g. "No space left on device"), not the rollback's
+
+        return self._with(tx)
+
     def write(self, results: Iterable[dict], replace: bool = False) -> int:
         """Store finished runs (the dicts ``runner.execute_run`` returns); returns rows written. A run already
         stored as ``ok`` is kept (a resumed sweep never duplicates one), unless ``replace``: then the new result
@@ -289,54 +308,45 @@ class Store:
 
         def tx(con) -> int:
             existing = {r[1] for r in con.execute("PRAGMA table_info('runs')").fetchall()}
-            con.execute("BEGIN TRANSACTION")
-            try:
-                n = 0
-                for res in results:
-                    metrics = {k: v for k, v in res.get("metrics", {}).items() if isinstance(v, (int, float))}
-                    for k in metrics:
-                        if k not in existing and k not in ID_COLUMNS:
-                            con.execute(f"ALTER TABLE runs ADD COLUMN {_safe_col(k)} DOUBLE")
-                            existing.add(k)
-                    rid = res["run_id"]
-                    old = con.execute("SELECT status FROM runs WHERE run_id = ?", [rid]).fetchone()
-                    if old is not None and old[0] == "ok" and not replace:
-                        continue  # already stored: never a duplicate
-                    if old is not None:  # a failed attempt, now run again (or a result replaced)
-                        for t in ("runs", "quantiles", "timeline", "learning"):
-                            con.execute(f"DELETE FROM {t} WHERE run_id = ?", [rid])
-                    row = {k: res.get(k) for k in ID_COLUMNS}
-                    row.update({k: (None if isinstance(v, float) and math.isnan(v) else float(v))
-                                for k, v in metrics.items()})
-                    cols = list(row)
-                    con.execute(f"INSERT INTO runs ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
-                                [row[c] for c in cols])
-                    q = res.get("quantiles") or {}
-                    rows = [(rid, m, float(qq), float(v)) for m, (qs, vs) in q.items() for qq, v in zip(qs, vs)
-                            if not math.isnan(v)]
-                    if rows:
-                        con.executemany("INSERT INTO quantiles VALUES (?, ?, ?, ?)", rows)
-                    tl = res.get("timeline")
-                    if tl:
-                        w, util = tl
-                        rows = [(rid, i, (j + 0.5) * w, float(u)) for i, r in enumerate(util) for j, u in enumerate(r)]
-                        if rows:  # (a run that served nothing has no bucket; DuckDB refuses an empty executemany)
-                            con.executemany("INSERT INTO timeline VALUES (?, ?, ?, ?)", rows)
-                    lc = res.get("learning") or []
-                    if lc:
-                        con.executemany("INSERT INTO learning VALUES (?, ?, ?, ?, ?)",
-                                        [(rid, p, int(s), m, float(v)) for p, s, m, v in lc])
-                    n += 1
-                con.execute("COMMIT")
-                return n
-            except BaseException:
-                try:
-                    con.execute("ROLLBACK")
-                except Exception:  # noqa: BLE001 - a failed COMMIT has already ended the transaction
-                    pass
-                raise  # the original error (e.g. "No space left on device"), not the rollback's
+            n = 0
+            for res in results:
+                metrics = {k: v for k, v in res.get("metrics", {}).items() if isinstance(v, (int, float))}
+                for k in metrics:
+                    if k not in existing and k not in ID_COLUMNS:
+                        con.execute(f"ALTER TABLE runs ADD COLUMN {_safe_col(k)} DOUBLE")
+                        existing.add(k)
+                rid = res["run_id"]
+                old = con.execute("SELECT status FROM runs WHERE run_id = ?", [rid]).fetchone()
+                if old is not None and old[0] == "ok" and not replace:
+                    continue  # already stored: never a duplicate
+                if old is not None:  # a failed attempt, now run again (or a result replaced)
+                    for t in ("runs", "quantiles", "timeline", "learning"):
+                        con.execute(f"DELETE FROM {t} WHERE run_id = ?", [rid])
+                row = {k: res.get(k) for k in ID_COLUMNS}
+                row.update({k: (None if isinstance(v, float) and math.isnan(v) else float(v))
+                            for k, v in metrics.items()})
+                cols = list(row)
+                con.execute(f"INSERT INTO runs ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                            [row[c] for c in cols])
+                q = res.get("quantiles") or {}
+                rows = [(rid, m, float(qq), float(v)) for m, (qs, vs) in q.items() for qq, v in zip(qs, vs)
+                        if not math.isnan(v)]
+                if rows:
+                    con.executemany("INSERT INTO quantiles VALUES (?, ?, ?, ?)", rows)
+                tl = res.get("timeline")
+                if tl:
+                    w, util = tl
+                    rows = [(rid, i, (j + 0.5) * w, float(u)) for i, r in enumerate(util) for j, u in enumerate(r)]
+                    if rows:  # (a run that served nothing has no bucket; DuckDB refuses an empty executemany)
+                        con.executemany("INSERT INTO timeline VALUES (?, ?, ?, ?)", rows)
+                lc = res.get("learning") or []
+                if lc:
+                    con.executemany("INSERT INTO learning VALUES (?, ?, ?, ?, ?)",
+                                    [(rid, p, int(s), m, float(v)) for p, s, m, v in lc])
+                n += 1
+            return n
 
-        return self._with(tx)
+        return self._transaction(tx)
 
     def add_learning_curve(self, policy: str, steps: Iterable[int], values: Iterable[float], metric: str = "return",
                            run_id: str = "") -> None:
@@ -345,41 +355,22 @@ class Store:
         rows = [(run_id, policy, int(s), metric, float(v)) for s, v in zip(steps, values)]
 
         def tx(con) -> None:
-            con.execute("BEGIN TRANSACTION")
-            try:
-                con.execute("DELETE FROM learning WHERE run_id = ? AND policy = ? AND metric = ?",
-                            [run_id, policy, metric])
-                if rows:
-                    con.executemany("INSERT INTO learning VALUES (?, ?, ?, ?, ?)", rows)
-                con.execute("COMMIT")
-            except BaseException:
-                try:
-                    con.execute("ROLLBACK")
-                except Exception:  # noqa: BLE001 - a failed COMMIT has already ended the transaction
-                    pass
-                raise
+            con.execute("DELETE FROM learning WHERE run_id = ? AND policy = ? AND metric = ?", [run_id, policy, metric])
+            if rows:
+                con.executemany("INSERT INTO learning VALUES (?, ?, ?, ?, ?)", rows)
 
-        self._with(tx)
+        self._transaction(tx)
 
     def set_meta(self, experiment: str, values: dict[str, str]) -> None:
         """Set what ``experiment`` says about itself, ``{key: value}`` in one transaction (one value per key; the
         last write wins)."""
 
         def tx(con) -> None:
-            con.execute("BEGIN TRANSACTION")
-            try:
-                for key, value in values.items():
-                    con.execute("DELETE FROM meta WHERE experiment = ? AND key = ?", [experiment, key])
-                    con.execute("INSERT INTO meta VALUES (?, ?, ?)", [experiment, key, value])
-                con.execute("COMMIT")
-            except BaseException:
-                try:
-                    con.execute("ROLLBACK")
-                except Exception:  # noqa: BLE001 - a failed COMMIT has already ended the transaction
-                    pass
-                raise
+            for key, value in values.items():
+                con.execute("DELETE FROM meta WHERE experiment = ? AND key = ?", [experiment, key])
+                con.execute("INSERT INTO meta VALUES (?, ?, ?)", [experiment, key, value])
 
-        self._with(tx)
+        self._transaction(tx)
 
     # ------------------------------------------------------------------ reading
     def meta(self) -> dict[str, dict[str, str]]:
