@@ -647,6 +647,8 @@ def test_trained_policy_hands_over_as_its_handover_says():
     nets = build_networks("flat", env.layout, _sizes(env), env.state_dim)
     with pytest.raises(ValueError, match="handover 'nope'"):
         TrainedPolicy(nets, handover="nope")
+    with pytest.raises(ValueError, match="handover 'nope'"):
+        TrainedPolicy(nets).handover = "nope"  # (as monitored(handover=...) sets it)
     assert TrainedPolicy(nets).handover == "placement"  # (the default)
     pol = TrainedPolicy(nets, fallback=RuleFallback(target=1.0, min_count=1))
     pol.reset(3)

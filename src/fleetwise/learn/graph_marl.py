@@ -299,8 +299,6 @@ class TrainedPolicy:
 
     def __init__(self, nets, deterministic: bool = True, fallback=None, rule_start: int = 0, guard=None,
                  handover: str = HANDOVER):
-        if handover not in HANDOVERS:
-            raise ValueError(f"handover {handover!r}: expected one of {', '.join(HANDOVERS)}")
         self.nets = nets
         self.deterministic = deterministic
         self.fallback = fallback
@@ -308,6 +306,16 @@ class TrainedPolicy:
         self.handover = handover
         self.rule_start = int(rule_start)
         self.gen = None
+
+    @property
+    def handover(self) -> str:
+        return self._handover
+
+    @handover.setter
+    def handover(self, value: str) -> None:
+        if value not in HANDOVERS:
+            raise ValueError(f"handover {value!r}: expected one of {', '.join(HANDOVERS)}")
+        self._handover = value
 
     def reset(self, seed: int) -> None:
         self.gen = _torch().Generator().manual_seed(int(seed))
@@ -780,9 +788,7 @@ def monitored(policy: TrainedPolicy, ckpt_path: str | Path, cfg, handover: str |
     from fleetwise.learn.recipe import InputGuard, RuleFallback
 
     if handover is not None:
-        if handover not in HANDOVERS:
-            raise ValueError(f"handover {handover!r}: expected one of {', '.join(HANDOVERS)}")
-        policy.handover = handover
+        policy.handover = handover  # (checked by TrainedPolicy)
     policy.fallback = RuleFallback(cfg.slo_target)
     policy.guard = InputGuard(checkpoint_long_share_max(ckpt_path, cfg))
     return policy
