@@ -821,12 +821,13 @@ def test_checkpoint_key_leaves_out_a_field_at_its_neutral_value():
     from fleetwise.reproduce.graph_marl import _key_args, _key_cfg
 
     a = MAPPOArgs()
-    later = ("rule_start_epochs", "target_kl", "rollback_checks")
+    later = ("rule_start_epochs", "target_kl", "rollback_checks", "tail_quantile", "tail_scale")
     before = {k: v for k, v in asdict(a).items() if k not in later}  # the fields before they were added
     assert _key_args(a) == before
     assert _key_args(replace(a, rule_start_epochs=1)) == {**before, "rule_start_epochs": 1}
     assert _key_args(replace(a, target_kl=0.1, rollback_checks=16)) == {**before, "target_kl": 0.1,
                                                                       "rollback_checks": 16}
+    assert _key_args(replace(a, tail_quantile=0.99)) == {**before, "tail_quantile": 0.99}
     cfg = GraphMARLConfig()
     assert _key_cfg(cfg) == repr(cfg).replace(", scale_down_after_s=0.0", "")  # the repr before the field
     assert _key_cfg(replace(cfg, scale_down_after_s=30.0)) == repr(replace(cfg, scale_down_after_s=30.0))
@@ -880,3 +881,52 @@ def test_a_resumed_run_stops_early_under_its_own_patience(tmp_path):
     assert info["early_stopped"] and info["update"] == 1  # patience 3: stopped
     _, _, info = train(make, replace(args, updates=2, patience=5), ckpt_path=ck, resume=True, validation=val)
     assert not info["early_stopped"] and info["update"] == 2  # patience 5: one more update
+
+
+def test_tail_targets_are_the_rules_quantile_per_class():
+    from fleetwise.learn.graph_marl import tail_targets
+
+    t = tail_targets([[1.0, 2.0, 3.0, 4.0, 5.0], [], [np.inf, np.inf], [0.5] * 10 + [np.inf]], 0.5, 2.0)
+    assert t == [6.0, np.inf, np.inf, 1.0]  # no TTFT, or only dropped requests: no constraint for the class
+
+
+@needs_data
+def test_info_carries_each_classs_ttfts_of_the_requests_that_ended():
+    env = make_env(SMALL, duration_s=120.0)
+    env.reset(seed=3)
+    seen = 0
+    while env.agents:
+        _, _, _, _, info = env.step(env.rule_action())
+        inf = info[AGENTS[0]]
+        for k, t in enumerate(inf["class_ttft"]):
+            assert len(t) == inf["class_ended"][k]
+            assert np.count_nonzero(t <= SMALL.classes[k].ttft_s) >= inf["class_ok"][k]  # within SLO: TTFT too
+            seen += len(t)
+    assert seen > 0
+
+
+@needs_data
+def test_tail_constraint_adds_a_multiplier_per_class_at_the_rules_quantile(tmp_path):
+    """``MAPPOArgs.tail_quantile``: per class, the share of requests within the rule's TTFT quantile (on the BC
+    episodes) as one more constraint; a checkpoint trained without it is not resumed with it."""
+    from fleetwise.learn.graph_marl import MAPPOArgs, tail_targets, train
+
+    args = MAPPOArgs(kind="flat", updates=1, episodes_per_update=1, n_epochs=1, hidden=8, bc_episodes=1,
+                     tail_quantile=0.99, tail_scale=0.9)
+    _, _, info = train(lambda: make_env(SMALL, duration_s=120.0), args, ckpt_path=tmp_path / "t.pt")
+    nc = len(SMALL.classes)
+    assert len(info["lagrange"]) == 2 * nc and all(g["target"] == 0.99 for g in info["lagrange"][nc:])
+    env = make_env(SMALL, duration_s=120.0)  # the BC episode, replayed: the rule's TTFTs per class
+    env.reset(seed=args.seed * 1_000_003 + 999_999)
+    ttft: list = [[] for _ in range(nc)]
+    while env.agents:
+        _, _, _, _, info2 = env.step(env.rule_action())
+        for k, t in enumerate(info2[AGENTS[0]]["class_ttft"]):
+            ttft[k].extend(t.tolist())
+    assert info["tail_targets"] == tail_targets(ttft, 0.99, 0.9)
+    with pytest.raises(InputError, match="tail_quantile differs"):
+        train(lambda: make_env(SMALL, duration_s=120.0), replace(args, tail_quantile=None, updates=2),
+              ckpt_path=tmp_path / "t.pt", resume=True)
+    for bad, match in (({"tail_quantile": 1.0}, "tail_quantile 1.0"), ({"tail_scale": 0.0}, "tail_scale 0.0")):
+        with pytest.raises(InputError, match=match):
+            train(lambda: make_env(SMALL, duration_s=120.0), replace(args, **bad))

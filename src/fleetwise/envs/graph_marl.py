@@ -326,7 +326,7 @@ def _env_class():
             obs = self._observe()
             rew = {a: r for a in self.agents}
             info = {a: {"time_s": mc.sim.now, "epoch": mc.epoch, "class_ok": mc.cls_ok.copy(),
-                        "class_ended": mc.cls_ended.copy()} for a in self.agents}
+                        "class_ended": mc.cls_ended.copy(), "class_ttft": list(mc.cls_ttft)} for a in self.agents}
             if ended:
                 m = mc.metrics()
                 for a in self.agents:

@@ -23,6 +23,7 @@ an uninterrupted one.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import asdict, dataclass
@@ -67,6 +68,12 @@ class MAPPOArgs:
     bc_target: float = 0.9  # ... until the rule's action has this mean probability per factor
     bc_max_steps: int = 200
     slo_target: float | None = None  # per-class SLO attainment floor (None: the rule's on the BC episodes - 0.01)
+    # the tail as a constraint as well (None: none): per class, the share of ended requests whose TTFT is at most a
+    # target is at least ``tail_quantile`` -- the class's ``tail_quantile`` quantile of TTFT at most the target (a
+    # dropped request is over it). The target: the rule's quantile on the BC episodes x ``tail_scale``. A multiplier
+    # per class, after the SLO floor's (``info["lagrange"]``: the floors, then the tails)
+    tail_quantile: float | None = None
+    tail_scale: float = 1.0
     lagrange_lr: float = 2.0  # dual ascent step of the per-class multipliers (recipe.Lagrangian)
     lagrange_max: float = 20.0
     val_every: int = 5  # validation (checkpoint choice, early stopping) every this many updates (0: never)
@@ -407,9 +414,22 @@ def load_checkpoint(path: str | Path) -> dict:
     return ck
 
 
-def _rule_rollouts(env, episodes: int, seed0: int):
+def tail_targets(ttft: list, quantile: float, scale: float = 1.0) -> list[float]:
+    """The tail constraint's target TTFT per class: the empirical ``quantile`` of the rule's TTFTs (``ttft``: a list
+    per class; a dropped request's is inf; not interpolated, so at least that share of the rule's requests is within
+    it) x ``scale``; a class with no finite one gets inf (no constraint)."""
+    out = []
+    for t in ttft:
+        t = np.asarray(t, dtype=np.float64)
+        q = float(np.quantile(t, quantile, method="inverted_cdf")) if len(t) else math.inf
+        out.append(q * scale if math.isfinite(q) else math.inf)
+    return out
+
+
+def _rule_rollouts(env, episodes: int, seed0: int, ttft: list | None = None):
     """Observations and masks of ``episodes`` episodes in which every agent takes the rule's action (zero
-    correction), and the per-class (within SLO, ended) request counts."""
+    correction), and the per-class (within SLO, ended) request counts; the ended requests' TTFTs are appended to
+    ``ttft`` (a list per class) when given."""
     X, EA, M = [], [], {a: [] for a in AGENTS}
     ok = n = 0
     for ep in range(episodes):
@@ -424,6 +444,9 @@ def _rule_rollouts(env, episodes: int, seed0: int):
             obs, _, _, _, info = env.step(env.rule_action())
             inf = next(iter(info.values()))
             ok, n = ok + inf["class_ok"], n + inf["class_ended"]
+            if ttft is not None:
+                for k, t in enumerate(inf["class_ttft"]):
+                    ttft[k].extend(t.tolist())
     return np.stack(X), np.stack(EA), {a: np.stack(M[a]) for a in AGENTS}, np.asarray(ok), np.asarray(n)
 
 
@@ -523,6 +546,11 @@ def train(make_env: Callable[[], object], args: MAPPOArgs, ckpt_path: str | Path
     if not 0 <= args.rule_start_epochs < env.n_epochs:
         raise InputError(f"rule_start_epochs {args.rule_start_epochs}: expected 0 to {env.n_epochs - 1} (the "
                          "episode's epochs)")
+    tq, ts = args.tail_quantile, args.tail_scale
+    if tq is not None and not (isinstance(tq, (int, float)) and 0 < tq < 1):
+        raise InputError(f"tail_quantile {tq!r}: expected a number in (0, 1), e.g. 0.99, or None")
+    if not (isinstance(ts, (int, float)) and math.isfinite(ts) and ts > 0):
+        raise InputError(f"tail_scale {ts!r}: expected a finite number > 0")
     sizes = _sizes(env)
     nets = build_networks(args.kind, env.layout, sizes, env.state_dim, args.hidden, args.gnn_layers)
     opt = torch.optim.Adam(nets.parameters(), lr=args.learning_rate, eps=1e-5)
@@ -535,6 +563,7 @@ def train(make_env: Callable[[], object], args: MAPPOArgs, ckpt_path: str | Path
     rollbacks: list = []  # env steps at which training restarted from the best parameters (rollback_checks)
     kls: list = []  # per update: (the largest agent's approximate KL at its last check, gradient steps taken)
     lags: list = []
+    tails: list = []  # the tail constraint's target TTFT per class (s; MAPPOArgs.tail_quantile)
     val_state: dict = {}
     validator = None
     last_val: dict = {}
@@ -559,6 +588,10 @@ def train(make_env: Callable[[], object], args: MAPPOArgs, ckpt_path: str | Path
         kls = [tuple(k) for k in ck.get("kl", [])]
         rollbacks = list(ck.get("rollbacks", []))
         lags = [Lagrangian(**{k.lstrip("_"): v for k, v in d.items()}) for d in ck["lagrange"]]
+        tails = list(ck.get("tail_targets", []))
+        if len(lags) != nc * (1 + (args.tail_quantile is not None)):
+            raise InputError(f"{ckpt_path}: a checkpoint with {len(lags)} constraints, expected "
+                             f"{nc * (1 + (args.tail_quantile is not None))} (tail_quantile differs); delete it")
         old = {"_best_state": "best_state", "_bad": "bad_checks"}  # checkpoints written before the rename
         val_state = {old.get(k, k): v for k, v in (ck["validator"] or {}).items()}
         if validator is not None and val_state:
@@ -580,12 +613,17 @@ def train(make_env: Callable[[], object], args: MAPPOArgs, ckpt_path: str | Path
                     if name.endswith(f"{a}.bias"):
                         p.view(-1, sizes[a][1])[:, 0] = args.hold_bias
         # warm start at the rule, and the constraint's targets from the rule's own attainment
-        X, EA, M, ok, n = _rule_rollouts(env, max(args.bc_episodes, 1), args.seed * 1_000_003 + 999_999)
+        rule_ttft: list = [[] for _ in range(nc)]
+        X, EA, M, ok, n = _rule_rollouts(env, max(args.bc_episodes, 1), args.seed * 1_000_003 + 999_999, rule_ttft)
         if args.bc_episodes > 0:
             bc_hist = behaviour_clone_rule(nets, opt, X, EA, M, args.bc_target, args.bc_max_steps)
         att = ok / np.maximum(n, 1)
         lags = [Lagrangian(target=float(args.slo_target if args.slo_target is not None else max(att[k] - 0.01, 0.0)),
                            sense=">=", lr=args.lagrange_lr, lam_max=args.lagrange_max) for k in range(nc)]
+        if args.tail_quantile is not None:
+            tails = tail_targets(rule_ttft, args.tail_quantile, args.tail_scale)
+            lags += [Lagrangian(target=float(args.tail_quantile), sense=">=", lr=args.lagrange_lr,
+                                lam_max=args.lagrange_max, scale=1.0) for _ in range(nc)]
         if validator is not None:  # the warm start is the first candidate checkpoint
             validator.check(_Holder(nets), 0)
             val_detail = last_val["d"]
@@ -596,7 +634,7 @@ def train(make_env: Callable[[], object], args: MAPPOArgs, ckpt_path: str | Path
         X, EA, S, ACT, LP, V, R, DONE = [], [], [], {a: [] for a in AGENTS}, [], [], [], []
         MK = {a: [] for a in AGENTS}
         ep_returns = []
-        c_ok, c_n = np.zeros(nc), np.zeros(nc)
+        c_ok, c_n, c_tail = np.zeros(nc), np.zeros(nc), np.zeros(nc)
         for ep in range(args.episodes_per_update):
             obs, _ = env.reset(seed=args.seed * 1_000_003 + update * args.episodes_per_update + ep)
             ret = 0.0
@@ -622,6 +660,11 @@ def train(make_env: Callable[[], object], args: MAPPOArgs, ckpt_path: str | Path
                 c_ok += k_ok
                 c_n += k_n
                 pen = sum(lags[k].penalty(k_ok[k] / k_n[k]) * k_n[k] / expected[k] for k in range(nc) if k_n[k] > 0)
+                for k, t in enumerate(inf["class_ttft"] if tails else ()):  # the tail: share within the target
+                    if len(t):
+                        within = int(np.count_nonzero(t <= tails[k]))
+                        c_tail[k] += within
+                        pen += lags[nc + k].penalty(within / len(t)) * len(t) / expected[k]
                 X.append(x[0]); EA.append(ea[0]); S.append(s[0]); LP.append(lp[0]); V.append(v[0])
                 R.append(r - pen)
                 DONE.append(not env.agents)
@@ -630,8 +673,10 @@ def train(make_env: Callable[[], object], args: MAPPOArgs, ckpt_path: str | Path
                     MK[a].append(mk[a][0])
                 env_steps += 1
             ep_returns.append(ret)
-        for k in range(nc):  # dual ascent on the rollout's attainment per class
+        for k in range(nc):  # dual ascent on the rollout's attainment per class (and its tail)
             lags[k].update(float(c_ok[k] / max(c_n[k], 1)), env_steps)
+            if tails:
+                lags[nc + k].update(float(c_tail[k] / max(c_n[k], 1)), env_steps)
         T = len(R)
         X, EA, S = torch.stack(X), torch.stack(EA), torch.stack(S)
         LP, V = torch.stack(LP), torch.stack(V)
@@ -695,7 +740,7 @@ def train(make_env: Callable[[], object], args: MAPPOArgs, ckpt_path: str | Path
             progress(update)
         if ckpt_path is not None and (update % args.ckpt_every == 0 or update == args.updates or stopped):
             _save(ckpt_path, nets, opt, gen, update, curve, env_steps, args, lags, validator, stopped, bc_hist,
-                  val_detail, kls, rollbacks)
+                  val_detail, kls, rollbacks, tails)
         if stop_after is not None and done_here >= stop_after:
             break
     if validator is not None and (stopped or update >= args.updates):
@@ -704,6 +749,7 @@ def train(make_env: Callable[[], object], args: MAPPOArgs, ckpt_path: str | Path
     info = {"update": update, "wall_s": time.perf_counter() - t0, "env_steps": env_steps, "bc": bc_hist, "kl": kls,
             "rollbacks": rollbacks,
             "lagrange": [{"target": g.target, "lam": g.lam, "history": g.history} for g in lags],
+            "tail_targets": tails,
             "validation": val_detail or None,
             "validation_curve": list(validator.curve) if validator is not None else [],
             "best_step": validator.best_step if validator is not None else None, "early_stopped": stopped}
@@ -795,7 +841,7 @@ def monitored(policy: TrainedPolicy, ckpt_path: str | Path, cfg, handover: str |
 
 
 def _save(path, nets, opt, gen, update, curve, env_steps, args, lags, validator, stopped, bc_hist, val_detail,
-          kls, rollbacks):
+          kls, rollbacks, tails=()):
     vs = {}
     if validator is not None:
         vs = {k: getattr(validator, k) for k in ("best", "best_step", "curve", "best_state", "bad_checks")}
@@ -805,7 +851,7 @@ def _save(path, nets, opt, gen, update, curve, env_steps, args, lags, validator,
                                          "lam_max": g.lam_max, "scale": g.scale, "hinge": g.hinge,
                                          "history": list(g.history), "integral": g.integral} for g in lags],
                            "validator": vs, "stopped": stopped, "bc": bc_hist, "val_detail": val_detail,
-                           "kl": [list(k) for k in kls], "rollbacks": list(rollbacks)})
+                           "kl": [list(k) for k in kls], "rollbacks": list(rollbacks), "tail_targets": list(tails)})
 
 
 def card_file(ckpt_path: str | Path) -> Path:

@@ -70,7 +70,8 @@ def _train_args(bud: dict, kind: str, seed: int):
 # fields added to MAPPOArgs and GraphMARLConfig after checkpoints were made, with the value at which training is
 # what it was before: left out of a checkpoint's key while they have that value, so that those checkpoints are
 # still found and resumed
-_KEY_NEUTRAL = {"rule_start_epochs": 0, "scale_down_after_s": 0.0, "target_kl": None, "rollback_checks": 0}
+_KEY_NEUTRAL = {"rule_start_epochs": 0, "scale_down_after_s": 0.0, "target_kl": None, "rollback_checks": 0,
+                "tail_quantile": None, "tail_scale": 1.0}
 
 
 def _neutral(name: str, value) -> bool:

@@ -471,6 +471,8 @@ class MultiCloud:
         self.cls_slo = np.ones(ncls)
         self.cls_ok = np.zeros(ncls, np.int64)  # requests of each class that ended last epoch: within SLO
         self.cls_ended = np.zeros(ncls, np.int64)  # ... and all that ended (completed or dropped)
+        # ... and their TTFTs (s, network included; a dropped request's is inf), per class: a tail constraint's input
+        self.cls_ttft: list = [np.zeros(0)] * ncls
         self.decisions: list[dict] = []  # the world-level decisions of every epoch (act's input, for tests)
         self.base_cost = sum(
             p.od_usd_per_gpu_h * p.spec.tp * min(cfg.initial_replicas, p.spec.max_replicas) for p in self.pools
@@ -629,6 +631,7 @@ class MultiCloud:
         ok = late = dropped = 0
         ncls = len(cfg.classes)
         c_ok, c_end = np.zeros(ncls, np.int64), np.zeros(ncls, np.int64)
+        c_ttft: list = [[] for _ in range(ncls)]
         qsum = 0.0
         egress = 0.0
         fts, cmp_, arr, out = sim.first_token_s, sim.completion_s, sim.arrival, sim.output
@@ -636,9 +639,11 @@ class MultiCloud:
             c_end[self.cls[rid]] += 1
             if sim.status[rid] != 1:
                 dropped += 1
+                c_ttft[self.cls[rid]].append(math.inf)
                 continue
             half = sim.net_s[rid] / 2.0
             ttft = fts[rid] + half - arr[rid]
+            c_ttft[self.cls[rid]].append(ttft)
             tpot = (cmp_[rid] - fts[rid]) / max(out[rid] - 1, 1)
             good = ttft <= self.ttft_slo[rid] and tpot <= self.tpot_slo[rid]
             self.slo_ok[rid] = good
@@ -655,6 +660,7 @@ class MultiCloud:
                 egress += (sim.prompt[rid] + out[rid]) * 4e-9 * self.egress[sim.origin[rid]][reg]
         n_end = ok + late
         self.cls_ok, self.cls_ended = c_ok, c_end
+        self.cls_ttft = [np.asarray(t, dtype=np.float64) for t in c_ttft]
         self.cls_slo = np.where(c_end > 0, c_ok / np.maximum(c_end, 1), self.cls_slo)
         sim.completions.clear()
         self.gpu_usd += usd
