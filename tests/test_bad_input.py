@@ -435,6 +435,10 @@ CASES = [
     ("reproduce-torta-objective-ppo", "4", ["reproduce", "torta", "--quick", "--learner", "ppo", "--objective", "cost"],
      ["--objective", "cem"]),
     ("reproduce-batching-learner", "4", ["reproduce", "batching", "--quick", "--learner", "sgd"], ["--learner", "sgd"]),
+    ("reproduce-graph-marl-tail-quantile", "4", ["reproduce", "graph-marl", "--quick", "--tail-quantile", "1"],
+     ["tail_quantile=1.0", "(0, 1)"]),
+    ("reproduce-graph-marl-tail-quantile-nan", "5", ["reproduce", "graph-marl", "--quick", "--tail-quantile", "nan"],
+     ["tail_quantile=nan"]),
     ("reproduce-batching-backend", "4", ["reproduce", "batching", "--quick", "--backend", "mpi"],
      ["--backend", "mpi"]),
     # §4: a usage error of the parser is one line too

@@ -69,8 +69,9 @@ def test_graph_marl_eval_trace_fits_the_starting_fleet(data_dir, tmp_path):
     pytest.importorskip("pettingzoo")
     from fleetwise.reproduce import graph_marl as G
 
+    # (trained with the per-class tail constraint too: its wiring checked below at no extra cost)
     res = G.run(quick=True, seeds=2, eval_trace="azure-code", db=str(tmp_path / "db.duckdb"), progress=False,
-                load=0.7, updates=1, episodes_per_update=1, segment_s=60.0, train_seeds=2)
+                load=0.7, updates=1, episodes_per_update=1, segment_s=60.0, train_seeds=2, tail_quantile=0.99)
     fit = "\n".join(res["_trace_fit"])
     assert "load 0.7" in fit and "instance(s) per pool" in fit and "context: prompt + output <= 8192" in fit
     for name in ("least_loaded", "latency_greedy", "static"):
@@ -85,6 +86,9 @@ def test_graph_marl_eval_trace_fits_the_starting_fleet(data_dir, tmp_path):
         assert r["gate"]["train_seeds"] == 2 and "vs_best_rule_cost_usd_change" in r["by_train_seed"][1]
         assert "fallback_vs_best_rule_cost_usd_change" in r["by_train_seed"][0]
         assert "vs_rule_latency_p99_s_change" in r and "fallback_vs_rule_latency_p99_s_change" in r["by_train_seed"][1]
+        tail = r["by_train_seed"][0]["lagrange_tail"]
+        assert [t["class"] for t in tail] == ["chat", "code", "batch"] and all(t["target"] == 0.99 for t in tail)
+        assert all(t["tail_s"] > 0 for t in tail) and "lambda_tail_chat" in r["by_train_seed"][0]["curve"]
         g = res[name + "+fallback"]  # the same checkpoints behind the run-time monitor
         assert g["seeds"] == 2 and 0 <= g["rule_epochs_per_segment"] <= 2 and "vs_best_rule_latency_p99_s_change" in g
 

@@ -1180,10 +1180,14 @@ def reproduce_graph_marl(quick: bool = _QUICK, as_json: bool = _JSON, eval_trace
                          train_seeds: Optional[int] = typer.Option(None, min=1, max=MAX_SEEDS,
                                                                    help="training seeds per learned variant "
                                                                    "(default 3; 1 with --quick)"),
+                         tail_quantile: Optional[float] = typer.Option(
+                             None, "--tail-quantile", help="also constrain each class's TTFT tail: its share of "
+                             "requests within the rule's quantile at least this (e.g. 0.99: no class's P99 above "
+                             "the rule's; docs/graph-marl.md)"),
                          wide: bool = _WIDE) -> None:
     """Graph-MARL-CloudLLM: a heterogeneous GNN + MAPPO across clouds."""
     _reproduce("graph_marl", quick, as_json, eval_trace, seeds, db, wide, load, workers=workers,
-               train_seeds=train_seeds)
+               train_seeds=train_seeds, **({"tail_quantile": tail_quantile} if tail_quantile is not None else {}))
 
 
 @reproduce_app.command("platform")

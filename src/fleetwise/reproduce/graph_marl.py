@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fleetwise.errors import InputError
 from fleetwise.reproduce.common import store_meta, store_rows
 from fleetwise.workload.adapt import WARN_SHARE
 
@@ -127,13 +128,15 @@ def _summ(rows: list[dict]) -> dict:
 def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = None, db: str | None = None,
         progress: bool = True, load: float | str = 0.7, updates: int | None = None,
         segment_s: float | None = None, episodes_per_update: int | None = None, backend: str = "local",
-        workers: int | None = 1, train_seeds: int | None = None) -> dict:
+        workers: int | None = 1, train_seeds: int | None = None, tail_quantile: float | None = None) -> dict:
     """``load``: with ``eval_trace``, its rate as a fraction of the starting fleet's capacity
     (fleetwise.workload.adapt) or "real"; ``updates`` and ``segment_s`` (evaluation segments) shrink the
     budget (tests). Each learned variant trains ``train_seeds`` times (seeds 0..K-1; default 3, 1 with ``quick``);
     the jobs run on the sweep backends (``recipe.run_jobs``: ``backend`` local or ray, ``workers`` processes; 1:
     in this process). A learned variant's rows are one per (training seed, segment), its changes paired by both;
-    ``by_train_seed`` gives each training seed's checkpoint, gate, curves and changes on its own."""
+    ``by_train_seed`` gives each training seed's checkpoint, gate, curves and changes on its own.
+    ``tail_quantile``: train every learned variant with the per-class tail constraint as well
+    (``MAPPOArgs.tail_quantile``; docs/graph-marl.md)."""
     from fleetwise.reproduce.common import check_run_args
 
     check_run_args(seeds=seeds, train_seeds=train_seeds, workers=workers, eval_trace=eval_trace, db=db, load=load,
@@ -147,7 +150,12 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
     from fleetwise.reproduce.common import progress as _progress
     from fleetwise.worlds.multicloud_rules import RULE
 
+    if tail_quantile is not None and (isinstance(tail_quantile, bool) or not isinstance(tail_quantile, (int, float))
+                                      or not 0 < tail_quantile < 1):
+        raise InputError(f"tail_quantile={tail_quantile!r}: expected a number in (0, 1), e.g. 0.99")
     bud = _budget(quick, updates, episodes_per_update, train_seeds)
+    if tail_quantile is not None:
+        bud["recipe"] = {**bud["recipe"], "tail_quantile": float(tail_quantile)}
     n_train = bud["train_seeds"]
     n_seeds = seeds or bud["seeds"]
     cfg = GraphMARLConfig()
@@ -203,11 +211,19 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
                    "gate": val.get("gate"),
                    "lagrange": [{"class": c.name, "target": g["target"], "lam": g["lam"]}
                                 for c, g in zip(cfg.classes, info["lagrange"])],
+                   # the tail constraint's (tail_quantile): each class's target TTFT and multiplier
+                   "lagrange_tail": [{"class": c.name, "tail_s": t, "target": g["target"], "lam": g["lam"]}
+                                     for c, t, g in zip(cfg.classes, info.get("tail_targets", []),
+                                                        info["lagrange"][len(cfg.classes):])],
                    "curve": {"episode_return": curve, "validation_score": info["validation_curve"],
                              **{f"lambda_{c.name}": [(h[0], h[1]) for h in g["history"]]
                                 for c, g in zip(cfg.classes, info["lagrange"])},
                              **{f"slo_attainment_{c.name}": [(h[0], h[2]) for h in g["history"]]
-                                for c, g in zip(cfg.classes, info["lagrange"])}}}
+                                for c, g in zip(cfg.classes, info["lagrange"])},
+                             **{f"lambda_tail_{c.name}": [(h[0], h[1]) for h in g["history"]]
+                                for c, g in zip(cfg.classes, info["lagrange"][len(cfg.classes):])},
+                             **{f"tail_share_{c.name}": [(h[0], h[2]) for h in g["history"]]
+                                for c, g in zip(cfg.classes, info["lagrange"][len(cfg.classes):])}}}
             result.setdefault(name, {"by_train_seed": []})["by_train_seed"].append(one)
             if db and curve:
                 from fleetwise.experiments.store import Store
