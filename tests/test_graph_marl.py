@@ -927,6 +927,6 @@ def test_tail_constraint_adds_a_multiplier_per_class_at_the_rules_quantile(tmp_p
     with pytest.raises(InputError, match="tail_quantile differs"):
         train(lambda: make_env(SMALL, duration_s=120.0), replace(args, tail_quantile=None, updates=2),
               ckpt_path=tmp_path / "t.pt", resume=True)
-    for bad, match in (({"tail_quantile": 1.0}, "tail_quantile 1.0"), ({"tail_scale": 0.0}, "tail_scale 0.0")):
+    for bad, match in (({"tail_quantile": 1.0}, "tail_quantile=1.0"), ({"tail_scale": 0.0}, "tail_scale=0.0")):
         with pytest.raises(InputError, match=match):
             train(lambda: make_env(SMALL, duration_s=120.0), replace(args, **bad))

@@ -414,6 +414,15 @@ def load_checkpoint(path: str | Path) -> dict:
     return ck
 
 
+def check_tail_args(quantile, scale=1.0) -> None:
+    """The tail constraint's arguments (``MAPPOArgs.tail_quantile``, ``tail_scale``), or one InputError line."""
+    if quantile is not None and (isinstance(quantile, bool) or not isinstance(quantile, (int, float))
+                                 or not 0 < quantile < 1):
+        raise InputError(f"tail_quantile={quantile!r}: expected a number in (0, 1), e.g. 0.99, or None")
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not (math.isfinite(scale) and scale > 0):
+        raise InputError(f"tail_scale={scale!r}: expected a finite number > 0")
+
+
 def tail_targets(ttft: list, quantile: float, scale: float = 1.0) -> list[float]:
     """The tail constraint's target TTFT per class: the empirical ``quantile`` of the rule's TTFTs (``ttft``: a list
     per class; a dropped request's is inf; not interpolated, so at least that share of the rule's requests is within
@@ -546,11 +555,7 @@ def train(make_env: Callable[[], object], args: MAPPOArgs, ckpt_path: str | Path
     if not 0 <= args.rule_start_epochs < env.n_epochs:
         raise InputError(f"rule_start_epochs {args.rule_start_epochs}: expected 0 to {env.n_epochs - 1} (the "
                          "episode's epochs)")
-    tq, ts = args.tail_quantile, args.tail_scale
-    if tq is not None and not (isinstance(tq, (int, float)) and 0 < tq < 1):
-        raise InputError(f"tail_quantile {tq!r}: expected a number in (0, 1), e.g. 0.99, or None")
-    if not (isinstance(ts, (int, float)) and math.isfinite(ts) and ts > 0):
-        raise InputError(f"tail_scale {ts!r}: expected a finite number > 0")
+    check_tail_args(args.tail_quantile, args.tail_scale)
     sizes = _sizes(env)
     nets = build_networks(args.kind, env.layout, sizes, env.state_dim, args.hidden, args.gnn_layers)
     opt = torch.optim.Adam(nets.parameters(), lr=args.learning_rate, eps=1e-5)

@@ -21,7 +21,6 @@ from pathlib import Path
 
 import numpy as np
 
-from fleetwise.errors import InputError
 from fleetwise.reproduce.common import store_meta, store_rows
 from fleetwise.workload.adapt import WARN_SHARE
 
@@ -142,7 +141,8 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
     check_run_args(seeds=seeds, train_seeds=train_seeds, workers=workers, eval_trace=eval_trace, db=db, load=load,
                    updates=updates, segment_s=segment_s, episodes_per_update=episodes_per_update)
     from fleetwise.envs.graph_marl import HEURISTICS, GraphMARLConfig
-    from fleetwise.learn.graph_marl import HANDOVER, MAPPOArgs, ValidationWindows, best_rule, train_job
+    from fleetwise.learn.graph_marl import (HANDOVER, MAPPOArgs, ValidationWindows, best_rule, check_tail_args,
+                                            train_job)
     from fleetwise.learn.recipe import run_jobs
     from fleetwise.metrics.stats import paired_change
     from fleetwise.reproduce.common import fit_load as _fit_load
@@ -150,9 +150,7 @@ def run(quick: bool = False, seeds: int | None = None, eval_trace: str | None = 
     from fleetwise.reproduce.common import progress as _progress
     from fleetwise.worlds.multicloud_rules import RULE
 
-    if tail_quantile is not None and (isinstance(tail_quantile, bool) or not isinstance(tail_quantile, (int, float))
-                                      or not 0 < tail_quantile < 1):
-        raise InputError(f"tail_quantile={tail_quantile!r}: expected a number in (0, 1), e.g. 0.99")
+    check_tail_args(tail_quantile)
     bud = _budget(quick, updates, episodes_per_update, train_seeds)
     if tail_quantile is not None:
         bud["recipe"] = {**bud["recipe"], "tail_quantile": float(tail_quantile)}
